@@ -1,0 +1,3 @@
+module github.com/usher-vdi/usher
+
+go 1.26.8

@@ -1,0 +1,300 @@
+package site
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Config is a whole site configuration: what `usher apply` reads from YAML,
+// what `usher export` writes, and what brokers snapshot by version. It holds
+// no runtime state (machine status, sessions) and no admin accounts.
+type Config struct {
+	Settings       Settings        `json:"settings" yaml:"settings"`
+	Zones          []Zone          `json:"zones" yaml:"zones"`
+	Catalogs       []Catalog       `json:"catalogs" yaml:"catalogs"`
+	Groups         []Group         `json:"groups" yaml:"groups"`
+	Users          []User          `json:"users" yaml:"users"`
+	Machines       []Machine       `json:"machines" yaml:"machines"`
+	DeliveryGroups []DeliveryGroup `json:"delivery_groups" yaml:"delivery_groups"`
+	Applications   []Resource      `json:"applications" yaml:"applications"`
+	Desktops       []Resource      `json:"desktops" yaml:"desktops"`
+	Entitlements   []Entitlement   `json:"entitlements" yaml:"entitlements"`
+}
+
+// LoadConfig reads the whole configuration in tx.
+func LoadConfig(ctx context.Context, tx Tx) (*Config, error) {
+	var c Config
+	var err error
+	if c.Settings, err = tx.Settings(ctx); err != nil {
+		return nil, err
+	}
+	if c.Zones, err = all(ctx, tx.Zones()); err != nil {
+		return nil, err
+	}
+	if c.Catalogs, err = all(ctx, tx.Catalogs()); err != nil {
+		return nil, err
+	}
+	if c.Groups, err = all(ctx, tx.Groups()); err != nil {
+		return nil, err
+	}
+	if c.Users, err = all(ctx, tx.Users()); err != nil {
+		return nil, err
+	}
+	if c.Machines, err = all(ctx, tx.Machines()); err != nil {
+		return nil, err
+	}
+	if c.DeliveryGroups, err = all(ctx, tx.DeliveryGroups()); err != nil {
+		return nil, err
+	}
+	if c.Applications, err = all(ctx, tx.Applications()); err != nil {
+		return nil, err
+	}
+	if c.Desktops, err = all(ctx, tx.Desktops()); err != nil {
+		return nil, err
+	}
+	if c.Entitlements, err = all(ctx, tx.Entitlements()); err != nil {
+		return nil, err
+	}
+	c.Normalize()
+	return &c, nil
+}
+
+func all[T any](ctx context.Context, c Collection[T]) ([]T, error) {
+	p, err := c.List(ctx, ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return p.Items, nil
+}
+
+// Normalize puts c in canonical form: objects sorted by name, string lists
+// sorted, empty lists nil, resource kinds and display names filled in. Two
+// equivalent configurations normalize to deeply equal values.
+func (c *Config) Normalize() {
+	sortByName(c.Zones, func(z Zone) string { return z.Name })
+	sortByName(c.Catalogs, func(x Catalog) string { return x.Name })
+	sortByName(c.Groups, func(g Group) string { return g.Name })
+	for i := range c.Users {
+		c.Users[i].Groups = normList(c.Users[i].Groups)
+	}
+	sortByName(c.Users, func(u User) string { return u.Name })
+	sortByName(c.Machines, func(m Machine) string { return m.Name })
+	for i := range c.DeliveryGroups {
+		c.DeliveryGroups[i].Catalogs = normList(c.DeliveryGroups[i].Catalogs)
+	}
+	sortByName(c.DeliveryGroups, func(g DeliveryGroup) string { return g.Name })
+	for _, rs := range []struct {
+		list []Resource
+		kind ResourceKind
+	}{{c.Applications, Application}, {c.Desktops, Desktop}} {
+		for i := range rs.list {
+			r := &rs.list[i]
+			r.Kind = rs.kind
+			r.DeliveryGroups = normList(r.DeliveryGroups)
+			if r.DisplayName == "" {
+				r.DisplayName = r.Name
+			}
+		}
+		sortByName(rs.list, func(r Resource) string { return r.Name })
+	}
+	for i := range c.Entitlements {
+		e := &c.Entitlements[i]
+		e.Resources, e.Users, e.Groups = normList(e.Resources), normList(e.Users), normList(e.Groups)
+	}
+	sortByName(c.Entitlements, func(e Entitlement) string { return e.Name })
+}
+
+func sortByName[T any](s []T, name func(T) string) {
+	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(name(a), name(b)) })
+}
+
+func normList(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// Validate checks every object and every reference between objects, and
+// returns the first problem found, naming the object and the field.
+func (c *Config) Validate() error {
+	if err := c.Settings.Validate(); err != nil {
+		return err
+	}
+	names := map[Kind]map[string]bool{}
+	add := func(kind Kind, name string, err error) error {
+		if err != nil {
+			return err
+		}
+		ns := kind
+		if kind == KindDesktop {
+			ns = KindApplication // one namespace for resources
+		}
+		if names[ns] == nil {
+			names[ns] = map[string]bool{}
+		}
+		if names[ns][name] {
+			return Conflict(kind, name)
+		}
+		names[ns][name] = true
+		return nil
+	}
+	primaries := 0
+	for _, z := range c.Zones {
+		if err := add(KindZone, z.Name, z.Validate()); err != nil {
+			return err
+		}
+		if z.Primary {
+			primaries++
+		}
+	}
+	if len(c.Zones) > 0 && primaries != 1 {
+		return Errorf(EInvalid, "zones: exactly one zone must be primary, found %d", primaries)
+	}
+	catalogs := map[string]Catalog{}
+	for _, x := range c.Catalogs {
+		if err := add(KindCatalog, x.Name, x.Validate()); err != nil {
+			return err
+		}
+		catalogs[x.Name] = x
+	}
+	for _, g := range c.Groups {
+		if err := add(KindGroup, g.Name, g.Validate()); err != nil {
+			return err
+		}
+	}
+	for _, u := range c.Users {
+		if err := add(KindUser, u.Name, u.Validate()); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Machines {
+		if err := add(KindMachine, m.Name, m.Validate()); err != nil {
+			return err
+		}
+	}
+	groups := map[string]DeliveryGroup{}
+	for _, g := range c.DeliveryGroups {
+		if err := add(KindDeliveryGroup, g.Name, g.Validate()); err != nil {
+			return err
+		}
+		groups[g.Name] = g
+	}
+	resources := map[string]Resource{}
+	for _, r := range slices.Concat(c.Applications, c.Desktops) {
+		if err := add(r.Kind.objectKind(), r.Name, r.Validate()); err != nil {
+			return err
+		}
+		resources[r.Name] = r
+	}
+	for _, e := range c.Entitlements {
+		if err := add(KindEntitlement, e.Name, e.Validate()); err != nil {
+			return err
+		}
+	}
+
+	// References.
+	check := func(kind Kind, name string, refs []Ref) error {
+		for _, r := range refs {
+			if !names[r.Kind][r.Name] {
+				return MissingRef(kind, name, r)
+			}
+		}
+		return nil
+	}
+	for _, x := range c.Catalogs {
+		if err := check(KindCatalog, x.Name, x.References()); err != nil {
+			return err
+		}
+	}
+	for _, u := range c.Users {
+		if err := check(KindUser, u.Name, u.References()); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Machines {
+		if err := check(KindMachine, m.Name, m.References()); err != nil {
+			return err
+		}
+		if err := m.CheckCatalog(catalogs[m.Catalog]); err != nil {
+			return err
+		}
+	}
+	owner := map[string]string{} // catalog -> delivery group
+	for _, g := range c.DeliveryGroups {
+		if err := check(KindDeliveryGroup, g.Name, g.References()); err != nil {
+			return err
+		}
+		if err := g.CheckCatalogs(catalogs); err != nil {
+			return err
+		}
+		for _, cn := range g.Catalogs {
+			if other, ok := owner[cn]; ok {
+				return invalid(KindDeliveryGroup, g.Name, "catalog %q already belongs to delivery group %q", cn, other)
+			}
+			owner[cn] = g.Name
+		}
+	}
+	for _, r := range slices.Concat(c.Applications, c.Desktops) {
+		if err := check(r.Kind.objectKind(), r.Name, r.References()); err != nil {
+			return err
+		}
+	}
+	for _, e := range c.Entitlements {
+		if err := check(KindEntitlement, e.Name, e.References()); err != nil {
+			return err
+		}
+		for _, rn := range e.Resources {
+			if !slices.Contains(resources[rn].DeliveryGroups, e.DeliveryGroup) {
+				return invalid(KindEntitlement, e.Name, "resource %q is not published on delivery group %q", rn, e.DeliveryGroup)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckCatalog checks the rules between a machine and its catalog.
+func (m Machine) CheckCatalog(c Catalog) error {
+	if c.Kind.SingleSession() && m.MaxSessions > 1 {
+		return invalid(KindMachine, m.Name, "max_sessions %d: catalog %q is %s", m.MaxSessions, c.Name, c.Kind)
+	}
+	if m.AssignedUser != "" && c.Kind != SingleSessionAssigned {
+		return invalid(KindMachine, m.Name, "assigned_user is set but catalog %q is %s", c.Name, c.Kind)
+	}
+	return nil
+}
+
+// CheckCatalogs checks that the group's catalogs host the same kind of
+// sessions: a group is either multi-session or single-session.
+func (g DeliveryGroup) CheckCatalogs(catalogs map[string]Catalog) error {
+	for i, name := range g.Catalogs {
+		if i == 0 {
+			continue
+		}
+		first, this := catalogs[g.Catalogs[0]], catalogs[name]
+		if first.Kind.SingleSession() != this.Kind.SingleSession() || (first.Kind.SingleSession() && first.Kind != this.Kind) {
+			return invalid(KindDeliveryGroup, g.Name, "catalogs %q (%s) and %q (%s) host different kinds of session", first.Name, first.Kind, this.Name, this.Kind)
+		}
+	}
+	return nil
+}
+
+// ObjectCount returns how many objects of each kind c holds, for progress
+// and summaries.
+func (c *Config) ObjectCount() map[Kind]int {
+	return map[Kind]int{
+		KindZone: len(c.Zones), KindCatalog: len(c.Catalogs), KindGroup: len(c.Groups),
+		KindUser: len(c.Users), KindMachine: len(c.Machines), KindDeliveryGroup: len(c.DeliveryGroups),
+		KindApplication: len(c.Applications), KindDesktop: len(c.Desktops), KindEntitlement: len(c.Entitlements),
+	}
+}
+
+// String summarises the configuration's size.
+func (c *Config) String() string {
+	return fmt.Sprintf("%d zones, %d catalogs, %d machines, %d delivery groups, %d applications, %d desktops, %d users, %d groups, %d entitlements",
+		len(c.Zones), len(c.Catalogs), len(c.Machines), len(c.DeliveryGroups), len(c.Applications), len(c.Desktops), len(c.Users), len(c.Groups), len(c.Entitlements))
+}

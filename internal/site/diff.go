@@ -1,0 +1,308 @@
+package site
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Op is what a Change does.
+type Op string
+
+const (
+	OpCreate Op = "create"
+	OpUpdate Op = "update"
+	OpDelete Op = "delete"
+)
+
+// Change is one object created, updated or deleted by a Plan.
+type Change struct {
+	Op   Op
+	Kind Kind
+	Name string
+	// Fields lists, for an update, the fields that change.
+	Fields []FieldChange
+	// obj is the desired object, for creates and updates.
+	obj any
+}
+
+// FieldChange is one field of an updated object.
+type FieldChange struct {
+	Path     string // dotted, as in YAML: load_rules.max_sessions.limit
+	Old, New string // JSON renderings; secrets are shown as "(changed)"
+}
+
+// Plan is the set of changes that makes a site match a desired Config.
+type Plan struct {
+	Settings *FieldChanges // nil when the settings do not change
+	Changes  []Change
+}
+
+// FieldChanges is a list of changed fields.
+type FieldChanges = []FieldChange
+
+// Empty reports whether the plan changes nothing.
+func (p *Plan) Empty() bool { return p.Settings == nil && len(p.Changes) == 0 }
+
+// Counts returns how many objects the plan creates, updates and deletes.
+func (p *Plan) Counts() (create, update, del int) {
+	for _, c := range p.Changes {
+		switch c.Op {
+		case OpCreate:
+			create++
+		case OpUpdate:
+			update++
+		case OpDelete:
+			del++
+		}
+	}
+	return
+}
+
+// String renders the plan as a diff, one object a line, with the fields of
+// updates indented below: "+" creates, "~" updates, "-" deletes.
+func (p *Plan) String() string {
+	var b strings.Builder
+	if p.Settings != nil {
+		b.WriteString("~ settings\n")
+		for _, f := range *p.Settings {
+			fmt.Fprintf(&b, "    %s: %s -> %s\n", f.Path, f.Old, f.New)
+		}
+	}
+	for _, c := range p.Changes {
+		sign := map[Op]string{OpCreate: "+", OpUpdate: "~", OpDelete: "-"}[c.Op]
+		fmt.Fprintf(&b, "%s %s %q\n", sign, c.Kind, c.Name)
+		for _, f := range c.Fields {
+			fmt.Fprintf(&b, "    %s: %s -> %s\n", f.Path, f.Old, f.New)
+		}
+	}
+	return b.String()
+}
+
+// Diff returns the plan that turns current into desired. Both must be
+// normalized. A desired user without a password hash keeps the current one:
+// passwords are managed through the admin API, not the configuration file.
+func Diff(current, desired *Config) *Plan {
+	p := &Plan{}
+	if fc := fieldChanges(current.Settings, desired.Settings); len(fc) > 0 {
+		p.Settings = &fc
+	}
+	users := slices.Clone(desired.Users)
+	have := map[string]User{}
+	for _, u := range current.Users {
+		have[u.Name] = u
+	}
+	for i, u := range users {
+		if u.PasswordHash == "" {
+			users[i].PasswordHash = have[u.Name].PasswordHash
+		}
+	}
+	p.Changes = slices.Concat(
+		diffKind(KindZone, current.Zones, desired.Zones, func(z Zone) string { return z.Name }),
+		diffKind(KindCatalog, current.Catalogs, desired.Catalogs, func(x Catalog) string { return x.Name }),
+		diffKind(KindGroup, current.Groups, desired.Groups, func(g Group) string { return g.Name }),
+		diffKind(KindUser, current.Users, users, func(u User) string { return u.Name }),
+		diffKind(KindMachine, current.Machines, desired.Machines, func(m Machine) string { return m.Name }),
+		diffKind(KindDeliveryGroup, current.DeliveryGroups, desired.DeliveryGroups, func(g DeliveryGroup) string { return g.Name }),
+		diffKind(KindApplication, current.Applications, desired.Applications, func(r Resource) string { return r.Name }),
+		diffKind(KindDesktop, current.Desktops, desired.Desktops, func(r Resource) string { return r.Name }),
+		diffKind(KindEntitlement, current.Entitlements, desired.Entitlements, func(e Entitlement) string { return e.Name }),
+	)
+	return p
+}
+
+func diffKind[T any](kind Kind, current, desired []T, name func(T) string) []Change {
+	var out []Change
+	have := make(map[string]T, len(current))
+	for _, o := range current {
+		have[name(o)] = o
+	}
+	want := make(map[string]bool, len(desired))
+	for _, o := range desired {
+		n := name(o)
+		want[n] = true
+		old, ok := have[n]
+		switch {
+		case !ok:
+			out = append(out, Change{Op: OpCreate, Kind: kind, Name: n, obj: o})
+		case !reflect.DeepEqual(old, o):
+			out = append(out, Change{Op: OpUpdate, Kind: kind, Name: n, Fields: fieldChanges(old, o), obj: o})
+		}
+	}
+	for _, o := range current {
+		if n := name(o); !want[n] {
+			out = append(out, Change{Op: OpDelete, Kind: kind, Name: n})
+		}
+	}
+	return out
+}
+
+// fieldChanges compares two objects field by field through their JSON form,
+// plus the password hash, which JSON never shows.
+func fieldChanges(old, new any) []FieldChange {
+	a, b := flatten(old), flatten(new)
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []FieldChange
+	for _, k := range keys {
+		if a[k] != b[k] {
+			out = append(out, FieldChange{Path: k, Old: orNone(a[k]), New: orNone(b[k])})
+		}
+	}
+	ou, ok1 := old.(User)
+	nu, ok2 := new.(User)
+	if ok1 && ok2 && ou.PasswordHash != nu.PasswordHash {
+		out = append(out, FieldChange{Path: "password_hash", Old: "(set)", New: "(changed)"})
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func flatten(v any) map[string]string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("site: marshal %T: %v", v, err)) // domain types always marshal
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		panic(fmt.Sprintf("site: unmarshal %T: %v", v, err))
+	}
+	out := map[string]string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if obj, ok := v.(map[string]any); ok {
+			for k, sub := range obj {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), sub)
+			}
+			return
+		}
+		raw, _ := json.Marshal(v)
+		out[prefix] = string(raw)
+	}
+	walk("", m)
+	return out
+}
+
+// apply carries out the plan in tx: settings, then creates and updates in
+// dependency order, then deletes in reverse order, so that no step leaves a
+// dangling reference.
+func (p *Plan) apply(ctx context.Context, tx Tx, settings *Settings) error {
+	if settings != nil {
+		if err := tx.SetSettings(ctx, *settings); err != nil {
+			return fmt.Errorf("set settings: %w", err)
+		}
+	}
+	for _, c := range p.Changes {
+		if c.Op == OpDelete {
+			continue
+		}
+		if err := applyOne(ctx, tx, c); err != nil {
+			return err
+		}
+	}
+	for i := len(p.Changes) - 1; i >= 0; i-- {
+		if c := p.Changes[i]; c.Op == OpDelete {
+			if err := applyOne(ctx, tx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func applyOne(ctx context.Context, tx Tx, c Change) error {
+	var err error
+	switch c.Kind {
+	case KindZone:
+		err = do(ctx, tx.Zones(), c)
+	case KindCatalog:
+		err = do(ctx, tx.Catalogs(), c)
+	case KindGroup:
+		err = do(ctx, tx.Groups(), c)
+	case KindUser:
+		err = do(ctx, tx.Users(), c)
+	case KindMachine:
+		err = do(ctx, tx.Machines(), c)
+	case KindDeliveryGroup:
+		err = do(ctx, tx.DeliveryGroups(), c)
+	case KindApplication:
+		err = do(ctx, tx.Applications(), c)
+	case KindDesktop:
+		err = do(ctx, tx.Desktops(), c)
+	case KindEntitlement:
+		err = do(ctx, tx.Entitlements(), c)
+	default:
+		err = fmt.Errorf("unknown kind %q", c.Kind)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s %q: %w", c.Op, c.Kind, c.Name, err)
+	}
+	return nil
+}
+
+func do[T any](ctx context.Context, col Collection[T], c Change) error {
+	switch c.Op {
+	case OpCreate:
+		return col.Create(ctx, c.obj.(T))
+	case OpUpdate:
+		return col.Update(ctx, c.obj.(T))
+	default:
+		return col.Delete(ctx, c.Name)
+	}
+}
+
+// ApplyConfig makes the site in tx match desired: it validates desired,
+// computes the plan against the current configuration and carries it out.
+// With dryRun it stops after planning. The caller's transaction makes the
+// whole apply atomic.
+func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Plan, error) {
+	desired.Normalize()
+	if err := desired.Validate(); err != nil {
+		return nil, err
+	}
+	current, err := LoadConfig(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("load current configuration: %w", err)
+	}
+	plan := Diff(current, desired)
+	if dryRun || plan.Empty() {
+		return plan, nil
+	}
+	var settings *Settings
+	if plan.Settings != nil {
+		settings = &desired.Settings
+	}
+	return plan, plan.apply(ctx, tx, settings)
+}
+
+// Mutate loads the configuration in tx, lets fn change it, validates the
+// result as a whole and applies the difference. It is how single-object
+// changes (the admin API) get the same checks as a whole-file apply.
+func Mutate(ctx context.Context, tx Tx, fn func(*Config) error) (*Plan, error) {
+	cfg, err := LoadConfig(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if err := fn(cfg); err != nil {
+		return nil, err
+	}
+	return ApplyConfig(ctx, tx, cfg, false)
+}

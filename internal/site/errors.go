@@ -1,0 +1,73 @@
+package site
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes shared by every layer. Only a transport (the REST API, the NFuse
+// endpoint, the CLI) turns a code into an HTTP status, an NFuse ErrorId or an
+// exit status.
+const (
+	EInvalid      = "invalid"      // the request or the object is malformed
+	ENotFound     = "not_found"    // a named object does not exist
+	EConflict     = "conflict"     // a name is taken, or a change breaks a reference
+	EUnauthorized = "unauthorized" // no or wrong credentials
+	EForbidden    = "forbidden"    // authenticated, but not allowed
+	EUnavailable  = "unavailable"  // a dependency (the site DB) is down or overloaded
+	EInternal     = "internal"     // a bug or an unexpected failure; details are logged only
+)
+
+// Error is an application error: a code callers branch on and a message that
+// is safe to show to the client that caused it.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, EInternal for
+// any other non-nil error and "" for nil.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the client-safe message of the first *Error in err's
+// chain, or a generic message for any other error, so internal details never
+// reach a client.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}
+
+// notFound and conflict are shorthands used throughout the domain.
+func notFound(kind Kind, name string) *Error {
+	return Errorf(ENotFound, "%s %q not found", kind, name)
+}
+
+// NotFound returns the ENotFound error for a named object of a kind.
+func NotFound(kind Kind, name string) *Error { return notFound(kind, name) }
+
+// Conflict returns the EConflict error for a name that is already taken.
+func Conflict(kind Kind, name string) *Error {
+	return Errorf(EConflict, "%s %q already exists", kind, name)
+}

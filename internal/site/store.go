@@ -1,0 +1,134 @@
+package site
+
+import (
+	"context"
+	"time"
+)
+
+// Store is a site database. Implementations: sqlitestore (embedded default)
+// and, for several brokers, a PostgreSQL store; every implementation passes
+// the storetest conformance suite.
+type Store interface {
+	// View runs fn in a read-only transaction that sees one consistent state
+	// of the site. Writes inside fn fail.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Update runs fn in a read-write transaction. Either all of fn's changes
+	// are committed or, when fn returns an error or the commit fails, none;
+	// the error is fn's, or the commit's. A transaction that changes the
+	// configuration moves the configuration version by exactly one; runtime
+	// changes (machine status, sessions, admin accounts) do not move it.
+	// Returns an EUnavailable error when the database cannot be reached.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// Close releases the database. Transactions after Close fail.
+	Close() error
+}
+
+// Tx is a transaction on a Store. A Tx must not be used after the function
+// it was passed to returns, nor from several goroutines at once.
+type Tx interface {
+	// ConfigVersion returns the configuration version as of the start of the
+	// transaction (not counting this transaction's own changes). It starts
+	// at 1 for a new site and only grows.
+	ConfigVersion(ctx context.Context) (int64, error)
+
+	// Settings returns the site settings; SetSettings replaces them.
+	Settings(ctx context.Context) (Settings, error)
+	SetSettings(ctx context.Context, s Settings) error
+
+	Zones() Collection[Zone]
+	Catalogs() Collection[Catalog]
+	Groups() Collection[Group]
+	Users() Collection[User]
+	Machines() Collection[Machine]
+	DeliveryGroups() Collection[DeliveryGroup]
+	// Applications and Desktops share one namespace: creating an application
+	// with a desktop's name is an EConflict.
+	Applications() Collection[Resource]
+	Desktops() Collection[Resource]
+	Entitlements() Collection[Entitlement]
+
+	// MachineStatus returns a machine's runtime state (ENotFound for an
+	// unknown machine); SetMachineStatus replaces it.
+	MachineStatus(ctx context.Context, machine string) (MachineStatus, error)
+	SetMachineStatus(ctx context.Context, machine string, st MachineStatus) error
+
+	Sessions() Sessions
+	Admins() Collection[Admin]
+}
+
+// Collection is one kind of named configuration object, ordered by name.
+type Collection[T any] interface {
+	// Get returns the named object, or ENotFound.
+	Get(ctx context.Context, name string) (T, error)
+	// List returns the objects named after opts.After, in name order, at
+	// most opts.Limit of them (all when Limit is 0).
+	List(ctx context.Context, opts ListOptions) (Page[T], error)
+	// Create adds an object. EInvalid when it fails validation or refers to
+	// an object that does not exist (the message names it); EConflict when
+	// the name is taken.
+	Create(ctx context.Context, obj T) error
+	// Update replaces an existing object; ENotFound when there is none,
+	// EInvalid as for Create.
+	Update(ctx context.Context, obj T) error
+	// Delete removes the named object; ENotFound when there is none,
+	// EConflict when other objects still refer to it.
+	Delete(ctx context.Context, name string) error
+}
+
+// ListOptions select a page of a list.
+type ListOptions struct {
+	// After is the name (or ID) of the last item of the previous page.
+	After string
+	// Limit is the most items to return; 0 means no limit.
+	Limit int
+}
+
+// Page is one page of a list.
+type Page[T any] struct {
+	Items []T
+	// Total counts every item of the list, on every page.
+	Total int
+	// Next is the After of the next page, "" on the last page.
+	Next string
+}
+
+// Sessions are the user sessions of a site, oldest first.
+type Sessions interface {
+	// Get returns the session with the ID, or ENotFound.
+	Get(ctx context.Context, id string) (Session, error)
+	// List returns sessions matching f, ordered by ID.
+	List(ctx context.Context, f SessionFilter, opts ListOptions) (Page[Session], error)
+	// Create adds a session. EConflict when the ID is taken, EInvalid when
+	// the user, resource or machine does not exist.
+	Create(ctx context.Context, s Session) error
+	// Update replaces an existing session; ENotFound when there is none.
+	Update(ctx context.Context, s Session) error
+	// Delete removes a session; ENotFound when there is none.
+	Delete(ctx context.Context, id string) error
+}
+
+// SessionFilter selects sessions; zero fields match everything.
+type SessionFilter struct {
+	User    string
+	Machine string
+	State   SessionState
+}
+
+// Admin is an administrator account of the admin API. Admins are not part
+// of the site configuration: they are neither exported nor applied.
+type Admin struct {
+	Name         string    `json:"name"`
+	PasswordHash string    `json:"-"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// Validate checks the admin account's own fields.
+func (a Admin) Validate() error {
+	if err := ValidateName(KindAdmin, a.Name); err != nil {
+		return err
+	}
+	if a.PasswordHash == "" || a.PasswordHash[0] != '$' {
+		return invalid(KindAdmin, a.Name, "password hash is missing")
+	}
+	return nil
+}

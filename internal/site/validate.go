@@ -1,0 +1,219 @@
+package site
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxNameLen is the longest object name.
+const MaxNameLen = 128
+
+// ValidateName checks an object name: 1 to MaxNameLen printable characters,
+// no slash or backslash (names appear in URL paths and DOMAIN\user forms),
+// no leading or trailing space.
+func ValidateName(kind Kind, name string) error {
+	switch {
+	case name == "":
+		return Errorf(EInvalid, "%s name is empty", kind)
+	case utf8.RuneCountInString(name) > MaxNameLen:
+		return Errorf(EInvalid, "%s name %q is longer than %d characters", kind, name, MaxNameLen)
+	case !utf8.ValidString(name):
+		return Errorf(EInvalid, "%s name %q is not valid UTF-8", kind, name)
+	case strings.TrimSpace(name) != name:
+		return Errorf(EInvalid, "%s name %q has leading or trailing space", kind, name)
+	case strings.ContainsAny(name, `/\`):
+		return Errorf(EInvalid, "%s name %q contains a slash", kind, name)
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return Errorf(EInvalid, "%s name %q contains a control character", kind, name)
+		}
+	}
+	return nil
+}
+
+func invalid(kind Kind, name, format string, args ...any) *Error {
+	e := Errorf(EInvalid, format, args...)
+	e.Message = string(kind) + " " + quote(name) + ": " + e.Message
+	return e
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+// Validate checks the settings.
+func (s Settings) Validate() error {
+	if strings.TrimSpace(s.Name) == "" {
+		return Errorf(EInvalid, "settings: site name is empty")
+	}
+	if err := ValidateName("domain", s.Domain); err != nil {
+		return Errorf(EInvalid, "settings: %s", ErrorMessage(err))
+	}
+	return nil
+}
+
+// Validate checks the zone's own fields.
+func (z Zone) Validate() error { return ValidateName(KindZone, z.Name) }
+
+// Validate checks the catalog's own fields.
+func (c Catalog) Validate() error {
+	if err := ValidateName(KindCatalog, c.Name); err != nil {
+		return err
+	}
+	switch c.Kind {
+	case MultiSession, SingleSessionPooled, SingleSessionAssigned:
+	default:
+		return invalid(KindCatalog, c.Name, "kind %q is not one of %s, %s, %s", c.Kind, MultiSession, SingleSessionPooled, SingleSessionAssigned)
+	}
+	if c.Zone == "" {
+		return invalid(KindCatalog, c.Name, "zone is empty")
+	}
+	return nil
+}
+
+// Validate checks the machine's own fields.
+func (m Machine) Validate() error {
+	if err := ValidateName(KindMachine, m.Name); err != nil {
+		return err
+	}
+	if m.Catalog == "" {
+		return invalid(KindMachine, m.Name, "catalog is empty")
+	}
+	if m.Address == "" {
+		return invalid(KindMachine, m.Name, "address is empty")
+	}
+	if m.MaxSessions < 0 || m.MaxSessions > 10000 {
+		return invalid(KindMachine, m.Name, "max_sessions %d is outside 0..10000", m.MaxSessions)
+	}
+	return nil
+}
+
+// Validate checks the delivery group's own fields.
+func (g DeliveryGroup) Validate() error {
+	if err := ValidateName(KindDeliveryGroup, g.Name); err != nil {
+		return err
+	}
+	switch g.Reconnect {
+	case ReconnectAlways, ReconnectDisconnectedOnly, ReconnectSameEndpointOnly:
+	default:
+		return invalid(KindDeliveryGroup, g.Name, "reconnect %q is not one of %s, %s, %s", g.Reconnect, ReconnectAlways, ReconnectDisconnectedOnly, ReconnectSameEndpointOnly)
+	}
+	switch g.ZonePreference {
+	case ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome:
+	default:
+		return invalid(KindDeliveryGroup, g.Name, "zone_preference %q is not one of %s, %s, %s, %s", g.ZonePreference, ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome)
+	}
+	if g.ZonePreference == ZoneApplicationHome && g.HomeZone == "" {
+		return invalid(KindDeliveryGroup, g.Name, "zone_preference %s needs a home_zone", ZoneApplicationHome)
+	}
+	if err := dupes(KindDeliveryGroup, g.Name, "catalogs", g.Catalogs); err != nil {
+		return err
+	}
+	r := g.LoadRules
+	if r.MaxSessions.Enabled && (r.MaxSessions.Limit < 1 || r.MaxSessions.Limit > 10000) {
+		return invalid(KindDeliveryGroup, g.Name, "load_rules.max_sessions.limit %d is outside 1..10000", r.MaxSessions.Limit)
+	}
+	if r.CPU.Enabled && (r.CPU.FullPercent < 1 || r.CPU.FullPercent > 100) {
+		return invalid(KindDeliveryGroup, g.Name, "load_rules.cpu.full_percent %d is outside 1..100", r.CPU.FullPercent)
+	}
+	if r.Memory.Enabled && (r.Memory.FullPercent < 1 || r.Memory.FullPercent > 100) {
+		return invalid(KindDeliveryGroup, g.Name, "load_rules.memory.full_percent %d is outside 1..100", r.Memory.FullPercent)
+	}
+	if r.Memory.BaseLoadMB < 0 {
+		return invalid(KindDeliveryGroup, g.Name, "load_rules.memory.base_load_mb %d is negative", r.Memory.BaseLoadMB)
+	}
+	if r.ConcurrentLogons.Enabled && r.ConcurrentLogons.Tolerance < 1 {
+		return invalid(KindDeliveryGroup, g.Name, "load_rules.concurrent_logons.tolerance %d is below 1", r.ConcurrentLogons.Tolerance)
+	}
+	return nil
+}
+
+// Validate checks the resource's own fields.
+func (r Resource) Validate() error {
+	kind := r.Kind.objectKind()
+	if err := ValidateName(kind, r.Name); err != nil {
+		return err
+	}
+	switch r.Kind {
+	case Application:
+		if r.CommandLine == "" {
+			return invalid(kind, r.Name, "command_line is empty")
+		}
+	case Desktop:
+		if r.CommandLine != "" {
+			return invalid(kind, r.Name, "a desktop has no command_line")
+		}
+	default:
+		return Errorf(EInvalid, "resource %q: kind %q is not %s or %s", r.Name, r.Kind, Application, Desktop)
+	}
+	if r.DisplayName == "" {
+		return invalid(kind, r.Name, "display_name is empty")
+	}
+	if strings.HasPrefix(r.Folder, "/") || strings.HasSuffix(r.Folder, "/") || strings.Contains(r.Folder, "//") {
+		return invalid(kind, r.Name, "folder %q must be a path like A/B without leading, trailing or double slashes", r.Folder)
+	}
+	if r.Icon != "" && !strings.HasPrefix(r.Icon, "builtin:") && !strings.HasPrefix(r.Icon, "data:image/") {
+		return invalid(kind, r.Name, "icon must be builtin:NAME or a data:image/... URI")
+	}
+	return dupes(kind, r.Name, "delivery_groups", r.DeliveryGroups)
+}
+
+func (k ResourceKind) objectKind() Kind {
+	if k == Desktop {
+		return KindDesktop
+	}
+	return KindApplication
+}
+
+// ObjectKind returns the Kind of objects of this resource kind.
+func (k ResourceKind) ObjectKind() Kind { return k.objectKind() }
+
+// Validate checks the user's own fields.
+func (u User) Validate() error {
+	if err := ValidateName(KindUser, u.Name); err != nil {
+		return err
+	}
+	if strings.Contains(u.Name, "@") {
+		return invalid(KindUser, u.Name, "a local user name has no @domain part")
+	}
+	if u.PasswordHash != "" && !strings.HasPrefix(u.PasswordHash, "$argon2id$") {
+		return invalid(KindUser, u.Name, "password_hash is not an argon2id PHC string")
+	}
+	return dupes(KindUser, u.Name, "groups", u.Groups)
+}
+
+// Validate checks the group's own fields.
+func (g Group) Validate() error { return ValidateName(KindGroup, g.Name) }
+
+// Validate checks the entitlement's own fields.
+func (e Entitlement) Validate() error {
+	if err := ValidateName(KindEntitlement, e.Name); err != nil {
+		return err
+	}
+	if e.DeliveryGroup == "" {
+		return invalid(KindEntitlement, e.Name, "delivery_group is empty")
+	}
+	if len(e.Users) == 0 && len(e.Groups) == 0 {
+		return invalid(KindEntitlement, e.Name, "names no users and no groups")
+	}
+	for _, l := range []struct {
+		field string
+		names []string
+	}{{"resources", e.Resources}, {"users", e.Users}, {"groups", e.Groups}} {
+		if err := dupes(KindEntitlement, e.Name, l.field, l.names); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dupes(kind Kind, name, field string, list []string) error {
+	seen := make(map[string]bool, len(list))
+	for _, v := range list {
+		if seen[v] {
+			return invalid(kind, name, "%s lists %q twice", field, v)
+		}
+		seen[v] = true
+	}
+	return nil
+}
