@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+)
+
+// Files in a data directory.
+const (
+	siteDBFile   = "site.db"
+	lockFile     = "serve.lock"
+	tokenKeyFile = "token.key"
+)
+
+// dataFlag registers --data with its default: $USHER_DATA, else
+// $XDG_STATE_HOME/usher, else ~/.local/state/usher.
+func (m *Main) dataFlag(fs *flag.FlagSet) *string {
+	return fs.String("data", m.defaultDataDir(), "data directory holding the site DB (env USHER_DATA)")
+}
+
+func (m *Main) defaultDataDir() string {
+	if d := m.Getenv("USHER_DATA"); d != "" {
+		return d
+	}
+	if d := m.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "usher")
+	}
+	if h := m.Getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "state", "usher")
+	}
+	return "usher-data"
+}
+
+// dataDir is an opened data directory.
+type dataDir struct {
+	path string
+	lock *os.File // held by serve; nil otherwise
+}
+
+// openDataDir creates the directory if needed and checks that it is
+// writable. With exclusive, it takes the serve lock so that two servers
+// never share one site DB, and fails clearly if another holds it.
+func openDataDir(path string, exclusive bool) (*dataDir, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", path, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s cannot be created: %w", abs, unwrapPath(err))
+	}
+	d := &dataDir{path: abs}
+	if !exclusive {
+		probe, err := os.CreateTemp(abs, ".write-check-*")
+		if err != nil {
+			return nil, fmt.Errorf("data directory %s is not writable: %w", abs, unwrapPath(err))
+		}
+		probe.Close()
+		os.Remove(probe.Name())
+		return d, nil
+	}
+	f, err := os.OpenFile(filepath.Join(abs, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s is not writable: %w", abs, unwrapPath(err))
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid := "unknown"
+		if b, rerr := os.ReadFile(f.Name()); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			pid = strings.TrimSpace(string(b))
+		}
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data directory %s is in use by another usher serve (pid %s); stop it or pick another directory with --data", abs, pid)
+		}
+		return nil, fmt.Errorf("lock data directory %s: %w", abs, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	d.lock = f
+	return d, nil
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Close releases the lock.
+func (d *dataDir) Close() error {
+	if d.lock == nil {
+		return nil
+	}
+	d.lock.Truncate(0)
+	return d.lock.Close() // closing releases the flock
+}
+
+func (d *dataDir) siteDB() string { return filepath.Join(d.path, siteDBFile) }
+
+// openStore opens the site DB of the directory.
+func (d *dataDir) openStore(ctx context.Context, opts sqlitestore.Options) (*sqlitestore.Store, error) {
+	st, err := sqlitestore.Open(ctx, d.siteDB(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("open site DB %s: %w", d.siteDB(), err)
+	}
+	return st, nil
+}
+
+// tokenKey returns the key that signs bearer tokens, creating it on first
+// use. Keeping it in the data directory keeps tokens valid across restarts.
+func (d *dataDir) tokenKey() ([]byte, error) {
+	path := filepath.Join(d.path, tokenKeyFile)
+	key, err := os.ReadFile(path)
+	if err == nil {
+		if len(key) < 32 {
+			return nil, fmt.Errorf("token key %s is %d bytes, want 32; delete it to make a new one", path, len(key))
+		}
+		return key, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read token key: %w", err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, key, 0o600); err != nil {
+		return nil, fmt.Errorf("write token key: %w", err)
+	}
+	return key, nil
+}

@@ -1,0 +1,166 @@
+// Command usher is an open-source delivery controller for virtual apps and
+// desktops. One binary plays every role: `usher serve` (broker, site DB,
+// portal), `usher apply` and `usher export` (declarative configuration),
+// and more as they land. Run `usher help` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// Main is the usher program. Tests run it in-process with their own
+// streams, arguments and context.
+type Main struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// Listening, when set, is told each address a server listens on, by
+	// name ("http"); tests use it to find a port-0 listener.
+	Listening func(name, addr string)
+}
+
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+type command struct {
+	name, summary string
+	run           func(m *Main, ctx context.Context, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the all-in-one site: broker, embedded site DB, admin API (--demo for the demo site)", (*Main).serve},
+		{"apply", "make the site match a YAML file (-f site.yaml), all or nothing", (*Main).apply},
+		{"export", "write the site configuration as YAML", (*Main).export},
+		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
+		{"version", "print the version", (*Main).version},
+	}
+}
+
+// Run runs the command in args and returns the process exit status.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if m.Getenv == nil {
+		m.Getenv = func(string) string { return "" }
+	}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		m.usage(m.Stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(m, ctx, args[1:])
+		var ue usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, ue.msg)
+			fmt.Fprintf(m.Stderr, "run 'usher %s -h' for usage\n", c.name)
+			return 2
+		default:
+			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(m.Stderr, "usher: unknown command %q\n", args[0])
+	m.usage(m.Stderr)
+	return 2
+}
+
+func (m *Main) usage(w io.Writer) {
+	fmt.Fprintln(w, "usher: a delivery controller for virtual apps and desktops")
+	fmt.Fprintln(w, "\nUsage: usher COMMAND [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'usher COMMAND -h' for a command's flags.")
+}
+
+// flagSet returns a flag set that reports errors instead of exiting.
+func (m *Main) flagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("usher "+name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(m.Stderr, "Usage: usher %s %s\n\nFlags:\n", name, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and refuses positional arguments beyond max.
+func parse(fs *flag.FlagSet, args []string, max int) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > max {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(max))}
+	}
+	return nil
+}
+
+// logFlags are the logging flags shared by long-running commands.
+type logFlags struct {
+	format, level string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, usageError{fmt.Sprintf("--log-level %q is not debug, info, warn or error", l.level)}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(l.format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Sprintf("--log-format %q is not text or json", l.format)}
+}
+
+func (m *Main) version(_ context.Context, args []string) error {
+	fs := m.flagSet("version", "")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	fmt.Fprintf(m.Stdout, "usher %s\n", v)
+	return nil
+}

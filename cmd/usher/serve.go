@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/api"
+	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+)
+
+// Serve defaults.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultShutdownTimeout = 10 * time.Second
+	demoAdmin              = "admin"
+)
+
+type serveFlags struct {
+	data, listen string
+	demo         bool
+	demoPassword string
+	shutdown     time.Duration
+	maxBodyBytes int64
+	logs         logFlags
+}
+
+func (m *Main) serve(ctx context.Context, args []string) error {
+	var f serveFlags
+	fs := m.flagSet("serve", "[flags]")
+	data := m.dataFlag(fs)
+	fs.StringVar(&f.listen, "listen", DefaultListen, "address of the HTTP listener (admin API, health)")
+	fs.BoolVar(&f.demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) and set demo passwords")
+	fs.StringVar(&f.demoPassword, "demo-password", "", "password of the demo users and of the admin account (default: random, printed)")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	f.logs.register(fs)
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	f.data = *data
+	if f.demoPassword != "" && !f.demo {
+		return usageError{"--demo-password needs --demo"}
+	}
+	log, err := f.logs.logger(m.Stderr)
+	if err != nil {
+		return err
+	}
+	return m.runServe(ctx, f, log)
+}
+
+func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	dir, err := openDataDir(f.data, true)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	store, err := dir.openStore(ctx, sqlitestore.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	log.Info("site DB open", "path", dir.siteDB())
+
+	params := auth.DefaultParams
+	var demoPassword string
+	if f.demo {
+		demoPassword = f.demoPassword
+		if demoPassword == "" {
+			demoPassword = auth.RandomSecret(12)
+		}
+		start := time.Now()
+		plan, err := loadDemo(ctx, store, demoPassword, params)
+		if err != nil {
+			return fmt.Errorf("load demo site: %w", err)
+		}
+		c, u, d := plan.Counts()
+		log.Info("demo site loaded", "created", c, "updated", u, "deleted", d, "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err := checkAdmins(ctx, store, log); err != nil {
+		return err
+	}
+
+	key, err := dir.tokenKey()
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner(key)
+	if err != nil {
+		return err
+	}
+	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, MaxBodyBytes: f.maxBodyBytes})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/", apiServer)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		err := store.View(ctx, func(tx site.Tx) error { _, err := tx.ConfigVersion(ctx); return err })
+		if err != nil {
+			log.Warn("not ready", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "site DB unavailable")
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /{$}", indexPage(store, log))
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	addr := ln.Addr().String()
+	log.Info("listening", "addr", addr)
+	m.printBanner(addr, dir.path, f.demo, demoPassword)
+	if m.Listening != nil {
+		m.Listening("http", addr)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", f.shutdown)
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown timed out; closing connections", "err", err)
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func (m *Main) printBanner(addr, data string, isDemo bool, password string) {
+	base := "http://" + addr
+	fmt.Fprintf(m.Stdout, "usher is serving the site in %s\n\n", data)
+	fmt.Fprintf(m.Stdout, "  Browser:      %s/\n", base)
+	fmt.Fprintf(m.Stdout, "  Admin API:    %s/api/v1/admin/  (HTTP basic or bearer token)\n", base)
+	fmt.Fprintf(m.Stdout, "  OpenAPI:      %s/api/openapi.json\n", base)
+	fmt.Fprintf(m.Stdout, "  Health:       %s/healthz  %s/readyz\n", base, base)
+	if isDemo {
+		fmt.Fprintf(m.Stdout, "\nDemo credentials (password for all of them: %s)\n", password)
+		fmt.Fprintf(m.Stdout, "  admin:        %s\n", demoAdmin)
+		fmt.Fprintf(m.Stdout, "  users:        user0001 .. user1000 (domain DEMO)\n")
+		fmt.Fprintf(m.Stdout, "\nTry: curl -u %s:%s %s/api/v1/admin/applications?limit=5\n", demoAdmin, password, base)
+	}
+	fmt.Fprintln(m.Stdout, "\nPress Ctrl-C to stop.")
+}
+
+// loadDemo applies the demo site and sets the demo password on every demo
+// user and on the admin account. The hash is computed once and shared, as
+// the password is; a restart with the same password changes nothing.
+func loadDemo(ctx context.Context, store site.Store, password string, params auth.Params) (*site.Plan, error) {
+	cfg := demo.Site()
+	var plan *site.Plan
+	err := store.Update(ctx, func(tx site.Tx) error {
+		hash := ""
+		if u, err := tx.Users().Get(ctx, cfg.Users[0].Name); err == nil && u.PasswordHash != "" {
+			if ok, _ := auth.VerifyPassword(u.PasswordHash, password); ok {
+				hash = u.PasswordHash
+			}
+		}
+		if hash == "" {
+			var err error
+			if hash, err = auth.HashPassword(password, params); err != nil {
+				return err
+			}
+		}
+		for i := range cfg.Users {
+			cfg.Users[i].PasswordHash = hash
+		}
+		var err error
+		if plan, err = site.ApplyConfig(ctx, tx, cfg, false); err != nil {
+			return err
+		}
+		a, err := tx.Admins().Get(ctx, demoAdmin)
+		switch site.ErrorCode(err) {
+		case site.ENotFound:
+			return tx.Admins().Create(ctx, site.Admin{Name: demoAdmin, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+		case "":
+			if a.PasswordHash != hash {
+				a.PasswordHash = hash
+				return tx.Admins().Update(ctx, a)
+			}
+			return nil
+		default:
+			return err
+		}
+	})
+	return plan, err
+}
+
+// checkAdmins warns when no admin account exists: the admin API would be
+// unusable.
+func checkAdmins(ctx context.Context, store site.Store, log *slog.Logger) error {
+	return store.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Admins().List(ctx, site.ListOptions{Limit: 1})
+		if err != nil {
+			return err
+		}
+		if p.Total == 0 {
+			log.Warn("no admin account: the admin API refuses every request; create one with 'usher admin add NAME'")
+		}
+		return nil
+	})
+}
+
+var indexTemplate = template.Must(template.New("index").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Name}} · usher</title>
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:46rem;margin:3rem auto;padding:0 1rem;color:#222}
+code{background:#f3f3f3;padding:0 .3em}table{border-collapse:collapse}td{padding:.2em 1em .2em 0}</style></head>
+<body><h1>{{.Name}}</h1>
+<p>An <strong>usher</strong> site (domain <code>{{.Domain}}</code>, configuration version {{.Version}}).</p>
+<table>{{range .Counts}}<tr><td>{{.Kind}}</td><td>{{.N}}</td></tr>{{end}}</table>
+<h2>Endpoints</h2>
+<ul>
+<li><a href="/api/openapi.json">/api/openapi.json</a>: the REST API, described</li>
+<li><a href="/api/v1/admin/site">/api/v1/admin/site</a>: the admin API (HTTP basic with an admin account)</li>
+<li><a href="/healthz">/healthz</a> and <a href="/readyz">/readyz</a></li>
+</ul>
+<p>The user portal and the console arrive with later releases.</p>
+</body></html>`))
+
+func indexPage(store site.Store, log *slog.Logger) http.HandlerFunc {
+	type count struct {
+		Kind string
+		N    int
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		var data struct {
+			Name, Domain string
+			Version      int64
+			Counts       []count
+		}
+		err := store.View(r.Context(), func(tx site.Tx) error {
+			cfg, err := site.LoadConfig(r.Context(), tx)
+			if err != nil {
+				return err
+			}
+			data.Name, data.Domain = cfg.Settings.Name, cfg.Settings.Domain
+			data.Version, err = tx.ConfigVersion(r.Context())
+			n := cfg.ObjectCount()
+			for _, k := range []site.Kind{site.KindZone, site.KindCatalog, site.KindMachine, site.KindDeliveryGroup,
+				site.KindApplication, site.KindDesktop, site.KindUser, site.KindGroup, site.KindEntitlement} {
+				data.Counts = append(data.Counts, count{string(k) + "s", n[k]})
+			}
+			return err
+		})
+		if err != nil {
+			log.Error("index page", "err", err)
+			http.Error(w, "site DB unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		indexTemplate.Execute(w, data)
+	}
+}

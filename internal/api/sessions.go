@@ -1,0 +1,167 @@
+package api
+
+import (
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+func (s *Server) registerSessions() {
+	base := adminPrefix + "/sessions"
+	s.route(Route{Method: "GET", Pattern: base, OperationID: "listSessions", Tag: "sessions",
+		Summary: "List sessions by ID, a page at a time, optionally filtered", Response: reflect.TypeFor[site.Session](), List: true,
+		Query: append([]QueryParam{
+			{Name: "user", Description: "Only this user's sessions."},
+			{Name: "machine", Description: "Only sessions on this machine."},
+			{Name: "state", Description: "Only sessions in this state: pending, active, disconnected or logged-off."},
+		}, pageParams...)}, func(r *http.Request) (any, error) {
+		opts, err := pageOptions(r)
+		if err != nil {
+			return nil, err
+		}
+		q := r.URL.Query()
+		f := site.SessionFilter{User: q.Get("user"), Machine: q.Get("machine"), State: site.SessionState(q.Get("state"))}
+		switch f.State {
+		case "", site.SessionPending, site.SessionActive, site.SessionDisconnected, site.SessionLoggedOff:
+		default:
+			return nil, site.Errorf(site.EInvalid, "state %q is not pending, active, disconnected or logged-off", f.State)
+		}
+		var out ListResponse[site.Session]
+		err = s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
+			p, err := tx.Sessions().List(r.Context(), f, opts)
+			out = ListResponse[site.Session]{Items: p.Items, Total: p.Total, Next: p.Next}
+			return err
+		})
+		if out.Items == nil {
+			out.Items = []site.Session{}
+		}
+		return out, err
+	})
+	s.route(Route{Method: "GET", Pattern: base + "/{id}", OperationID: "getSession", Tag: "sessions",
+		Summary: "Get a session", Response: reflect.TypeFor[site.Session]()}, func(r *http.Request) (any, error) {
+		var out site.Session
+		err := s.cfg.Store.View(r.Context(), func(tx site.Tx) (err error) {
+			out, err = tx.Sessions().Get(r.Context(), r.PathValue("id"))
+			return err
+		})
+		return out, err
+	})
+	s.route(Route{Method: "DELETE", Pattern: base + "/{id}", OperationID: "deleteSession", Tag: "sessions",
+		Summary: "Delete a session record", Status: http.StatusNoContent}, func(r *http.Request) (any, error) {
+		return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
+			return tx.Sessions().Delete(r.Context(), r.PathValue("id"))
+		})
+	})
+}
+
+func (s *Server) registerAdmins() {
+	base := adminPrefix + "/admins"
+	s.route(Route{Method: "GET", Pattern: base, OperationID: "listAdmins", Tag: "admins",
+		Summary: "List admin accounts", Response: reflect.TypeFor[site.Admin](), List: true, Query: pageParams},
+		func(r *http.Request) (any, error) {
+			opts, err := pageOptions(r)
+			if err != nil {
+				return nil, err
+			}
+			var out ListResponse[site.Admin]
+			err = s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
+				p, err := tx.Admins().List(r.Context(), opts)
+				out = ListResponse[site.Admin]{Items: p.Items, Total: p.Total, Next: p.Next}
+				return err
+			})
+			if out.Items == nil {
+				out.Items = []site.Admin{}
+			}
+			return out, err
+		})
+	s.route(Route{Method: "POST", Pattern: base, OperationID: "createAdmin", Tag: "admins",
+		Summary: "Create an admin account", Request: reflect.TypeFor[AdminRequest](), Response: reflect.TypeFor[site.Admin](),
+		Status: http.StatusCreated}, func(r *http.Request) (any, error) {
+		var req AdminRequest
+		if err := decodeJSON(r, &req); err != nil {
+			return nil, err
+		}
+		if err := site.ValidateName(site.KindAdmin, req.Name); err != nil {
+			return nil, err
+		}
+		hash, err := s.hashPassword(req.Password)
+		if err != nil {
+			return nil, err
+		}
+		a := site.Admin{Name: req.Name, PasswordHash: hash, CreatedAt: time.Now().UTC()}
+		err = s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
+			if err := tx.Admins().Create(r.Context(), a); err != nil {
+				return err
+			}
+			a, err = tx.Admins().Get(r.Context(), a.Name)
+			return err
+		})
+		return a, err
+	})
+	s.route(Route{Method: "GET", Pattern: base + "/{name}", OperationID: "getAdmin", Tag: "admins",
+		Summary: "Get an admin account", Response: reflect.TypeFor[site.Admin]()}, func(r *http.Request) (any, error) {
+		var out site.Admin
+		err := s.cfg.Store.View(r.Context(), func(tx site.Tx) (err error) {
+			out, err = tx.Admins().Get(r.Context(), r.PathValue("name"))
+			return err
+		})
+		return out, err
+	})
+	s.route(Route{Method: "PUT", Pattern: base + "/{name}/password", OperationID: "setAdminPassword", Tag: "admins",
+		Summary: "Set an admin's password", Request: reflect.TypeFor[PasswordRequest]()}, func(r *http.Request) (any, error) {
+		var req PasswordRequest
+		if err := decodeJSON(r, &req); err != nil {
+			return nil, err
+		}
+		hash, err := s.hashPassword(req.Password)
+		if err != nil {
+			return nil, err
+		}
+		return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
+			a, err := tx.Admins().Get(r.Context(), r.PathValue("name"))
+			if err != nil {
+				return err
+			}
+			a.PasswordHash = hash
+			return tx.Admins().Update(r.Context(), a)
+		})
+	})
+	s.route(Route{Method: "DELETE", Pattern: base + "/{name}", OperationID: "deleteAdmin", Tag: "admins",
+		Summary: "Delete an admin account (not the last one, nor yourself)", Status: http.StatusNoContent}, func(r *http.Request) (any, error) {
+		name := r.PathValue("name")
+		if name == adminFrom(r.Context()) {
+			return nil, site.Errorf(site.EConflict, "an admin cannot delete their own account")
+		}
+		return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
+			p, err := tx.Admins().List(r.Context(), site.ListOptions{Limit: 1})
+			if err != nil {
+				return err
+			}
+			if p.Total <= 1 {
+				return site.Errorf(site.EConflict, "cannot delete the last admin account")
+			}
+			return tx.Admins().Delete(r.Context(), name)
+		})
+	})
+	s.route(Route{Method: "POST", Pattern: adminPrefix + "/tokens", OperationID: "createToken", Tag: "admins",
+		Summary: "Issue a bearer token for the calling admin", Request: reflect.TypeFor[TokenRequest](),
+		Response: reflect.TypeFor[TokenResponse](), Status: http.StatusCreated}, func(r *http.Request) (any, error) {
+		var req TokenRequest
+		if r.ContentLength != 0 {
+			if err := decodeJSON(r, &req); err != nil {
+				return nil, err
+			}
+		}
+		ttl := s.cfg.AdminTokenTTL
+		if req.TTLSeconds != 0 {
+			if req.TTLSeconds < 60 || req.TTLSeconds > 30*24*3600 {
+				return nil, site.Errorf(site.EInvalid, "ttl_seconds %d is outside 60..2592000", req.TTLSeconds)
+			}
+			ttl = time.Duration(req.TTLSeconds) * time.Second
+		}
+		tok, exp := s.cfg.Signer.Issue(adminFrom(r.Context()), AdminAudience, ttl)
+		return TokenResponse{Token: tok, ExpiresAt: exp}, nil
+	})
+}
