@@ -1,0 +1,143 @@
+// Package siteyaml reads and writes a whole site configuration
+// (site.Config) as YAML: the file that `usher apply -f site.yaml` reads and
+// `usher export` writes.
+//
+// Decoding is strict: unknown fields, values of the wrong type, duplicate
+// keys, several documents and empty files are errors that name the file,
+// the line and the object. Decode fills in the domain's defaults but does
+// not validate; callers run site.Config.Validate and pass its error to
+// Document.Annotate to point at the offending line.
+//
+// Commands (cmd/usher) and tests import it; the domain package does not.
+package siteyaml
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// Error is a problem in a site file, located by file name and line.
+type Error struct {
+	File string
+	// Line is 1-based; 0 when the problem has no line (an empty file).
+	Line int
+	// Err is the problem: a *site.Error with code site.EInvalid for what
+	// Decode finds, or the error given to Document.Annotate.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := e.Err.Error()
+	if se, ok := e.Err.(*site.Error); ok {
+		msg = se.Message // the location replaces the code prefix
+	}
+	switch {
+	case e.Line > 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, msg)
+	case e.File != "":
+		return e.File + ": " + msg
+	}
+	return msg
+}
+
+// Unwrap returns the underlying problem, so that site.ErrorCode and
+// errors.Is see through the location.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Document is a decoded site file: the configuration and where each object
+// was defined.
+type Document struct {
+	// File is the name given to Decode, used in error messages.
+	File   string
+	Config *site.Config
+
+	objects map[objectKey][]int // lines of each definition, in file order
+	keys    map[string]int      // line of each top-level key
+}
+
+type objectKey struct {
+	kind site.Kind
+	name string
+}
+
+// Line returns the line where the object of the kind and name is defined,
+// or 0 if the document does not define it. An object defined twice reports
+// its first definition.
+func (d *Document) Line(kind site.Kind, name string) int {
+	if lines := d.objects[objectKey{kind, name}]; len(lines) > 0 {
+		return lines[0]
+	}
+	return 0
+}
+
+// annotatedKinds are the kinds whose objects a site file defines.
+var annotatedKinds = []site.Kind{
+	site.KindZone, site.KindCatalog, site.KindGroup, site.KindUser, site.KindMachine,
+	site.KindDeliveryGroup, site.KindApplication, site.KindDesktop, site.KindEntitlement,
+}
+
+// Annotate locates an error from site.Config.Validate in the file: when the
+// message of the *site.Error in err's chain starts with `KIND "NAME"` (or
+// `KIND name "NAME"`, or a top-level key such as "settings:") and the
+// document defines that object, it returns an *Error with the file and line
+// that wraps err. For a name defined twice it points at the second
+// definition, the one Validate rejects. Otherwise it returns err unchanged.
+func (d *Document) Annotate(err error) error {
+	var located *Error
+	if err == nil || errors.As(err, &located) {
+		return err
+	}
+	var se *site.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	if line := d.lineOf(se); line > 0 {
+		return &Error{File: d.File, Line: line, Err: err}
+	}
+	return err
+}
+
+func (d *Document) lineOf(se *site.Error) int {
+	msg := se.Message
+	for _, k := range annotatedKinds {
+		// invalid() and Conflict: KIND "NAME": ... / KIND "NAME" already exists.
+		// Names are not escaped there, so try each closing quote in turn.
+		if rest, ok := strings.CutPrefix(msg, string(k)+` "`); ok {
+			for i := range len(rest) {
+				if rest[i] != '"' {
+					continue
+				}
+				name, after := rest[:i], rest[i+1:]
+				if !strings.HasPrefix(after, ": ") && after != " already exists" {
+					continue
+				}
+				if lines := d.objects[objectKey{k, name}]; len(lines) > 0 {
+					if se.Code == site.EConflict && len(lines) > 1 {
+						return lines[1]
+					}
+					return lines[0]
+				}
+			}
+		}
+		// ValidateName: KIND name "NAME" is ..., with Go quoting.
+		if rest, ok := strings.CutPrefix(msg, string(k)+" name "); ok {
+			if q, err := strconv.QuotedPrefix(rest); err == nil {
+				if name, err := strconv.Unquote(q); err == nil {
+					if line := d.Line(k, name); line > 0 {
+						return line
+					}
+				}
+			}
+		}
+	}
+	for _, key := range topLevelKeys {
+		if strings.HasPrefix(msg, key+":") {
+			return d.keys[key]
+		}
+	}
+	return 0
+}
