@@ -59,6 +59,9 @@ desktops:
     catalog: rdsh
     address: vda-02:3389
 `, `site.yaml:18: machine name "vda-02 " has leading or trailing space`},
+		{"no name", base + `  - catalog: rdsh
+    address: vda-02:3389
+`, `site.yaml:18: machine name is empty`},
 		{"settings", strings.Replace(base, "name: test", `name: " "`, 1), `site.yaml:1: settings: site name is empty`},
 		{"zones", strings.Replace(base, "primary: true", "primary: false", 1), `site.yaml:4: zones: exactly one zone must be primary, found 0`},
 		{"entitlement", base + `applications:

@@ -152,7 +152,7 @@ func countNodes(n *yaml.Node) int {
 func (d *decoder) resolve(n *yaml.Node) (*yaml.Node, error) {
 	d.budget--
 	if d.budget < 0 {
-		return nil, d.errorf(n.Line, "aliases expand the document beyond %d nodes", maxExpansion)
+		return nil, d.errorf(n.Line, "aliases expand the document by more than %d nodes", maxExpansion)
 	}
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		return n.Alias, nil
@@ -357,10 +357,8 @@ func list[T any](d *decoder, n *yaml.Node, w where, kind site.Kind, out *[]T, pr
 			return err
 		}
 		items = append(items, v)
-		if named {
-			key := objectKey{kind, name}
-			d.doc.objects[key] = append(d.doc.objects[key], raw.Line)
-		}
+		key := objectKey{kind, name} // "" for an object without a name
+		d.doc.objects[key] = append(d.doc.objects[key], raw.Line)
 	}
 	if len(items) > 0 { // empty lists are nil, as Normalize makes string lists
 		*out = items

@@ -135,7 +135,7 @@ func TestDecodeRejectsAliasExpansion(t *testing.T) {
 		b.WriteString("  - {name: u" + strconv.Itoa(i) + ", groups: *g}\n")
 	}
 	_, err := siteyaml.Decode("bomb.yaml", strings.NewReader(b.String()))
-	if err == nil || !strings.Contains(err.Error(), "aliases expand the document beyond") {
+	if err == nil || !strings.Contains(err.Error(), "aliases expand the document by more than") {
 		t.Fatalf("Decode = %v, want an alias expansion error", err)
 	}
 }

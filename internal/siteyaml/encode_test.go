@@ -2,6 +2,7 @@ package siteyaml_test
 
 import (
 	"bytes"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -184,5 +185,24 @@ delivery_groups:
 `
 	if body != want {
 		t.Errorf("Encode:\n%s\nwant:\n%s", body, want)
+	}
+}
+
+func BenchmarkEncodeDemoSite(b *testing.B) {
+	c := demo.Site()
+	for b.Loop() {
+		if err := siteyaml.Encode(io.Discard, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeDemoSite(b *testing.B) {
+	data := MustEncode(b, demo.Site(), siteyaml.EncodeOptions{})
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := siteyaml.Decode("site.yaml", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -80,12 +80,15 @@ var annotatedKinds = []site.Kind{
 	site.KindDeliveryGroup, site.KindApplication, site.KindDesktop, site.KindEntitlement,
 }
 
-// Annotate locates an error from site.Config.Validate in the file: when the
-// message of the *site.Error in err's chain starts with `KIND "NAME"` (or
-// `KIND name "NAME"`, or a top-level key such as "settings:") and the
-// document defines that object, it returns an *Error with the file and line
-// that wraps err. For a name defined twice it points at the second
-// definition, the one Validate rejects. Otherwise it returns err unchanged.
+// Annotate locates an error from site.Config.Validate in the file. When the
+// message of the *site.Error in err's chain is about an object the document
+// defines (`KIND "NAME": ...`, `KIND "NAME" already exists`, `KIND name
+// "NAME" is ...`, `KIND name is empty`) or about a top-level key
+// ("settings: ...", "zones: ..."), it returns an *Error with the file and
+// line that wraps err, so site.ErrorCode still sees the code. For a name
+// defined twice it points at the second definition, the one Validate
+// rejects. Otherwise, and for an err already located, it returns err
+// unchanged.
 func (d *Document) Annotate(err error) error {
 	var located *Error
 	if err == nil || errors.As(err, &located) {
@@ -123,7 +126,10 @@ func (d *Document) lineOf(se *site.Error) int {
 				}
 			}
 		}
-		// ValidateName: KIND name "NAME" is ..., with Go quoting.
+		// ValidateName: KIND name is empty, KIND name "NAME" is ..., with Go quoting.
+		if strings.HasPrefix(msg, string(k)+" name is empty") {
+			return d.Line(k, "")
+		}
 		if rest, ok := strings.CutPrefix(msg, string(k)+" name "); ok {
 			if q, err := strconv.QuotedPrefix(rest); err == nil {
 				if name, err := strconv.Unquote(q); err == nil {
