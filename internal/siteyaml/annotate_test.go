@@ -119,6 +119,24 @@ func TestAnnotateNameWithQuotes(t *testing.T) {
 	}
 }
 
+func TestAnnotateDuplicateNameWithQuotes(t *testing.T) {
+	doc, err := siteyaml.Decode("site.yaml", strings.NewReader(base+`  - name: 'vda "02"'
+    catalog: rdsh
+    address: vda-02:3389
+  - name: 'vda "02"'
+    catalog: rdsh
+    address: vda-02:3389
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = doc.Annotate(doc.Config.Validate())
+	want := `site.yaml:21: machine "vda \"02\"" already exists`
+	if err == nil || err.Error() != want {
+		t.Errorf("Annotate:\n got %v\nwant %s", err, want)
+	}
+}
+
 func TestAnnotateLeavesOtherErrors(t *testing.T) {
 	doc, err := siteyaml.Decode("site.yaml", strings.NewReader(base))
 	if err != nil {

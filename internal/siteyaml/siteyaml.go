@@ -107,22 +107,29 @@ func (d *Document) Annotate(err error) error {
 func (d *Document) lineOf(se *site.Error) int {
 	msg := se.Message
 	for _, k := range annotatedKinds {
-		// invalid() and Conflict: KIND "NAME": ... / KIND "NAME" already exists.
-		// Names are not escaped there, so try each closing quote in turn.
+		// Conflict: KIND "NAME" already exists, with Go quoting.
+		if rest, ok := strings.CutPrefix(msg, string(k)+" "); ok {
+			if q, err := strconv.QuotedPrefix(rest); err == nil && rest[len(q):] == " already exists" {
+				if name, err := strconv.Unquote(q); err == nil {
+					if lines := d.objects[objectKey{k, name}]; len(lines) > 0 {
+						return lines[min(1, len(lines)-1)]
+					}
+				}
+			}
+		}
+		// invalid(): KIND "NAME": ..., where the name is not escaped, so
+		// try each closing quote in turn.
 		if rest, ok := strings.CutPrefix(msg, string(k)+` "`); ok {
 			for i := range len(rest) {
 				if rest[i] != '"' {
 					continue
 				}
 				name, after := rest[:i], rest[i+1:]
-				if !strings.HasPrefix(after, ": ") && after != " already exists" {
+				if !strings.HasPrefix(after, ": ") {
 					continue
 				}
-				if lines := d.objects[objectKey{k, name}]; len(lines) > 0 {
-					if se.Code == site.EConflict && len(lines) > 1 {
-						return lines[1]
-					}
-					return lines[0]
+				if line := d.Line(k, name); line > 0 {
+					return line
 				}
 			}
 		}
