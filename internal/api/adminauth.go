@@ -27,6 +27,45 @@ func adminFrom(ctx context.Context) string {
 
 var errUnauthorized = site.Errorf(site.EUnauthorized, "authentication required")
 
+// authenticate checks the caller against the route's AuthKind and returns
+// the request with the caller in its context.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, kind AuthKind) (*http.Request, error) {
+	switch kind {
+	case AuthNone:
+		return r, nil
+	case AuthUser:
+		user, err := s.authenticateUser(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="usher"`)
+			return r, err
+		}
+		return r.WithContext(withUser(r.Context(), user)), nil
+	case AuthVDA:
+		machine, err := s.authenticateVDA(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="usher vda"`)
+			return r, err
+		}
+		return r.WithContext(withMachine(r.Context(), machine)), nil
+	default:
+		admin, err := s.authenticateAdmin(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Basic realm="usher admin", Bearer realm="usher admin"`)
+			return r, err
+		}
+		return r.WithContext(withAdmin(r.Context(), admin)), nil
+	}
+}
+
+// bearer returns the request's bearer token, or "".
+func bearer(r *http.Request) string {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
 // authenticateAdmin accepts HTTP basic credentials of an admin account or an
 // admin bearer token. Every failure is the same bare 401.
 func (s *Server) authenticateAdmin(r *http.Request) (string, error) {
@@ -52,8 +91,8 @@ func (s *Server) authenticateAdmin(r *http.Request) (string, error) {
 		}
 		return name, nil
 	}
-	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		claims, err := s.cfg.Signer.Verify(strings.TrimSpace(token), AdminAudience)
+	if token := bearer(r); token != "" {
+		claims, err := s.cfg.Signer.Verify(token, AdminAudience)
 		if err != nil {
 			return "", errUnauthorized
 		}

@@ -15,16 +15,22 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 // Defaults for Config.
 const (
 	DefaultMaxBodyBytes  = 1 << 20
 	DefaultAdminTokenTTL = 12 * time.Hour
-	DefaultPageLimit     = 100
-	MaxPageLimit         = 1000
-	MinPasswordLen       = 8
+	DefaultUserTokenTTL  = 8 * time.Hour
+	// DefaultMachineCredentialTTL: a VDA enrols again, with the site's
+	// enrolment secret, when its credential expires.
+	DefaultMachineCredentialTTL = 30 * 24 * time.Hour
+	DefaultPageLimit            = 100
+	MaxPageLimit                = 1000
+	MinPasswordLen              = 8
 )
 
 // Config configures a Server.
@@ -39,6 +45,16 @@ type Config struct {
 	PasswordParams auth.Params
 	MaxBodyBytes   int64
 	AdminTokenTTL  time.Duration
+
+	// Broker serves the user API and the VDA API; without it only the
+	// admin API is served.
+	Broker *broker.Broker
+	// EnrolmentSecret is what VDAs present to enrol.
+	EnrolmentSecret string
+	// UserTokenTTL is the lifetime of an end user's bearer token.
+	UserTokenTTL time.Duration
+	// MachineCredentialTTL is the lifetime of a VDA's credential.
+	MachineCredentialTTL time.Duration
 }
 
 // Server serves the REST API.
@@ -60,7 +76,7 @@ type Route struct {
 	OperationID string
 	Summary     string
 	Tag         string
-	Public      bool         // no authentication
+	Auth        AuthKind     // who may call it; the zero value is admins only
 	Request     reflect.Type // JSON request body, nil for none
 	Response    reflect.Type // JSON response body, nil for none
 	List        bool         // the response is a page of Response items
@@ -98,13 +114,26 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AdminTokenTTL <= 0 {
 		cfg.AdminTokenTTL = DefaultAdminTokenTTL
 	}
+	if cfg.UserTokenTTL <= 0 {
+		cfg.UserTokenTTL = DefaultUserTokenTTL
+	}
+	if cfg.MachineCredentialTTL <= 0 {
+		cfg.MachineCredentialTTL = DefaultMachineCredentialTTL
+	}
+	if cfg.Broker != nil && len(cfg.EnrolmentSecret) < 16 {
+		return nil, errors.New("api: an enrolment secret of at least 16 characters is required with a Broker")
+	}
 	dummy, err := auth.HashPassword(auth.RandomSecret(16), cfg.PasswordParams)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), dummyHash: dummy}
 	s.registerAdmin()
-	s.route(Route{Method: "GET", Pattern: "/api/openapi.json", OperationID: "getOpenAPI", Summary: "This OpenAPI document", Tag: "meta", Public: true},
+	if cfg.Broker != nil {
+		s.registerUser()
+		s.registerVDA()
+	}
+	s.route(Route{Method: "GET", Pattern: "/api/openapi.json", OperationID: "getOpenAPI", Summary: "This OpenAPI document", Tag: "meta", Auth: AuthNone},
 		nil)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &httpError{status: http.StatusNotFound, code: site.ENotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path})
@@ -140,27 +169,58 @@ func (s *Server) route(rt Route, h handler) {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		}
-		if !rt.Public {
-			admin, err := s.authenticateAdmin(r)
-			if err != nil {
-				w.Header().Set("WWW-Authenticate", `Basic realm="usher admin", Bearer realm="usher admin"`)
-				s.writeError(w, r, err)
-				return
-			}
-			r = r.WithContext(withAdmin(r.Context(), admin))
+		r, err := s.authenticate(w, r, rt.Auth)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		v, err := h(r)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		if v == nil {
+		switch v := v.(type) {
+		case nil:
 			w.WriteHeader(http.StatusNoContent)
-			return
+		case rawJSON:
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(rt.Status)
+			w.Write(v)
+		case file:
+			w.Header().Set("Content-Type", v.contentType)
+			w.Header().Set("Content-Disposition", `attachment; filename="`+v.name+`"`)
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(rt.Status)
+			w.Write(v.content)
+		default:
+			writeJSON(w, rt.Status, v)
 		}
-		writeJSON(w, rt.Status, v)
 	})
 }
+
+// rawJSON is an answer already encoded, such as a pre-rendered enumeration.
+type rawJSON []byte
+
+// file is an answer sent as a download.
+type file struct {
+	name, contentType string
+	content           []byte
+}
+
+// AuthKind says who may call a route.
+type AuthKind int
+
+const (
+	// AuthAdmin: an admin account (HTTP basic) or an admin bearer token.
+	AuthAdmin AuthKind = iota
+	// AuthNone: anyone.
+	AuthNone
+	// AuthUser: an end user's bearer token from POST /api/v1/login.
+	AuthUser
+	// AuthVDA: a machine credential from POST /api/v1/vda/enrol.
+	AuthVDA
+)
 
 // httpError is an error whose HTTP status is not implied by its code.
 type httpError struct {
@@ -188,7 +248,11 @@ var statusOf = map[string]int{
 	site.EUnauthorized: http.StatusUnauthorized,
 	site.EForbidden:    http.StatusForbidden,
 	site.EUnavailable:  http.StatusServiceUnavailable,
+	site.ENoCapacity:   http.StatusServiceUnavailable,
+	site.EOverloaded:   http.StatusServiceUnavailable,
 	site.EInternal:     http.StatusInternalServerError,
+	// A VDA that must register again.
+	vdaproto.CodeNotRegistered: http.StatusConflict,
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -204,6 +268,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		code := site.ErrorCode(err)
 		status, body.Error = statusOf[code], ErrorDetail{code, site.ErrorMessage(err)}
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		if code == site.EOverloaded || code == site.ENoCapacity {
+			w.Header().Set("Retry-After", "2")
+		}
 	}
 	if status >= 500 {
 		s.log.ErrorContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "err", err)

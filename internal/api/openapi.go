@@ -54,8 +54,13 @@ func buildOpenAPI(routes []Route) ([]byte, error) {
 			responses["default"] = map[string]any{"description": "An error", "content": jsonContent(b.ref(reflect.TypeFor[ErrorBody]()))}
 		}
 		op["responses"] = responses
-		if rt.Public {
+		switch rt.Auth {
+		case AuthNone:
 			op["security"] = []any{}
+		case AuthUser:
+			op["security"] = []any{map[string]any{"user": []any{}}}
+		case AuthVDA:
+			op["security"] = []any{map[string]any{"machine": []any{}}}
 		}
 		if paths[rt.Pattern] == nil {
 			paths[rt.Pattern] = map[string]any{}
@@ -67,14 +72,16 @@ func buildOpenAPI(routes []Route) ([]byte, error) {
 		"info": map[string]any{
 			"title":       "usher API",
 			"version":     "1",
-			"description": "The admin API of an usher site. Authenticate with HTTP basic (an admin account) or a bearer token from POST /api/v1/admin/tokens. Errors are JSON documents with a code and a message.",
+			"description": "The REST API of an usher site: the user API under /api/v1 (log in, enumerate, launch, sessions), the admin API under /api/v1/admin (HTTP basic with an admin account, or an admin bearer token), and the VDA API under /api/v1/vda. Errors are JSON documents with a code and a message.",
 		},
 		"paths": paths,
 		"components": map[string]any{
 			"schemas": b.schemas,
 			"securitySchemes": map[string]any{
-				"basic":  map[string]any{"type": "http", "scheme": "basic"},
-				"bearer": map[string]any{"type": "http", "scheme": "bearer"},
+				"basic":   map[string]any{"type": "http", "scheme": "basic"},
+				"bearer":  map[string]any{"type": "http", "scheme": "bearer", "description": "An admin token from POST /api/v1/admin/tokens."},
+				"user":    map[string]any{"type": "http", "scheme": "bearer", "description": "A user token from POST /api/v1/login."},
+				"machine": map[string]any{"type": "http", "scheme": "bearer", "description": "A machine credential from POST /api/v1/vda/enrol."},
 			},
 		},
 		"security": []any{map[string]any{"basic": []any{}}, map[string]any{"bearer": []any{}}},

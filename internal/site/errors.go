@@ -15,6 +15,8 @@ const (
 	EUnauthorized = "unauthorized" // no or wrong credentials
 	EForbidden    = "forbidden"    // authenticated, but not allowed
 	EUnavailable  = "unavailable"  // a dependency (the site DB) is down or overloaded
+	ENoCapacity   = "no_capacity"  // no machine can take the session
+	EOverloaded   = "overloaded"   // too many requests in flight: retry shortly
 	EInternal     = "internal"     // a bug or an unexpected failure; details are logged only
 )
 

@@ -108,15 +108,28 @@ const (
 	Registered   Registration = "registered"
 )
 
-// MachineStatus is the runtime state of a machine, reported by its VDA.
+// MachineStatus is the runtime state of a machine: what its VDA registered
+// and reports, and the sessions the brokers count on it.
 type MachineStatus struct {
 	Registration  Registration `json:"registration"`
 	LastHeartbeat time.Time    `json:"last_heartbeat,omitzero"`
 	// LoadIndex is 0 (idle) to MaxLoadIndex (full, takes no new session).
-	LoadIndex     int     `json:"load_index"`
-	Sessions      int     `json:"sessions"`
-	CPUPercent    float64 `json:"cpu_percent"`
-	MemoryPercent float64 `json:"memory_percent"`
+	LoadIndex int `json:"load_index"`
+	// Sessions counts the machine's live sessions, pending ones included;
+	// LogonsInProgress the pending ones. Brokers keep both.
+	Sessions         int     `json:"sessions"`
+	LogonsInProgress int     `json:"logons_in_progress"`
+	CPUPercent       float64 `json:"cpu_percent"`
+	MemoryPercent    float64 `json:"memory_percent"`
+	MemoryUsedMB     int     `json:"memory_used_mb,omitempty"`
+	MemoryTotalMB    int     `json:"memory_total_mb,omitempty"`
+	// What the VDA registered: the display-protocol address clients reach,
+	// the protocol, and where and how the broker reaches the VDA.
+	RegisteredAddress string `json:"registered_address,omitempty"`
+	Protocol          string `json:"protocol,omitempty"`
+	ControlURL        string `json:"control_url,omitempty"`
+	ControlToken      string `json:"-"`
+	AgentVersion      string `json:"agent_version,omitempty"`
 }
 
 // MachineState is a machine with its runtime state, as the admin API shows it.

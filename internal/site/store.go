@@ -48,7 +48,10 @@ type Tx interface {
 	Entitlements() Collection[Entitlement]
 
 	// MachineStatus returns a machine's runtime state (ENotFound for an
-	// unknown machine); SetMachineStatus replaces it.
+	// unknown machine); SetMachineStatus replaces it. In an Update
+	// transaction, MachineStatus locks that one machine's status until the
+	// transaction ends, so that a read, check and write of it is atomic
+	// without locking any other machine.
 	MachineStatus(ctx context.Context, machine string) (MachineStatus, error)
 	SetMachineStatus(ctx context.Context, machine string, st MachineStatus) error
 

@@ -1,0 +1,320 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// UserAudience is the token audience of the user API.
+const UserAudience = "user"
+
+// LoginRequest logs a user on. Username may be "user", "DOMAIN\user" or
+// "user@domain"; a domain must be the site's.
+type LoginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// LoginResponse carries the user's bearer token.
+type LoginResponse struct {
+	Token       string    `json:"token"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	User        string    `json:"user"`
+	DisplayName string    `json:"display_name,omitempty"`
+}
+
+// ResourceView is a resource as its user sees it.
+type ResourceView struct {
+	Name        string `json:"name"`
+	DisplayName string `json:"display_name"`
+	Kind        string `json:"kind"`
+	Folder      string `json:"folder,omitempty"`
+	Description string `json:"description,omitempty"`
+	Icon        string `json:"icon,omitempty"`
+	LaunchURL   string `json:"launch_url"`
+}
+
+// ResourcesResponse lists a user's resources and their folders.
+type ResourcesResponse struct {
+	Resources []ResourceView `json:"resources"`
+	Folders   []string       `json:"folders"`
+}
+
+// LaunchRequestBody optionally names the client.
+type LaunchRequestBody struct {
+	ClientName string `json:"client_name,omitempty"`
+}
+
+// LaunchResponse tells a client where its session is.
+type LaunchResponse struct {
+	SessionID   string     `json:"session_id"`
+	Machine     string     `json:"machine"`
+	Host        string     `json:"host"`
+	Port        int        `json:"port"`
+	Protocol    string     `json:"protocol"`
+	Ticket      string     `json:"ticket"`
+	ExpiresAt   time.Time  `json:"expires_at"`
+	Reconnected bool       `json:"reconnected"`
+	LaunchFile  LaunchFile `json:"launch_file"`
+}
+
+// LaunchFile is a file a desktop client opens to connect.
+type LaunchFile struct {
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	Content     string `json:"content"`
+}
+
+// SessionView is one of the user's sessions.
+type SessionView struct {
+	ID         string    `json:"id"`
+	Resource   string    `json:"resource"`
+	Machine    string    `json:"machine"`
+	State      string    `json:"state"`
+	ClientName string    `json:"client_name,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// SessionsResponse lists the user's live sessions.
+type SessionsResponse struct {
+	Sessions []SessionView `json:"sessions"`
+}
+
+type userKey struct{}
+
+func withUser(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, userKey{}, name)
+}
+
+func userFrom(ctx context.Context) string {
+	name, _ := ctx.Value(userKey{}).(string)
+	return name
+}
+
+func (s *Server) registerUser() {
+	s.route(Route{Method: "POST", Pattern: "/api/v1/login", OperationID: "login", Tag: "user", Auth: AuthNone,
+		Summary: "Log a user on: user name and password to a short-lived bearer token",
+		Request: reflect.TypeFor[LoginRequest](), Response: reflect.TypeFor[LoginResponse]()}, s.login)
+	s.route(Route{Method: "GET", Pattern: "/api/v1/resources", OperationID: "listResources", Tag: "user", Auth: AuthUser,
+		Summary:  "The applications and desktops the user may launch, with their folders",
+		Response: reflect.TypeFor[ResourcesResponse]()}, s.resources)
+	s.route(Route{Method: "POST", Pattern: "/api/v1/resources/{name}/launch", OperationID: "launchResource", Tag: "user", Auth: AuthUser,
+		Summary: "Launch a resource: where to connect and a single-use ticket (format=rdp or format=ica downloads the launch file)",
+		Query:   []QueryParam{{Name: "format", Description: "json (default), rdp or ica."}},
+		Request: reflect.TypeFor[LaunchRequestBody](), Response: reflect.TypeFor[LaunchResponse]()}, s.launch)
+	s.route(Route{Method: "GET", Pattern: "/api/v1/sessions", OperationID: "listOwnSessions", Tag: "user", Auth: AuthUser,
+		Summary: "The user's live sessions", Response: reflect.TypeFor[SessionsResponse]()}, s.ownSessions)
+	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/reconnect", OperationID: "reconnectSession", Tag: "user", Auth: AuthUser,
+		Summary: "Reconnect to one of the user's sessions", Request: reflect.TypeFor[LaunchRequestBody](),
+		Response: reflect.TypeFor[LaunchResponse]()}, s.reconnect)
+	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/disconnect", OperationID: "disconnectSession", Tag: "user", Auth: AuthUser,
+		Summary: "Disconnect one of the user's sessions"}, func(r *http.Request) (any, error) {
+		return nil, s.cfg.Broker.Disconnect(r.Context(), userFrom(r.Context()), r.PathValue("id"))
+	})
+	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/logoff", OperationID: "logoffSession", Tag: "user", Auth: AuthUser,
+		Summary: "Log off one of the user's sessions"}, func(r *http.Request) (any, error) {
+		return nil, s.cfg.Broker.Logoff(r.Context(), userFrom(r.Context()), r.PathValue("id"))
+	})
+}
+
+// SplitUsername returns the user and domain of "user", "DOMAIN\user" or
+// "user@domain".
+func SplitUsername(s string) (user, domain string) {
+	if d, u, ok := strings.Cut(s, `\`); ok {
+		return u, d
+	}
+	if u, d, ok := strings.Cut(s, "@"); ok {
+		return u, d
+	}
+	return s, ""
+}
+
+func (s *Server) login(r *http.Request) (any, error) {
+	start := time.Now()
+	var req LoginRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return nil, err
+	}
+	u, err := s.loginUser(r.Context(), req)
+	s.cfg.Broker.Metrics().Observe(broker.OpLogin, start, err)
+	if err != nil {
+		s.log.InfoContext(r.Context(), "user logon failed", "user", req.Username, "remote", r.RemoteAddr, "code", site.ErrorCode(err))
+		return nil, err
+	}
+	tok, exp := s.cfg.Signer.Issue(u.Name, UserAudience, s.cfg.UserTokenTTL)
+	return LoginResponse{Token: tok, ExpiresAt: exp, User: u.Name, DisplayName: u.DisplayName}, nil
+}
+
+func (s *Server) loginUser(ctx context.Context, req LoginRequest) (*site.User, error) {
+	name, domain := SplitUsername(req.Username)
+	if name == "" || req.Password == "" {
+		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
+	}
+	if domain != "" && !strings.EqualFold(domain, s.cfg.Broker.Snapshot().Settings.Domain) {
+		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
+	}
+	return s.cfg.Broker.Authenticate(ctx, name, req.Password)
+}
+
+// authenticateUser accepts a user bearer token of an enabled user.
+func (s *Server) authenticateUser(r *http.Request) (string, error) {
+	token := bearer(r)
+	if token == "" {
+		return "", errUnauthorized
+	}
+	claims, err := s.cfg.Signer.Verify(token, UserAudience)
+	if err != nil {
+		return "", errUnauthorized
+	}
+	u, ok := s.cfg.Broker.Snapshot().User(claims.Subject)
+	if !ok || u.Disabled {
+		return "", errUnauthorized
+	}
+	return u.Name, nil
+}
+
+func (s *Server) resources(r *http.Request) (any, error) {
+	e := s.cfg.Broker.Resources(r.Context(), userFrom(r.Context()))
+	return rawJSON(e.Rendered("rest/v1", func() []byte {
+		out := ResourcesResponse{Resources: make([]ResourceView, 0, len(e.Resources)), Folders: []string{}}
+		seen := map[string]bool{}
+		for _, res := range e.Resources {
+			out.Resources = append(out.Resources, ResourceView{
+				Name: res.Name, DisplayName: res.DisplayName, Kind: string(res.Kind), Folder: res.Folder,
+				Description: res.Description, Icon: res.Icon,
+				LaunchURL: "/api/v1/resources/" + pathEscape(res.Name) + "/launch",
+			})
+			if res.Folder != "" && !seen[res.Folder] {
+				seen[res.Folder] = true
+				out.Folders = append(out.Folders, res.Folder)
+			}
+		}
+		b, _ := json.Marshal(out)
+		return b
+	})), nil
+}
+
+func pathEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "%", "%25"), " ", "%20")
+}
+
+func (s *Server) launch(r *http.Request) (any, error) {
+	var body LaunchRequestBody
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &body); err != nil {
+			return nil, err
+		}
+	}
+	user := userFrom(r.Context())
+	l, err := s.cfg.Broker.Launch(r.Context(), broker.LaunchRequest{User: user, Resource: r.PathValue("name"),
+		ClientName: body.ClientName, ClientAddress: clientIP(r)})
+	if err != nil {
+		return nil, err
+	}
+	return s.launchAnswer(r, user, l)
+}
+
+func (s *Server) reconnect(r *http.Request) (any, error) {
+	var body LaunchRequestBody
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &body); err != nil {
+			return nil, err
+		}
+	}
+	user := userFrom(r.Context())
+	l, err := s.cfg.Broker.Reconnect(r.Context(), user, r.PathValue("id"), body.ClientName)
+	if err != nil {
+		return nil, err
+	}
+	return s.launchAnswer(r, user, l)
+}
+
+func (s *Server) launchAnswer(r *http.Request, user string, l *broker.Launch) (any, error) {
+	snap := s.cfg.Broker.Snapshot()
+	res, _ := snap.Resource(l.Session.Resource)
+	host, portStr, err := net.SplitHostPort(l.Address)
+	if err != nil {
+		host, portStr = l.Address, "3389"
+	}
+	port, _ := strconv.Atoi(portStr)
+	lf := launchFile(snap.Settings.Domain, user, res, l, host, port)
+	switch format := r.URL.Query().Get("format"); format {
+	case "", "json":
+	case "rdp", "ica":
+		if format != lf.ext {
+			return nil, site.Errorf(site.EInvalid, "the session's protocol is %s; ask for format=%s", l.Protocol, lf.ext)
+		}
+		return file{name: lf.Filename, contentType: lf.ContentType, content: []byte(lf.Content)}, nil
+	default:
+		return nil, site.Errorf(site.EInvalid, "format %q is not json, rdp or ica", format)
+	}
+	return LaunchResponse{SessionID: l.Session.ID, Machine: l.Session.Machine, Host: host, Port: port, Protocol: l.Protocol,
+		Ticket: l.Ticket, ExpiresAt: l.ExpiresAt, Reconnected: l.Reconnected, LaunchFile: lf.LaunchFile}, nil
+}
+
+type launchFileExt struct {
+	LaunchFile
+	ext string
+}
+
+// launchFile writes the file a desktop client opens: .rdp for RDP hosts
+// (the ticket rides in loadbalanceinfo, as RDP routing tokens do), .ica
+// for ICA hosts.
+func launchFile(domain, user string, res *site.Resource, l *broker.Launch, host string, port int) launchFileExt {
+	name := "session"
+	if res != nil {
+		name = res.DisplayName
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r < ' ' || strings.ContainsRune(`/\"*:?<>|`, r) {
+			return '_'
+		}
+		return r
+	}, name)
+	var b strings.Builder
+	if l.Protocol == "ica" {
+		fmt.Fprintf(&b, "[Encoding]\r\nInputEncoding=UTF8\r\n\r\n[WFClient]\r\nVersion=2\r\n\r\n[ApplicationServers]\r\n%s=\r\n\r\n", name)
+		fmt.Fprintf(&b, "[%s]\r\nAddress=%s:%d\r\nInitialProgram=#%s\r\nLogonTicket=%s\r\nUsername=%s\r\nDomain=%s\r\nTransportDriver=TCP/IP\r\n",
+			name, host, port, name, l.Ticket, user, domain)
+		return launchFileExt{LaunchFile{Filename: safe + ".ica", ContentType: "application/x-ica", Content: b.String()}, "ica"}
+	}
+	fmt.Fprintf(&b, "full address:s:%s:%d\r\n", host, port)
+	fmt.Fprintf(&b, "username:s:%s\\%s\r\n", domain, user)
+	fmt.Fprintf(&b, "loadbalanceinfo:s:usher-ticket:%s\r\n", l.Ticket)
+	b.WriteString("prompt for credentials:i:0\r\nauthentication level:i:2\r\n")
+	if res != nil && res.Kind == site.Application {
+		fmt.Fprintf(&b, "remoteapplicationmode:i:1\r\nremoteapplicationname:s:%s\r\nremoteapplicationprogram:s:||%s\r\n", res.DisplayName, res.Name)
+	}
+	return launchFileExt{LaunchFile{Filename: safe + ".rdp", ContentType: "application/x-rdp", Content: b.String()}, "rdp"}
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) ownSessions(r *http.Request) (any, error) {
+	sessions, err := s.cfg.Broker.UserSessions(r.Context(), userFrom(r.Context()))
+	if err != nil {
+		return nil, err
+	}
+	out := SessionsResponse{Sessions: make([]SessionView, 0, len(sessions))}
+	for _, x := range sessions {
+		out.Sessions = append(out.Sessions, SessionView{ID: x.ID, Resource: x.Resource, Machine: x.Machine,
+			State: string(x.State), ClientName: x.ClientName, CreatedAt: x.CreatedAt})
+	}
+	return out, nil
+}

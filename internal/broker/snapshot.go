@@ -1,0 +1,238 @@
+// Package broker is the brokering domain: the in-memory snapshot of the
+// site configuration that enumeration is served from, entitlement
+// resolution, load indexes, machine selection and the launch and session
+// flows. It reaches the site DB and the VDAs only through the interfaces it
+// is given (site.Store, VDAControl); it imports no driver and no transport.
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// Snapshot is an immutable view of the site configuration at one
+// configuration version, indexed for brokering. Entitlement resolutions are
+// computed on first use and cached per group set, so that every user with
+// the same groups shares one resolution (and its pre-rendered answers).
+type Snapshot struct {
+	Version  int64
+	Settings site.Settings
+
+	users     map[string]*site.User
+	resources map[string]*site.Resource
+	groups    map[string]*site.DeliveryGroup
+	catalogs  map[string]*site.Catalog
+	machines  map[string]*site.Machine
+	// machinesOf lists each delivery group's machines in name order.
+	machinesOf map[string][]*site.Machine
+	// groupOf is the delivery group of each machine.
+	groupOf map[string]string
+	// ordered are the enabled resources in display order.
+	ordered []*site.Resource
+	// grants and limits are the entitlements of each delivery group:
+	// grants without resources, limits with.
+	grants map[string][]*site.Entitlement
+	limits map[string][]*site.Entitlement
+	// named are users named directly by some entitlement: their
+	// resolution depends on more than their groups.
+	named map[string]bool
+
+	mu       sync.Mutex
+	resolved map[string]*Entitlements
+}
+
+// NewSnapshot indexes a validated, normalized configuration.
+func NewSnapshot(version int64, c *site.Config) *Snapshot {
+	s := &Snapshot{
+		Version: version, Settings: c.Settings,
+		users: map[string]*site.User{}, resources: map[string]*site.Resource{},
+		groups: map[string]*site.DeliveryGroup{}, catalogs: map[string]*site.Catalog{},
+		machines: map[string]*site.Machine{}, machinesOf: map[string][]*site.Machine{},
+		groupOf: map[string]string{}, grants: map[string][]*site.Entitlement{},
+		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
+		resolved: map[string]*Entitlements{},
+	}
+	for i := range c.Users {
+		s.users[c.Users[i].Name] = &c.Users[i]
+	}
+	for i := range c.Catalogs {
+		s.catalogs[c.Catalogs[i].Name] = &c.Catalogs[i]
+	}
+	catalogGroup := map[string]string{}
+	for i := range c.DeliveryGroups {
+		g := &c.DeliveryGroups[i]
+		s.groups[g.Name] = g
+		for _, cn := range g.Catalogs {
+			catalogGroup[cn] = g.Name
+		}
+	}
+	for i := range c.Machines {
+		m := &c.Machines[i]
+		s.machines[m.Name] = m
+		if g, ok := catalogGroup[m.Catalog]; ok {
+			s.groupOf[m.Name] = g
+			s.machinesOf[g] = append(s.machinesOf[g], m)
+		}
+	}
+	for _, list := range [][]site.Resource{c.Applications, c.Desktops} {
+		for i := range list {
+			r := &list[i]
+			s.resources[r.Name] = r
+			if !r.Disabled {
+				s.ordered = append(s.ordered, r)
+			}
+		}
+	}
+	slices.SortFunc(s.ordered, func(a, b *site.Resource) int {
+		return cmp.Or(cmp.Compare(a.Folder, b.Folder), cmp.Compare(a.DisplayName, b.DisplayName), cmp.Compare(a.Name, b.Name))
+	})
+	for i := range c.Entitlements {
+		e := &c.Entitlements[i]
+		if len(e.Resources) == 0 {
+			s.grants[e.DeliveryGroup] = append(s.grants[e.DeliveryGroup], e)
+		} else {
+			s.limits[e.DeliveryGroup] = append(s.limits[e.DeliveryGroup], e)
+		}
+		for _, u := range e.Users {
+			s.named[u] = true
+		}
+	}
+	return s
+}
+
+// User returns a user, or false when there is none.
+func (s *Snapshot) User(name string) (*site.User, bool) {
+	u, ok := s.users[name]
+	return u, ok
+}
+
+// Resource returns a resource, or false when there is none.
+func (s *Snapshot) Resource(name string) (*site.Resource, bool) {
+	r, ok := s.resources[name]
+	return r, ok
+}
+
+// DeliveryGroup returns a delivery group, or false.
+func (s *Snapshot) DeliveryGroup(name string) (*site.DeliveryGroup, bool) {
+	g, ok := s.groups[name]
+	return g, ok
+}
+
+// Machine returns a machine and its delivery group ("" when its catalog
+// belongs to none), or false.
+func (s *Snapshot) Machine(name string) (*site.Machine, string, bool) {
+	m, ok := s.machines[name]
+	return m, s.groupOf[name], ok
+}
+
+// Catalog returns a catalog, or false.
+func (s *Snapshot) Catalog(name string) (*site.Catalog, bool) {
+	c, ok := s.catalogs[name]
+	return c, ok
+}
+
+// MachinesOf returns the machines of a delivery group in name order.
+func (s *Snapshot) MachinesOf(group string) []*site.Machine { return s.machinesOf[group] }
+
+// Entitlements are what one set of principals may use.
+type Entitlements struct {
+	// Key identifies the principal set; users with the same key share it.
+	Key string
+	// Resources are the usable resources, in display order.
+	Resources []*site.Resource
+	// groups lists, per resource, the delivery groups it may be used
+	// through, in name order.
+	groups map[string][]string
+
+	renderMu sync.Mutex
+	rendered map[string][]byte
+}
+
+// Groups returns the delivery groups through which the resource may be
+// used, or nil when it may not.
+func (e *Entitlements) Groups(resource string) []string { return e.groups[resource] }
+
+// Rendered returns the answer cached under key, rendering it with render
+// on first use. Transports use it to pre-render enumeration answers once
+// per entitlement set and snapshot.
+func (e *Entitlements) Rendered(key string, render func() []byte) []byte {
+	e.renderMu.Lock()
+	defer e.renderMu.Unlock()
+	if b, ok := e.rendered[key]; ok {
+		return b
+	}
+	if e.rendered == nil {
+		e.rendered = map[string][]byte{}
+	}
+	b := render()
+	e.rendered[key] = b
+	return b
+}
+
+// EntitlementsOf resolves what a user may use. A user may use a resource
+// through a delivery group when an entitlement of the group without
+// resources names the user or one of the user's groups and, if entitlements
+// of the group list the resource, one of those names them too. Unknown and
+// disabled users get nothing.
+func (s *Snapshot) EntitlementsOf(user string) *Entitlements {
+	u, ok := s.users[user]
+	if !ok || u.Disabled {
+		return &Entitlements{Key: "none", groups: map[string][]string{}}
+	}
+	key := "g:" + strings.Join(u.Groups, "\x00")
+	if s.named[u.Name] {
+		key = "u:" + u.Name + "\x01" + key
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.resolved[key]; ok {
+		return e
+	}
+	e := s.resolve(u, key)
+	s.resolved[key] = e
+	return e
+}
+
+func (s *Snapshot) resolve(u *site.User, key string) *Entitlements {
+	names := func(e *site.Entitlement) bool {
+		if slices.Contains(e.Users, u.Name) {
+			return true
+		}
+		for _, g := range e.Groups {
+			if slices.Contains(u.Groups, g) {
+				return true
+			}
+		}
+		return false
+	}
+	granted := map[string]bool{}
+	for g, es := range s.grants {
+		granted[g] = slices.ContainsFunc(es, names)
+	}
+	e := &Entitlements{Key: key, groups: map[string][]string{}}
+	for _, r := range s.ordered {
+		for _, g := range r.DeliveryGroups {
+			if !granted[g] {
+				continue
+			}
+			listed, allowed := false, false
+			for _, l := range s.limits[g] {
+				if slices.Contains(l.Resources, r.Name) {
+					listed = true
+					allowed = allowed || names(l)
+				}
+			}
+			if !listed || allowed {
+				e.groups[r.Name] = append(e.groups[r.Name], g)
+			}
+		}
+		if len(e.groups[r.Name]) > 0 {
+			e.Resources = append(e.Resources, r)
+		}
+	}
+	return e
+}

@@ -1,0 +1,184 @@
+// Package vdaproto is the wire protocol between brokers and VDAs (session
+// hosts): HTTP with JSON bodies, in two directions.
+//
+// VDA to broker, under /api/v1/vda/ on the broker:
+//
+//	POST /api/v1/vda/enrol      EnrolRequest -> EnrolResponse (no credential; the site enrolment secret)
+//	POST /api/v1/vda/register   RegisterRequest -> RegisterResponse
+//	POST /api/v1/vda/heartbeat  Heartbeat -> HeartbeatResponse
+//	POST /api/v1/vda/events     SessionEvent -> 204
+//
+// Every call but enrol carries the machine credential from enrol as
+// "Authorization: Bearer CREDENTIAL". A heartbeat or an event from a
+// machine the broker does not know as registered gets 409 with code
+// "not_registered": the VDA registers again.
+//
+// Broker to VDA, under the ControlURL the VDA registered, with the
+// ControlToken it registered as "Authorization: Bearer TOKEN":
+//
+//	POST {control}/prepare      PrepareRequest -> 204 (a session is about to arrive)
+//	POST {control}/logoff       SessionRequest -> 204
+//	POST {control}/disconnect   SessionRequest -> 204
+//
+// Client to VDA: a display-protocol client (or the simulator standing in
+// for one) presents its ticket, which is single-use and expires:
+//
+//	POST {control}/connect      ConnectRequest -> ConnectResponse
+//
+// Errors in both directions are the API's JSON error document,
+// {"error": {"code": "...", "message": "..."}}.
+package vdaproto
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// Paths on the broker.
+const (
+	PathEnrol     = "/api/v1/vda/enrol"
+	PathRegister  = "/api/v1/vda/register"
+	PathHeartbeat = "/api/v1/vda/heartbeat"
+	PathEvents    = "/api/v1/vda/events"
+)
+
+// Paths under a VDA's control URL.
+const (
+	PathPrepare    = "/prepare"
+	PathLogoff     = "/logoff"
+	PathDisconnect = "/disconnect"
+	PathConnect    = "/connect"
+)
+
+// CodeNotRegistered is the error code that tells a VDA to register again.
+const CodeNotRegistered = "not_registered"
+
+// EnrolRequest exchanges the site's enrolment secret for a credential of
+// one configured machine.
+type EnrolRequest struct {
+	Machine string `json:"machine"`
+	Secret  string `json:"secret"`
+}
+
+// EnrolResponse carries the machine credential.
+type EnrolResponse struct {
+	Credential string    `json:"credential"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// RegisterRequest announces a VDA ready for sessions.
+type RegisterRequest struct {
+	Machine string `json:"machine"`
+	// Address is where clients reach the display protocol, host:port.
+	Address string `json:"address"`
+	// Protocol is the display protocol: "rdp" (default) or "ica".
+	Protocol string `json:"protocol,omitempty"`
+	// ControlURL is where the broker reaches the VDA; ControlToken is what
+	// the broker presents there.
+	ControlURL   string `json:"control_url"`
+	ControlToken string `json:"control_token"`
+	// MaxSessions is the most sessions the host can take (0: no own limit).
+	MaxSessions  int    `json:"max_sessions,omitempty"`
+	AgentVersion string `json:"agent_version,omitempty"`
+	// Sessions are the sessions already on the host, after a VDA or broker
+	// restart; the broker reconciles its records with them.
+	Sessions []SessionReport `json:"sessions,omitempty"`
+}
+
+// SessionReport is a session as a VDA knows it.
+type SessionReport struct {
+	ID    string `json:"id"`
+	User  string `json:"user"`
+	State string `json:"state"` // pending, active or disconnected
+}
+
+// RegisterResponse tells the VDA how often to heartbeat.
+type RegisterResponse struct {
+	HeartbeatInterval time.Duration `json:"heartbeat_interval_ns"`
+	// HeartbeatTimeout is how long the broker waits for a heartbeat before
+	// it unregisters the machine.
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout_ns"`
+}
+
+// Heartbeat reports load.
+type Heartbeat struct {
+	Machine          string  `json:"machine"`
+	Sessions         int     `json:"sessions"`
+	LogonsInProgress int     `json:"logons_in_progress"`
+	CPUPercent       float64 `json:"cpu_percent"`
+	MemoryPercent    float64 `json:"memory_percent"`
+	// MemoryUsedMB and MemoryTotalMB let the broker apply the memory rule's
+	// base load; 0 when unknown.
+	MemoryUsedMB  int `json:"memory_used_mb,omitempty"`
+	MemoryTotalMB int `json:"memory_total_mb,omitempty"`
+}
+
+// HeartbeatResponse acknowledges a heartbeat.
+type HeartbeatResponse struct {
+	LoadIndex int `json:"load_index"`
+}
+
+// Session events.
+const (
+	EventLogon      = "logon"
+	EventDisconnect = "disconnect"
+	EventReconnect  = "reconnect"
+	EventLogoff     = "logoff"
+)
+
+// SessionEvent reports a change of a session's state.
+type SessionEvent struct {
+	Machine   string    `json:"machine"`
+	SessionID string    `json:"session_id"`
+	Event     string    `json:"event"`
+	At        time.Time `json:"at"`
+	// ClientName is the client that connected, for logon and reconnect.
+	ClientName string `json:"client_name,omitempty"`
+}
+
+// PrepareRequest tells a VDA that a session is coming: a new one, or a
+// reconnection to an existing one.
+type PrepareRequest struct {
+	SessionID   string `json:"session_id"`
+	User        string `json:"user"`
+	Resource    string `json:"resource"`
+	CommandLine string `json:"command_line,omitempty"`
+	Reconnect   bool   `json:"reconnect,omitempty"`
+	// TicketHash is TicketHash(ticket): the VDA never sees the ticket
+	// itself until a client presents it.
+	TicketHash string    `json:"ticket_hash"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// SessionRequest names a session.
+type SessionRequest struct {
+	SessionID string `json:"session_id"`
+}
+
+// ConnectRequest presents a ticket to a VDA.
+type ConnectRequest struct {
+	Ticket     string `json:"ticket"`
+	ClientName string `json:"client_name,omitempty"`
+}
+
+// ConnectResponse is the session the ticket opened.
+type ConnectResponse struct {
+	SessionID string `json:"session_id"`
+	User      string `json:"user"`
+	Resource  string `json:"resource"`
+}
+
+// TicketHash returns the hex SHA-256 of a ticket.
+func TicketHash(ticket string) string {
+	h := sha256.Sum256([]byte(ticket))
+	return hex.EncodeToString(h[:])
+}
+
+// ErrorBody is the JSON error document.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
