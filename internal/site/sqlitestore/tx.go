@@ -1,0 +1,257 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// errReadOnly is returned by writes inside View.
+var errReadOnly = errors.New("write in a read-only transaction")
+
+// tx is a site.Tx on one SQLite transaction.
+type tx struct {
+	s        *Store
+	tx       *sql.Tx
+	readOnly bool
+	stmts    map[string]*sql.Stmt
+
+	// configChanged is set by every successful configuration write; Update
+	// then moves the configuration version once at commit.
+	configChanged bool
+	// broken is the error of a write that failed halfway: Update refuses to
+	// commit a transaction that holds part of a change.
+	broken error
+}
+
+var _ site.Tx = (*tx)(nil)
+
+func (t *tx) writable() error {
+	if t.readOnly {
+		return errReadOnly
+	}
+	return nil
+}
+
+// fail records that a write failed after it changed something.
+func (t *tx) fail(err error) error {
+	if t.broken == nil {
+		t.broken = err
+	}
+	return err
+}
+
+// prepare returns query prepared in the transaction, preparing it on
+// first use: loops of writes and lists reuse their statements.
+func (t *tx) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := t.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := t.tx.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	if t.stmts == nil {
+		t.stmts = map[string]*sql.Stmt{}
+	}
+	t.stmts[query] = st
+	return st, nil
+}
+
+func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := t.prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	return res, dbErr(err)
+}
+
+// execOne runs a statement that changes one row and reports whether it did.
+func (t *tx) execOne(ctx context.Context, query string, args ...any) (bool, error) {
+	res, err := t.exec(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := t.prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	return rows, dbErr(err)
+}
+
+// scanOne runs a query for one row and scans it into dest. It returns
+// sql.ErrNoRows when there is none.
+func (t *tx) scanOne(ctx context.Context, query string, args []any, dest ...any) error {
+	st, err := t.prepare(ctx, query)
+	if err != nil {
+		return err
+	}
+	return dbErr(st.QueryRowContext(ctx, args...).Scan(dest...))
+}
+
+// exists reports whether query returns a row.
+func (t *tx) exists(ctx context.Context, query string, args ...any) (bool, error) {
+	var one int
+	err := t.scanOne(ctx, query, args, &one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ConfigVersion returns the version committed before this transaction:
+// Update moves it only at commit.
+func (t *tx) ConfigVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := t.scanOne(ctx, `SELECT config_version FROM settings WHERE id = 1`, nil, &v); err != nil {
+		return 0, fmt.Errorf("config version: %w", err)
+	}
+	return v, nil
+}
+
+func (t *tx) Settings(ctx context.Context) (site.Settings, error) {
+	var s site.Settings
+	err := t.scanOne(ctx, `SELECT name, domain, trust_xml_requests, anonymous_app_data FROM settings WHERE id = 1`, nil,
+		&s.Name, &s.Domain, &s.TrustXMLRequests, &s.AnonymousAppData)
+	if err != nil {
+		return site.Settings{}, fmt.Errorf("settings: %w", err)
+	}
+	return s, nil
+}
+
+func (t *tx) SetSettings(ctx context.Context, s site.Settings) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	_, err := t.exec(ctx, `UPDATE settings SET name = ?, domain = ?, trust_xml_requests = ?, anonymous_app_data = ? WHERE id = 1`,
+		s.Name, s.Domain, s.TrustXMLRequests, s.AnonymousAppData)
+	if err != nil {
+		return fmt.Errorf("set settings: %w", err)
+	}
+	t.configChanged = true
+	return nil
+}
+
+func (t *tx) Zones() site.Collection[site.Zone] {
+	return collection[site.Zone]{t, zones}
+}
+
+func (t *tx) Catalogs() site.Collection[site.Catalog] {
+	return collection[site.Catalog]{t, catalogs}
+}
+
+func (t *tx) Groups() site.Collection[site.Group] {
+	return collection[site.Group]{t, groups}
+}
+
+func (t *tx) Users() site.Collection[site.User] {
+	return collection[site.User]{t, users}
+}
+
+func (t *tx) Machines() site.Collection[site.Machine] {
+	return collection[site.Machine]{t, machines}
+}
+
+func (t *tx) DeliveryGroups() site.Collection[site.DeliveryGroup] {
+	return collection[site.DeliveryGroup]{t, deliveryGroups}
+}
+
+func (t *tx) Applications() site.Collection[site.Resource] {
+	return collection[site.Resource]{t, applications}
+}
+
+func (t *tx) Desktops() site.Collection[site.Resource] {
+	return collection[site.Resource]{t, desktops}
+}
+
+func (t *tx) Entitlements() site.Collection[site.Entitlement] {
+	return collection[site.Entitlement]{t, entitlements}
+}
+
+func (t *tx) Admins() site.Collection[site.Admin] {
+	return collection[site.Admin]{t, admins}
+}
+
+func (t *tx) Sessions() site.Sessions { return sessions{t} }
+
+func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
+	var st site.MachineStatus
+	var heartbeat string
+	err := t.scanOne(ctx, `SELECT registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent
+		FROM machines WHERE name = ?`, []any{machine},
+		&st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent)
+	if errors.Is(err, sql.ErrNoRows) {
+		return site.MachineStatus{}, site.NotFound(site.KindMachine, machine)
+	}
+	if err == nil {
+		st.LastHeartbeat, err = parseTime(heartbeat)
+	}
+	if err != nil {
+		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
+	}
+	return st, nil
+}
+
+func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.MachineStatus) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	ok, err := t.execOne(ctx, `UPDATE machines SET registration = ?2, last_heartbeat = ?3, load_index = ?4,
+		sessions = ?5, cpu_percent = ?6, memory_percent = ?7 WHERE name = ?1`,
+		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent)
+	if err != nil {
+		return fmt.Errorf("set machine status %q: %w", machine, err)
+	}
+	if !ok {
+		return site.NotFound(site.KindMachine, machine)
+	}
+	return nil
+}
+
+// Times are stored as fixed-width UTC text, which sorts in time order and
+// keeps nanoseconds; the zero time is NULL.
+const timeFormat = "2006-01-02T15:04:05.000000000Z"
+
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(timeFormat)
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(timeFormat, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("parse time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// nullIfEmpty stores an empty optional reference as NULL, which foreign
+// keys ignore.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,330 @@
+package storetest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
+	t.Parallel()
+	s := openBase(t, open)
+	cet := time.FixedZone("CET", 3600)
+
+	t.Run("NewMachineIsUnregistered", func(t *testing.T) {
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			st, err := tx.MachineStatus(ctx, "app1")
+			if err != nil {
+				return err
+			}
+			if want := (site.MachineStatus{Registration: site.Unregistered}); !same(st, want) {
+				t.Errorf("status = %+v, want %+v", st, want)
+			}
+			return nil
+		})
+	})
+
+	t.Run("StatusRoundTrips", func(t *testing.T) {
+		want := site.MachineStatus{
+			Registration:  site.Registered,
+			LastHeartbeat: ms(2025, 6, 30, 23, 59, 58, 123, cet),
+			LoadIndex:     site.MaxLoadIndex,
+			Sessions:      42,
+			CPUPercent:    87.5,
+			MemoryPercent: 12.25,
+		}
+		v := version(t, s)
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "app2", want) })
+		wantVersion(t, s, v)
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineStatus(ctx, "app2")
+			if err != nil {
+				return err
+			}
+			if !got.LastHeartbeat.Equal(want.LastHeartbeat) {
+				t.Errorf("heartbeat %v, want %v", got.LastHeartbeat, want.LastHeartbeat)
+			}
+			if !same(got, want) {
+				t.Errorf("status = %+v, want %+v", got, want)
+			}
+			return nil
+		})
+		// And back to unregistered with no heartbeat.
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			return tx.SetMachineStatus(ctx, "app2", site.MachineStatus{Registration: site.Unregistered})
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineStatus(ctx, "app2")
+			if err != nil || !got.LastHeartbeat.IsZero() || got.Registration != site.Unregistered || got.Sessions != 0 {
+				t.Errorf("status = %+v, %v; want unregistered and zero", got, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("UnknownMachineIsNotFound", func(t *testing.T) {
+		err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+			_, err := tx.MachineStatus(ctx, "no-such")
+			wantMessage(t, err, site.ENotFound, `"no-such"`)
+			return tx.SetMachineStatus(ctx, "no-such", site.MachineStatus{Registration: site.Registered})
+		})
+		wantMessage(t, err, site.ENotFound, `"no-such"`)
+	})
+
+	t.Run("ConfigUpdateKeepsStatus", func(t *testing.T) {
+		want := site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms(2025, 1, 1, 0, 0, 0, 1, nil), LoadIndex: 1234, Sessions: 5, CPUPercent: 50, MemoryPercent: 60}
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "spare1", want) })
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			return modify(ctx, tx.Machines(), "spare1", func(m *site.Machine) { m.Maintenance, m.Address = true, "10.9.9.9:1494" })
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineStatus(ctx, "spare1")
+			if err != nil || !same(got, want) {
+				t.Errorf("status after machine update = %+v, %v; want %+v", got, err, want)
+			}
+			return nil
+		})
+	})
+
+	t.Run("DeletedMachineHasNoStatus", func(t *testing.T) {
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			if err := tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered}); err != nil {
+				return err
+			}
+			return tx.Machines().Delete(ctx, "app1")
+		})
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			return tx.Machines().Create(ctx, site.Machine{Name: "app1", Catalog: "apps-cat", Address: "10.0.0.1:1494"})
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineStatus(ctx, "app1")
+			if err != nil || got.Registration != site.Unregistered {
+				t.Errorf("status of a re-created machine = %+v, %v; want unregistered", got, err)
+			}
+			return nil
+		})
+	})
+}
+
+func testSessions(t *testing.T, open func(*testing.T) site.Store) {
+	cet := time.FixedZone("CET", 3600)
+	full := site.Session{
+		ID: "s-full", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1",
+		State: site.SessionActive, ClientName: "LAPTOP-7", ClientAddress: "192.0.2.7",
+		CreatedAt: ms(2025, 3, 4, 5, 6, 7, 8, cet),
+		UpdatedAt: ms(2025, 3, 4, 5, 16, 7, 999, nil),
+		EndedAt:   ms(2025, 3, 4, 6, 0, 0, 0, nil),
+	}
+
+	t.Run("CRUD", func(t *testing.T) {
+		t.Parallel()
+		s := openBase(t, open)
+		v := version(t, s)
+
+		t.Run("CreateThenGetReturnsTheSession", func(t *testing.T) {
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, full) })
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				got, err := tx.Sessions().Get(ctx, full.ID)
+				if err != nil {
+					return err
+				}
+				if !got.CreatedAt.Equal(full.CreatedAt) || !got.UpdatedAt.Equal(full.UpdatedAt) || !got.EndedAt.Equal(full.EndedAt) {
+					t.Errorf("times %v %v %v, want %v %v %v", got.CreatedAt, got.UpdatedAt, got.EndedAt, full.CreatedAt, full.UpdatedAt, full.EndedAt)
+				}
+				if !same(got, full) {
+					t.Errorf("get = %+v, want %+v", got, full)
+				}
+				return nil
+			})
+		})
+
+		t.Run("ZeroTimesStayZero", func(t *testing.T) {
+			pending := site.Session{ID: "s-pending", User: "bob", Resource: "vdi-desktop", DeliveryGroup: "vdi", Machine: "vdi1", State: site.SessionPending}
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, pending) })
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				got, err := tx.Sessions().Get(ctx, pending.ID)
+				if err != nil || !same(got, pending) || !got.CreatedAt.IsZero() || !got.EndedAt.IsZero() {
+					t.Errorf("get = %+v, %v; want %+v", got, err, pending)
+				}
+				return nil
+			})
+		})
+
+		t.Run("CreateOfTakenIDIsConflict", func(t *testing.T) {
+			err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+				other := full
+				other.User = "bob"
+				return tx.Sessions().Create(ctx, other)
+			})
+			wantMessage(t, err, site.EConflict, `"s-full"`)
+		})
+
+		t.Run("CreateNeedsUserResourceAndMachine", func(t *testing.T) {
+			for _, c := range []struct {
+				missing string
+				change  func(*site.Session)
+			}{
+				{`user "ghost"`, func(s *site.Session) { s.User = "ghost" }},
+				{`resource "ghost-app"`, func(s *site.Session) { s.Resource = "ghost-app" }},
+				{`machine "ghost-vda"`, func(s *site.Session) { s.Machine = "ghost-vda" }},
+			} {
+				sess := full
+				sess.ID = "s-missing"
+				c.change(&sess)
+				err := try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, sess) })
+				wantMessage(t, err, site.EInvalid, c.missing)
+			}
+		})
+
+		t.Run("UpdateReplacesTheSession", func(t *testing.T) {
+			ended := full
+			ended.State, ended.Machine, ended.ClientName, ended.ClientAddress = site.SessionLoggedOff, "app2", "", ""
+			ended.UpdatedAt = ended.EndedAt
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Update(ctx, ended) })
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				got, err := tx.Sessions().Get(ctx, full.ID)
+				if err != nil || !same(got, ended) {
+					t.Errorf("get = %+v, %v; want %+v", got, err, ended)
+				}
+				return nil
+			})
+		})
+
+		t.Run("MissingIDIsNotFound", func(t *testing.T) {
+			ghost := full
+			ghost.ID = "s-ghost"
+			err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+				_, err := tx.Sessions().Get(ctx, "s-ghost")
+				wantMessage(t, err, site.ENotFound, `"s-ghost"`)
+				wantMessage(t, tx.Sessions().Update(ctx, ghost), site.ENotFound, `"s-ghost"`)
+				return tx.Sessions().Delete(ctx, "s-ghost")
+			})
+			wantMessage(t, err, site.ENotFound, `"s-ghost"`)
+		})
+
+		t.Run("DeleteRemovesTheSession", func(t *testing.T) {
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, "s-pending") })
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				_, err := tx.Sessions().Get(ctx, "s-pending")
+				wantCode(t, err, site.ENotFound)
+				return nil
+			})
+		})
+
+		t.Run("SessionsKeepConfigVersion", func(t *testing.T) {
+			wantVersion(t, s, v)
+		})
+	})
+
+	t.Run("ListFiltersAndOrdersByID", func(t *testing.T) {
+		t.Parallel()
+		s := openBase(t, open)
+		users := []string{"alice", "bob", "carol"}
+		machines := []string{"app1", "app2", "spare1"}
+		states := []site.SessionState{site.SessionPending, site.SessionActive, site.SessionDisconnected, site.SessionLoggedOff}
+		var all []site.Session
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			for i := range 48 {
+				sess := site.Session{
+					ID:   fmt.Sprintf("sess-%02d", (i*29)%48), // created out of ID order
+					User: users[i%3], Resource: "calc", DeliveryGroup: "apps", Machine: machines[(i/3)%3],
+					State: states[i%4], CreatedAt: ms(2025, 1, 1, 0, 0, i, 0, nil),
+				}
+				all = append(all, sess)
+				if err := tx.Sessions().Create(ctx, sess); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		slices.SortFunc(all, func(a, b site.Session) int { return cmp.Compare(a.ID, b.ID) })
+		filters := []site.SessionFilter{
+			{},
+			{User: "bob"},
+			{Machine: "app2"},
+			{State: site.SessionDisconnected},
+			{User: "alice", Machine: "spare1"},
+			{User: "carol", State: site.SessionActive},
+			{User: "alice", Machine: "app1", State: site.SessionPending},
+			{User: "nobody"},
+		}
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			for _, f := range filters {
+				var want []site.Session
+				for _, sess := range all {
+					if (f.User == "" || sess.User == f.User) && (f.Machine == "" || sess.Machine == f.Machine) && (f.State == "" || sess.State == f.State) {
+						want = append(want, sess)
+					}
+				}
+				page, err := tx.Sessions().List(ctx, f, site.ListOptions{})
+				if err != nil {
+					return err
+				}
+				if !same(page.Items, want) || page.Total != len(want) || page.Next != "" {
+					t.Errorf("filter %+v: got %d sessions (total %d, next %q), want %d", f, len(page.Items), page.Total, page.Next, len(want))
+				}
+				got := walk(t, func(o site.ListOptions) (site.Page[site.Session], error) { return tx.Sessions().List(ctx, f, o) },
+					5, len(want), func(s site.Session) string { return s.ID })
+				if !same(got, want) {
+					t.Errorf("filter %+v: pages hold %v, want %v", f, names(got, sessionID), names(want, sessionID))
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("SessionsOutliveTheirConfiguration", func(t *testing.T) {
+		t.Parallel()
+		s := openBase(t, open)
+		sess := site.Session{ID: "history", User: "temp-user", Resource: "temp-app", DeliveryGroup: "temp-dg", Machine: "temp-vda", State: site.SessionActive}
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			if err := tx.Users().Create(ctx, site.User{Name: "temp-user"}); err != nil {
+				return err
+			}
+			if err := tx.Machines().Create(ctx, site.Machine{Name: "temp-vda", Catalog: "spare-cat", Address: "h:1"}); err != nil {
+				return err
+			}
+			if err := tx.DeliveryGroups().Create(ctx, site.NewDeliveryGroup("temp-dg")); err != nil {
+				return err
+			}
+			if err := tx.Applications().Create(ctx, site.Resource{Kind: site.Application, Name: "temp-app", DisplayName: "T", CommandLine: "t", DeliveryGroups: []string{"temp-dg"}}); err != nil {
+				return err
+			}
+			return tx.Sessions().Create(ctx, sess)
+		})
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			for _, err := range []error{
+				tx.Applications().Delete(ctx, "temp-app"),
+				tx.DeliveryGroups().Delete(ctx, "temp-dg"),
+				tx.Machines().Delete(ctx, "temp-vda"),
+				tx.Users().Delete(ctx, "temp-user"),
+			} {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		ended := sess
+		ended.State = site.SessionLoggedOff
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Update(ctx, ended) })
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.Sessions().Get(ctx, "history")
+			if err != nil || !same(got, ended) {
+				t.Errorf("get = %+v, %v; want %+v", got, err, ended)
+			}
+			page, err := tx.Sessions().List(ctx, site.SessionFilter{User: "temp-user", Machine: "temp-vda"}, site.ListOptions{})
+			if err != nil || len(page.Items) != 1 {
+				t.Errorf("list by deleted user and machine = %+v, %v", page, err)
+			}
+			return nil
+		})
+	})
+}
+
+func sessionID(s site.Session) string { return s.ID }
