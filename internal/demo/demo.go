@@ -28,9 +28,11 @@ const (
 	PooledDesktops   = "Pooled Desktops"
 	AssignedDesktops = "Assigned Desktops"
 
-	OfficeDesktop = "office-desktop"
-	PooledDesktop = "pooled-linux-desktop"
-	Workstation   = "my-workstation"
+	// Desktops are named as users see them: their names are their
+	// display names.
+	OfficeDesktop = "Office Desktop"
+	PooledDesktop = "Pooled Linux Desktop"
+	Workstation   = "My Workstation"
 
 	DomainUsers = "domain-users"
 	Engineering = "engineering"
@@ -98,9 +100,9 @@ func Site() *site.Config {
 
 	c.Applications = applications()
 	c.Desktops = []site.Resource{
-		{Kind: site.Desktop, Name: OfficeDesktop, DisplayName: "Office Desktop", Description: "A full desktop on the office hosts.", Icon: "builtin:desktop", DeliveryGroups: []string{OfficeApps}},
-		{Kind: site.Desktop, Name: PooledDesktop, DisplayName: "Pooled Linux Desktop", Description: "A fresh Linux desktop of your own; it is reset when you log off.", Icon: "builtin:desktop", DeliveryGroups: []string{PooledDesktops}},
-		{Kind: site.Desktop, Name: Workstation, DisplayName: "My Workstation", Description: "Your personal workstation; it keeps your changes.", Icon: "builtin:desktop", DeliveryGroups: []string{AssignedDesktops}},
+		{Kind: site.Desktop, Name: OfficeDesktop, DisplayName: OfficeDesktop, Description: "A full desktop on the office hosts.", Icon: "builtin:desktop", DeliveryGroups: []string{OfficeApps}},
+		{Kind: site.Desktop, Name: PooledDesktop, DisplayName: PooledDesktop, Description: "A fresh Linux desktop of your own; it is reset when you log off.", Icon: "builtin:desktop", DeliveryGroups: []string{PooledDesktops}},
+		{Kind: site.Desktop, Name: Workstation, DisplayName: Workstation, Description: "Your personal workstation; it keeps your changes.", Icon: "builtin:desktop", DeliveryGroups: []string{AssignedDesktops}},
 	}
 
 	// Users and groups.
