@@ -1,0 +1,285 @@
+package vda
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/vdaproto"
+)
+
+// maxResponseBody bounds what the client reads of a broker's answer.
+const maxResponseBody = 1 << 20
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// BrokerURL is the broker's base URL, e.g. http://broker:8080.
+	BrokerURL string
+	// HTTPClient sends the requests; nil uses a client of its own. Its
+	// Timeout, if any, applies on top of Timeout.
+	HTTPClient *http.Client
+	// Timeout bounds one attempt; 0 means DefaultCallTimeout.
+	Timeout time.Duration
+	// Attempts is how many times a call is tried while the broker is
+	// unreachable, overloaded or timing out; 0 means DefaultCallAttempts.
+	Attempts int
+	// MinBackoff and MaxBackoff bound the jittered wait between attempts;
+	// 0 means 100ms and 2s.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+}
+
+// Client calls a broker's VDA API. It is safe for concurrent use, and one
+// Client serves any number of machines: the machine credential is an
+// argument of each call. The client never logs the enrolment secret or a
+// credential.
+type Client struct {
+	base       string
+	http       *http.Client
+	timeout    time.Duration
+	attempts   int
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	log        *slog.Logger
+}
+
+// NewClient returns a Client of the broker at cfg.BrokerURL.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	u, err := url.Parse(cfg.BrokerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("broker URL %q: want http://HOST[:PORT] or https://HOST[:PORT]", cfg.BrokerURL)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("broker URL must not carry credentials")
+	}
+	c := &Client{
+		base:       strings.TrimRight(u.String(), "/"),
+		http:       cfg.HTTPClient,
+		timeout:    cmpOr(cfg.Timeout, DefaultCallTimeout),
+		attempts:   cfg.Attempts,
+		minBackoff: cmpOr(cfg.MinBackoff, 100*time.Millisecond),
+		maxBackoff: cmpOr(cfg.MaxBackoff, 2*time.Second),
+		log:        cfg.Logger,
+	}
+	if c.http == nil {
+		c.http = &http.Client{Transport: NewTransport(0)}
+	}
+	if c.attempts <= 0 {
+		c.attempts = DefaultCallAttempts
+	}
+	if c.log == nil {
+		c.log = discard
+	}
+	return c, nil
+}
+
+// NewTransport returns an HTTP transport for talking to one broker, keeping
+// up to idle connections to it open (0 means 16). A simulator of many
+// machines shares one.
+func NewTransport(idle int) *http.Transport {
+	if idle <= 0 {
+		idle = 16
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = idle
+	t.MaxIdleConnsPerHost = idle
+	t.IdleConnTimeout = 90 * time.Second
+	t.ResponseHeaderTimeout = DefaultCallTimeout
+	return t
+}
+
+// CloseIdleConnections closes the client's idle connections to the broker.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Credential is a machine credential from enrolment. Its String and
+// LogValue hide the token, so that it cannot reach a log by accident.
+type Credential struct {
+	Token     string
+	ExpiresAt time.Time
+}
+
+func (c Credential) String() string { return "Credential{REDACTED}" }
+
+// LogValue implements slog.LogValuer.
+func (c Credential) LogValue() slog.Value {
+	return slog.GroupValue(slog.Time("expires_at", c.ExpiresAt))
+}
+
+// Enrol exchanges the site's enrolment secret for the machine's credential.
+// A wrong secret gets an error matching ErrUnauthorized; a machine the site
+// does not configure gets a *BrokerError with code "not_found".
+func (c *Client) Enrol(ctx context.Context, machine, secret string) (Credential, error) {
+	var resp vdaproto.EnrolResponse
+	err := c.call(ctx, vdaproto.PathEnrol, "", vdaproto.EnrolRequest{Machine: machine, Secret: secret}, &resp)
+	if err != nil {
+		return Credential{}, fmt.Errorf("enrol %q: %w", machine, err)
+	}
+	if resp.Credential == "" {
+		return Credential{}, fmt.Errorf("enrol %q: the broker sent no credential", machine)
+	}
+	return Credential{Token: resp.Credential, ExpiresAt: resp.ExpiresAt}, nil
+}
+
+// Register announces the machine as ready for sessions and returns how often
+// to heartbeat. A refused credential gets an error matching ErrUnauthorized.
+func (c *Client) Register(ctx context.Context, cred Credential, req vdaproto.RegisterRequest) (vdaproto.RegisterResponse, error) {
+	var resp vdaproto.RegisterResponse
+	if err := c.call(ctx, vdaproto.PathRegister, cred.Token, req, &resp); err != nil {
+		return resp, fmt.Errorf("register %q: %w", req.Machine, err)
+	}
+	return resp, nil
+}
+
+// Heartbeat reports the machine's load. An error matching ErrNotRegistered
+// asks the machine to register again.
+func (c *Client) Heartbeat(ctx context.Context, cred Credential, hb vdaproto.Heartbeat) (vdaproto.HeartbeatResponse, error) {
+	var resp vdaproto.HeartbeatResponse
+	if err := c.call(ctx, vdaproto.PathHeartbeat, cred.Token, hb, &resp); err != nil {
+		return resp, fmt.Errorf("heartbeat %q: %w", hb.Machine, err)
+	}
+	return resp, nil
+}
+
+// SendEvent reports a session event. An error matching ErrNotRegistered
+// asks the machine to register again; the broker takes a repeated event
+// calmly, so the event may be sent again afterwards.
+func (c *Client) SendEvent(ctx context.Context, cred Credential, ev vdaproto.SessionEvent) error {
+	if err := c.call(ctx, vdaproto.PathEvents, cred.Token, ev, nil); err != nil {
+		return fmt.Errorf("send %s event of session %q: %w", ev.Event, ev.SessionID, err)
+	}
+	return nil
+}
+
+// BrokerError is an error answer from the broker: its HTTP status and the
+// code and message of its JSON error document.
+type BrokerError struct {
+	StatusCode int
+	Code       string
+	Message    string
+	// RetryAfter is the broker's Retry-After, 0 when it sent none.
+	RetryAfter time.Duration
+}
+
+func (e *BrokerError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("broker answered %d %s", e.StatusCode, e.Code)
+	}
+	return fmt.Sprintf("broker answered %d %s: %s", e.StatusCode, e.Code, e.Message)
+}
+
+// Is matches ErrNotRegistered (409 not_registered) and ErrUnauthorized (401).
+func (e *BrokerError) Is(target error) bool {
+	switch target {
+	case ErrNotRegistered:
+		return e.StatusCode == http.StatusConflict && e.Code == vdaproto.CodeNotRegistered
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	}
+	return false
+}
+
+// temporary reports whether the broker may answer differently soon.
+func (e *BrokerError) temporary() bool {
+	switch e.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// call posts in as JSON to path and decodes the answer into out (nil for
+// none). It tries again, after a jittered backoff, while the broker is
+// unreachable, times out or answers 429, 502, 503 or 504, up to c.attempts
+// times in all.
+func (c *Client) call(ctx context.Context, path, cred string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		err := c.once(ctx, path, cred, body, out)
+		if err == nil || ctx.Err() != nil || attempt >= c.attempts {
+			return err
+		}
+		wait := jittered(attempt-1, c.minBackoff, c.maxBackoff)
+		var be *BrokerError
+		if errors.As(err, &be) {
+			if !be.temporary() {
+				return err
+			}
+			wait = max(wait, min(be.RetryAfter, c.maxBackoff))
+		}
+		c.log.DebugContext(ctx, "broker call failed; retrying", "path", path, keyAttempt, attempt, keyWait, wait, keyErr, err)
+		if !sleep(ctx, wait) {
+			return err
+		}
+	}
+}
+
+// once makes one attempt of call.
+func (c *Client) once(ctx context.Context, path, cred string, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", AgentVersion)
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err // a *url.Error naming the URL, never the body or headers
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	if err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return decodeError(resp, raw)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	// Answers are decoded leniently: a newer broker may add fields.
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}
+
+// decodeError turns an error answer into a *BrokerError. A body that is not
+// the JSON error document (a proxy's HTML page, say) is not echoed.
+func decodeError(resp *http.Response, raw []byte) *BrokerError {
+	be := &BrokerError{StatusCode: resp.StatusCode}
+	var doc vdaproto.ErrorBody
+	if json.Unmarshal(raw, &doc) == nil && doc.Error.Code != "" {
+		be.Code, be.Message = doc.Error.Code, doc.Error.Message
+	} else {
+		be.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		be.RetryAfter = time.Duration(s) * time.Second
+	}
+	return be
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
