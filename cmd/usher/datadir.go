@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
 
@@ -21,6 +22,8 @@ const (
 	siteDBFile   = "site.db"
 	lockFile     = "serve.lock"
 	tokenKeyFile = "token.key"
+	// enrolmentSecretFile holds the secret VDAs enrol with.
+	enrolmentSecretFile = "enrolment.secret"
 )
 
 // dataFlag registers --data with its default: $USHER_DATA, else
@@ -117,6 +120,28 @@ func (d *dataDir) openStore(ctx context.Context, opts sqlitestore.Options) (*sql
 		return nil, fmt.Errorf("open site DB %s: %w", d.siteDB(), err)
 	}
 	return st, nil
+}
+
+// enrolmentSecret returns the secret VDAs enrol with, creating it on first
+// use, and the file that holds it.
+func (d *dataDir) enrolmentSecret() (string, string, error) {
+	path := filepath.Join(d.path, enrolmentSecretFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		secret := strings.TrimSpace(string(b))
+		if len(secret) < 16 {
+			return "", path, fmt.Errorf("enrolment secret in %s is shorter than 16 characters", path)
+		}
+		return secret, path, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", path, fmt.Errorf("read enrolment secret: %w", err)
+	}
+	secret := auth.RandomSecret(24)
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", path, fmt.Errorf("write enrolment secret: %w", err)
+	}
+	return secret, path, nil
 }
 
 // tokenKey returns the key that signs bearer tokens, creating it on first

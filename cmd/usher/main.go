@@ -113,17 +113,28 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args and refuses positional arguments beyond max.
+// parse parses args, allowing flags after positional arguments (usher
+// admin add NAME --password-stdin), and refuses positional arguments
+// beyond max. The positional arguments are left in fs.Args().
 func parse(fs *flag.FlagSet, args []string, max int) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError{err.Error()}
 		}
-		return usageError{err.Error()}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() > max {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(max))}
+	if len(positional) > max {
+		return usageError{fmt.Sprintf("unexpected argument %q", positional[max])}
 	}
+	fs.Parse(append([]string{"--"}, positional...))
 	return nil
 }
 

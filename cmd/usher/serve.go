@@ -10,8 +10,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
@@ -31,6 +36,10 @@ type serveFlags struct {
 	shutdown     time.Duration
 	maxBodyBytes int64
 	logs         logFlags
+	// Broker timing.
+	heartbeatInterval, heartbeatTimeout time.Duration
+	// simVDAs runs that many simulated VDAs in-process.
+	simVDAs int
 }
 
 func (m *Main) serve(ctx context.Context, args []string) error {
@@ -42,6 +51,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&f.demoPassword, "demo-password", "", "password of the demo users and of the admin account (default: random, printed)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", broker.DefaultHeartbeatInterval, "how often VDAs report load")
+	fs.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", broker.DefaultHeartbeatTimeout, "silence after which a VDA is unregistered")
 	f.logs.register(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -97,13 +108,37 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, MaxBodyBytes: f.maxBodyBytes})
+	secret, secretPath, err := dir.enrolmentSecret()
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := broker.NewMetrics()
+	if err := metrics.Register(registry); err != nil {
+		return err
+	}
+	brk, err := broker.New(ctx, broker.Config{Store: store, Control: api.NewVDAControlClient(), Logger: log, Metrics: metrics,
+		HeartbeatInterval: f.heartbeatInterval, HeartbeatTimeout: f.heartbeatTimeout})
+	if err != nil {
+		return fmt.Errorf("start broker: %w", err)
+	}
+	runCtx, stopBroker := context.WithCancel(ctx)
+	defer stopBroker()
+	brokerDone := make(chan struct{})
+	go func() { defer close(brokerDone); brk.Run(runCtx) }()
+	defer func() { stopBroker(); <-brokerDone }()
+
+	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, MaxBodyBytes: f.maxBodyBytes,
+		Broker: brk, EnrolmentSecret: secret})
 	if err != nil {
 		return err
 	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/", apiServer)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -139,7 +174,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 	}
 	addr := ln.Addr().String()
 	log.Info("listening", "addr", addr)
-	m.printBanner(addr, dir.path, f.demo, demoPassword)
+	m.printBanner(addr, dir.path, secretPath, f.demo, demoPassword)
 	if m.Listening != nil {
 		m.Listening("http", addr)
 	}
@@ -165,13 +200,16 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 	return nil
 }
 
-func (m *Main) printBanner(addr, data string, isDemo bool, password string) {
+func (m *Main) printBanner(addr, data, secretPath string, isDemo bool, password string) {
 	base := "http://" + addr
 	fmt.Fprintf(m.Stdout, "usher is serving the site in %s\n\n", data)
 	fmt.Fprintf(m.Stdout, "  Browser:      %s/\n", base)
 	fmt.Fprintf(m.Stdout, "  Admin API:    %s/api/v1/admin/  (HTTP basic or bearer token)\n", base)
 	fmt.Fprintf(m.Stdout, "  OpenAPI:      %s/api/openapi.json\n", base)
+	fmt.Fprintf(m.Stdout, "  User API:     %s/api/v1/login, /api/v1/resources\n", base)
+	fmt.Fprintf(m.Stdout, "  Metrics:      %s/metrics\n", base)
 	fmt.Fprintf(m.Stdout, "  Health:       %s/healthz  %s/readyz\n", base, base)
+	fmt.Fprintf(m.Stdout, "  VDA enrolment secret: %s\n", secretPath)
 	if isDemo {
 		fmt.Fprintf(m.Stdout, "\nDemo credentials (password for all of them: %s)\n", password)
 		fmt.Fprintf(m.Stdout, "  admin:        %s\n", demoAdmin)

@@ -307,6 +307,8 @@ func decodeJSON(r *http.Request, v any) error {
 			return err
 		case errors.Is(err, io.EOF):
 			return site.Errorf(site.EInvalid, "request body is empty")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return site.Errorf(site.EInvalid, "request body is not valid JSON (it ends early)")
 		case errors.As(err, &syn):
 			return site.Errorf(site.EInvalid, "request body is not valid JSON (at byte %d)", syn.Offset)
 		case errors.As(err, &typ):

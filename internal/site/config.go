@@ -104,6 +104,21 @@ func (c *Config) Normalize() {
 		e.Resources, e.Users, e.Groups = normList(e.Resources), normList(e.Users), normList(e.Groups)
 	}
 	sortByName(c.Entitlements, func(e Entitlement) string { return e.Name })
+	nilIfEmpty(&c.Zones)
+	nilIfEmpty(&c.Catalogs)
+	nilIfEmpty(&c.Groups)
+	nilIfEmpty(&c.Users)
+	nilIfEmpty(&c.Machines)
+	nilIfEmpty(&c.DeliveryGroups)
+	nilIfEmpty(&c.Applications)
+	nilIfEmpty(&c.Desktops)
+	nilIfEmpty(&c.Entitlements)
+}
+
+func nilIfEmpty[T any](s *[]T) {
+	if len(*s) == 0 {
+		*s = nil
+	}
 }
 
 func sortByName[T any](s []T, name func(T) string) {

@@ -1,6 +1,7 @@
 package site
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -35,11 +36,9 @@ func ValidateName(kind Kind, name string) error {
 
 func invalid(kind Kind, name, format string, args ...any) *Error {
 	e := Errorf(EInvalid, format, args...)
-	e.Message = string(kind) + " " + quote(name) + ": " + e.Message
+	e.Message = fmt.Sprintf("%s %q: %s", kind, name, e.Message)
 	return e
 }
-
-func quote(s string) string { return `"` + s + `"` }
 
 // Validate checks the settings.
 func (s Settings) Validate() error {

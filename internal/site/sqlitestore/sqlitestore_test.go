@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,9 +35,13 @@ func TestConformance(t *testing.T) {
 }
 
 func TestPath(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "site.db")
+	// Characters that mean something in a URI are part of the name.
+	path := filepath.Join(t.TempDir(), "my site?mode=ro#1%20.db")
 	if got := MustOpen(t, path).Path(); got != path {
 		t.Fatalf("Path() = %q, want %q", got, path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database file: %v", err)
 	}
 }
 
