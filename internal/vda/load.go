@@ -130,7 +130,7 @@ func (t cpuTimes) busyPercentSince(prev cpuTimes) float64 {
 	if total == 0 {
 		return 0
 	}
-	return 100 * float64(total-idle) / float64(total)
+	return min(100*float64(total-idle)/float64(total), 100) // rounding of huge counters
 }
 
 // memInfo is the part of /proc/meminfo a heartbeat needs.
@@ -190,7 +190,7 @@ func parseMeminfo(b []byte) (memInfo, error) {
 }
 
 func (m memInfo) usedPercent() float64 {
-	return 100 * float64(m.totalKB-m.availableKB) / float64(m.totalKB)
+	return min(100*float64(m.totalKB-m.availableKB)/float64(m.totalKB), 100)
 }
 
 // SimLoad derives a simulated machine's load from its session count: a
