@@ -84,10 +84,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := s.write.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("read schema version: %w", dbErr(err))
 	}
-	for _, m := range ms {
-		if m.version <= current && current <= len(ms) {
-			continue
-		}
+	if err := tooNew(current, len(ms)); err != nil {
+		return err
+	}
+	for _, m := range ms[current:] {
 		if err := s.apply(ctx, m, len(ms)); err != nil {
 			return err
 		}
@@ -115,10 +115,10 @@ func (s *Store) apply(ctx context.Context, m migration, latest int) error {
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate: %w", dbErr(err))
 	}
-	if current > latest {
-		return fmt.Errorf("%w: the database is at schema version %d, this usher knows up to %d; upgrade usher", ErrSchemaTooNew, current, latest)
+	if err := tooNew(current, latest); err != nil {
+		return err
 	}
-	if current >= m.version {
+	if current >= m.version { // another process applied it meanwhile
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
@@ -132,5 +132,12 @@ func (s *Store) apply(ctx context.Context, m migration, latest int) error {
 		return fmt.Errorf("migration %04d_%s: commit: %w", m.version, m.name, dbErr(err))
 	}
 	s.log.Info("migrated site database", logKeyVersion, m.version, logKeyName, m.name)
+	return nil
+}
+
+func tooNew(current, latest int) error {
+	if current > latest {
+		return fmt.Errorf("%w: the database is at schema version %d, this usher knows up to %d; upgrade usher", ErrSchemaTooNew, current, latest)
+	}
 	return nil
 }

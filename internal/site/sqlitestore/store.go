@@ -164,7 +164,7 @@ func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
 	if err != nil {
 		return s.beginErr(err)
 	}
-	tx := &tx{s: s, tx: sqlTx, readOnly: true}
+	tx := &tx{tx: sqlTx, readOnly: true}
 	defer sqlTx.Rollback()
 	return fn(tx)
 }
@@ -172,7 +172,7 @@ func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
 // Update runs fn in a read-write transaction and commits it when fn returns
 // nil. A transaction that changed the configuration moves the configuration
 // version by one. Updates run one at a time; fn must not call Update.
-func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) (err error) {
+func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
@@ -180,7 +180,7 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) (err error) 
 	if err != nil {
 		return s.beginErr(err)
 	}
-	tx := &tx{s: s, tx: sqlTx}
+	tx := &tx{tx: sqlTx}
 	committed := false
 	defer func() {
 		if !committed {

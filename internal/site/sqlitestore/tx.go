@@ -15,10 +15,10 @@ var errReadOnly = errors.New("write in a read-only transaction")
 
 // tx is a site.Tx on one SQLite transaction.
 type tx struct {
-	s        *Store
 	tx       *sql.Tx
 	readOnly bool
 	stmts    map[string]*sql.Stmt
+	queries  int // statements run, for tests that guard against N+1 queries
 
 	// configChanged is set by every successful configuration write; Update
 	// then moves the configuration version once at commit.
@@ -48,6 +48,7 @@ func (t *tx) fail(err error) error {
 // prepare returns query prepared in the transaction, preparing it on
 // first use: loops of writes and lists reuse their statements.
 func (t *tx) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
+	t.queries++
 	if st := t.stmts[query]; st != nil {
 		return st, nil
 	}
