@@ -25,7 +25,10 @@ const (
 	DefaultRefreshInterval   = time.Second
 	DefaultPrepareTimeout    = 5 * time.Second
 	// maxAttempts bounds the machines a launch tries before giving up.
-	maxAttempts = 5
+	maxAttempts = 8
+	// refusalCoolDown keeps a machine whose VDA refused a session out of
+	// selection, so that one broken VDA does not fail launch after launch.
+	refusalCoolDown = 30 * time.Second
 )
 
 // VDAControl reaches VDAs. Implementations must honour ctx and return an
@@ -88,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(), metrics: cfg.Metrics}
+	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), metrics: cfg.Metrics}
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -426,6 +429,7 @@ func (b *Broker) claim(ctx context.Context, s *Snapshot, req LaunchRequest, res 
 	cancel()
 	if err != nil {
 		b.log.Warn("VDA refused a session; trying another machine", "machine", ms.name, "session", sess.ID, "err", err)
+		b.machines.coolDown(ms.name, b.cfg.Now().Add(refusalCoolDown))
 		if err := b.endSession(context.WithoutCancel(ctx), sess.ID, ms.name); err != nil {
 			b.log.Error("release refused session", "session", sess.ID, "err", err)
 		}

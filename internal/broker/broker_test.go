@@ -409,26 +409,34 @@ func TestAssignedDesktop(t *testing.T) {
 }
 
 func TestRefusingVDAIsSkipped(t *testing.T) {
-	h := newHarness(t, 10, 250, nil)
-	for i := 1; i <= 56; i++ {
-		h.control.refuse[fmt.Sprintf("rdsh-%02d", i)] = true
+	h := newHarness(t, 100, 250, nil)
+	broken := map[string]bool{"rdsh-01": true, "rdsh-02": true, "rdsh-30": true}
+	for m := range broken {
+		h.control.refuse[m] = true
 	}
-	ok, failed := h.launchAll(10, "calc")
-	if len(ok) != 10 {
-		t.Fatalf("%d of 10 launched; failures %v", len(ok), failed)
+	ok, failed := h.launchAll(100, "calc")
+	if len(ok) != 100 {
+		t.Fatalf("%d of 100 launched; failures %v", len(ok), failed)
 	}
 	for _, l := range ok {
-		if l.Session.Machine != "rdsh-57" {
+		if broken[l.Session.Machine] {
 			t.Fatalf("session placed on refusing machine %s", l.Session.Machine)
 		}
 	}
 	h.check(ok, nil)
+	h.control.mu.Lock()
+	defer h.control.mu.Unlock()
+	for m := range broken {
+		if n := len(h.control.prepared[m]); n != 0 {
+			t.Errorf("refusing machine %s recorded %d prepares", m, n)
+		}
+	}
 }
 
 func TestSilentMachineStopsGettingLaunches(t *testing.T) {
 	h := newHarness(t, 200, 250, func(c *broker.Config) {
-		c.HeartbeatInterval = 20 * time.Millisecond
-		c.HeartbeatTimeout = 150 * time.Millisecond
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.HeartbeatTimeout = 2 * time.Second // longer than a round of 79 heartbeats under -race
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

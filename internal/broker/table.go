@@ -27,6 +27,9 @@ type machineState struct {
 	control  Control
 	address  string
 	protocol string
+	// coolUntil keeps a machine whose VDA refused a session out of
+	// selection for a while.
+	coolUntil time.Time
 }
 
 // Control is where and how a broker reaches a VDA.
@@ -39,13 +42,14 @@ type Control struct {
 // a choice is only a candidate until the atomic claim on that machine's
 // status succeeds.
 type table struct {
+	now      func() time.Time
 	mu       sync.Mutex
 	machines map[string]*machineState
 	byGroup  map[string][]*machineState
 }
 
-func newTable() *table {
-	return &table{machines: map[string]*machineState{}, byGroup: map[string][]*machineState{}}
+func newTable(now func() time.Time) *table {
+	return &table{now: now, machines: map[string]*machineState{}, byGroup: map[string][]*machineState{}}
 }
 
 // configure aligns the table with a snapshot, keeping runtime state of
@@ -154,8 +158,9 @@ func (t *table) softLogons(group string) bool {
 
 func (t *table) best(group string, skip map[string]bool, ignoreLogons bool) *machineState {
 	var best *machineState
+	now := t.now()
 	for _, ms := range t.byGroup[group] {
-		if skip[ms.name] || !ms.eligible(ignoreLogons) || (ms.kind == site.SingleSessionAssigned && ms.assigned != "") {
+		if skip[ms.name] || !ms.eligible(ignoreLogons) || (ms.kind == site.SingleSessionAssigned && ms.assigned != "") || now.Before(ms.coolUntil) {
 			continue
 		}
 		if best == nil || cmp.Or(
@@ -183,6 +188,11 @@ func (t *table) settle(name string, claimed bool, st *site.MachineStatus) {
 			ms.apply(*st)
 		}
 	})
+}
+
+// coolDown keeps a machine out of selection until the time.
+func (t *table) coolDown(name string, until time.Time) {
+	t.update(name, func(ms *machineState) { ms.coolUntil = until })
 }
 
 // ended counts a session off a machine; pending says it never logged on.
