@@ -52,6 +52,7 @@ func commands() []command {
 		{"apply", "make the site match a YAML file (-f site.yaml), all or nothing", (*Main).apply},
 		{"export", "write the site configuration as YAML", (*Main).export},
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
+		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
 		{"version", "print the version", (*Main).version},
 	}
 }
