@@ -426,6 +426,9 @@ func TestRefusingVDAIsSkipped(t *testing.T) {
 	h.check(ok, nil)
 	h.control.mu.Lock()
 	defer h.control.mu.Unlock()
+	if n := len(h.control.prepared[""]); n != 0 {
+		t.Fatalf("%d prepares went to an empty control URL: the registered control URL was lost", n)
+	}
 	for m := range broken {
 		if n := len(h.control.prepared[m]); n != 0 {
 			t.Errorf("refusing machine %s recorded %d prepares", m, n)

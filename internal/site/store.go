@@ -24,7 +24,16 @@ type Store interface {
 }
 
 // Tx is a transaction on a Store. A Tx must not be used after the function
-// it was passed to returns, nor from several goroutines at once.
+// it was passed to returns, nor from several goroutines at once. A View
+// sees one snapshot for its whole life, whatever commits meanwhile.
+//
+// Collections keep the order of list fields as given. They check an
+// object's own rules (Validate) and that its references exist; the rules
+// between objects (one primary zone, a catalog in one delivery group, ...)
+// are checked on a whole Config by ApplyConfig and Mutate, which every
+// configuration change goes through. The Applications and Desktops
+// collections set the Kind of what they return and refuse an object of the
+// other kind with EInvalid.
 type Tx interface {
 	// ConfigVersion returns the configuration version as of the start of the
 	// transaction (not counting this transaction's own changes). It starts
@@ -48,7 +57,8 @@ type Tx interface {
 	Entitlements() Collection[Entitlement]
 
 	// MachineStatus returns a machine's runtime state (ENotFound for an
-	// unknown machine); SetMachineStatus replaces it. In an Update
+	// unknown machine); a new machine's is Unregistered with zero load.
+	// SetMachineStatus replaces it. In an Update
 	// transaction, MachineStatus locks that one machine's status until the
 	// transaction ends, so that a read, check and write of it is atomic
 	// without locking any other machine.
@@ -95,7 +105,9 @@ type Page[T any] struct {
 	Next string
 }
 
-// Sessions are the user sessions of a site, oldest first.
+// Sessions are the user sessions of a site. Sessions name their user,
+// resource and machine without holding on to them: a session outlives the
+// deletion of its machine, for history.
 type Sessions interface {
 	// Get returns the session with the ID, or ENotFound.
 	Get(ctx context.Context, id string) (Session, error)

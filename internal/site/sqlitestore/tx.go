@@ -195,9 +195,12 @@ func (t *tx) Sessions() site.Sessions { return sessions{t} }
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
 	var st site.MachineStatus
 	var heartbeat string
-	err := t.scanOne(ctx, `SELECT registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent
+	err := t.scanOne(ctx, `SELECT registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent,
+		logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version
 		FROM machines WHERE name = ?`, []any{machine},
-		&st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent)
+		&st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
+		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return site.MachineStatus{}, site.NotFound(site.KindMachine, machine)
 	}
@@ -215,8 +218,12 @@ func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.Machi
 		return err
 	}
 	ok, err := t.execOne(ctx, `UPDATE machines SET registration = ?2, last_heartbeat = ?3, load_index = ?4,
-		sessions = ?5, cpu_percent = ?6, memory_percent = ?7 WHERE name = ?1`,
-		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent)
+		sessions = ?5, cpu_percent = ?6, memory_percent = ?7, logons_in_progress = ?8, memory_used_mb = ?9,
+		memory_total_mb = ?10, registered_address = ?11, protocol = ?12, control_url = ?13, control_token = ?14,
+		agent_version = ?15 WHERE name = ?1`,
+		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent,
+		st.LogonsInProgress, st.MemoryUsedMB, st.MemoryTotalMB, st.RegisteredAddress, st.Protocol, st.ControlURL,
+		st.ControlToken, st.AgentVersion)
 	if err != nil {
 		return fmt.Errorf("set machine status %q: %w", machine, err)
 	}

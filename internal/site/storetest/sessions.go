@@ -37,6 +37,15 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 			Sessions:      42,
 			CPUPercent:    87.5,
 			MemoryPercent: 12.25,
+			// What a VDA registers.
+			LogonsInProgress:  3,
+			MemoryUsedMB:      2048,
+			MemoryTotalMB:     16384,
+			RegisteredAddress: "10.1.2.3:3389",
+			Protocol:          "rdp",
+			ControlURL:        "http://10.1.2.3:8081/vda/app2",
+			ControlToken:      "secret-control-token",
+			AgentVersion:      "1.2.3",
 		}
 		v := version(t, s)
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "app2", want) })
