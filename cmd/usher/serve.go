@@ -20,6 +20,7 @@ import (
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+	"github.com/usher-vdi/usher/internal/vda"
 )
 
 // Serve defaults.
@@ -38,8 +39,10 @@ type serveFlags struct {
 	logs         logFlags
 	// Broker timing.
 	heartbeatInterval, heartbeatTimeout time.Duration
-	// simVDAs runs that many simulated VDAs in-process.
-	simVDAs int
+	// simVDAs runs that many simulated VDAs in-process, for the first
+	// machines of the site; sim sets how they behave.
+	simVDAs                         int
+	simLogonDelay, simSessionLength time.Duration
 }
 
 func (m *Main) serve(ctx context.Context, args []string) error {
@@ -51,6 +54,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&f.demoPassword, "demo-password", "", "password of the demo users and of the admin account (default: random, printed)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.IntVar(&f.simVDAs, "sim-vdas", 0, "run this many simulated VDAs in-process, for the site's first machines (-1: all of them)")
+	fs.DurationVar(&f.simLogonDelay, "sim-logon-delay", vda.DefaultLogonDelay, "simulated VDAs: time from launch to the simulated user's logon")
+	fs.DurationVar(&f.simSessionLength, "sim-session-length", 0, "simulated VDAs: how long a simulated user stays (0: until logged off)")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", broker.DefaultHeartbeatInterval, "how often VDAs report load")
 	fs.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", broker.DefaultHeartbeatTimeout, "silence after which a VDA is unregistered")
 	f.logs.register(fs)
@@ -181,6 +187,15 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+
+	if f.simVDAs != 0 {
+		sim, err := m.startSimulator(runCtx, f, brk, "http://"+addr, secret, log)
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		defer sim()
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)
@@ -198,6 +213,33 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// startSimulator runs simulated VDAs for the site's first machines against
+// this server, and returns a function that stops them and waits.
+func (m *Main) startSimulator(ctx context.Context, f serveFlags, brk *broker.Broker, base, secret string, log *slog.Logger) (func(), error) {
+	names := brk.Snapshot().MachineNames()
+	if f.simVDAs > 0 && f.simVDAs < len(names) {
+		names = names[:f.simVDAs]
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--sim-vdas: the site has no machines to simulate")
+	}
+	sim, err := vda.NewSimulator(vda.SimConfig{Broker: base, Secret: secret, Machines: names,
+		LogonDelay: f.simLogonDelay, SessionLength: f.simSessionLength, Logger: log.With("role", "sim-vda")})
+	if err != nil {
+		return nil, fmt.Errorf("simulated VDAs: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("simulated VDAs stopped", "err", err)
+		}
+	}()
+	log.Info("simulated VDAs started", "machines", len(names))
+	return func() { cancel(); <-done }, nil
 }
 
 func (m *Main) printBanner(addr, data, secretPath string, isDemo bool, password string) {

@@ -236,3 +236,13 @@ func (s *Snapshot) resolve(u *site.User, key string) *Entitlements {
 	}
 	return e
 }
+
+// MachineNames returns every machine's name in name order.
+func (s *Snapshot) MachineNames() []string {
+	names := make([]string, 0, len(s.machines))
+	for n := range s.machines {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
