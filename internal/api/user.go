@@ -104,19 +104,19 @@ func userFrom(ctx context.Context) string {
 func (s *Server) registerUser() {
 	s.route(Route{Method: "POST", Pattern: "/api/v1/login", OperationID: "login", Tag: "user", Auth: AuthNone,
 		Summary: "Log a user on: user name and password to a short-lived bearer token",
-		Request: reflect.TypeFor[LoginRequest](), Response: reflect.TypeFor[LoginResponse]()}, s.login)
+		Request: reflect.TypeFor[LoginRequest](), Response: reflect.TypeFor[LoginResponse]()}, s.admitted(s.login))
 	s.route(Route{Method: "GET", Pattern: "/api/v1/resources", OperationID: "listResources", Tag: "user", Auth: AuthUser,
 		Summary:  "The applications and desktops the user may launch, with their folders",
-		Response: reflect.TypeFor[ResourcesResponse]()}, s.resources)
+		Response: reflect.TypeFor[ResourcesResponse]()}, s.admitted(s.resources))
 	s.route(Route{Method: "POST", Pattern: "/api/v1/resources/{name}/launch", OperationID: "launchResource", Tag: "user", Auth: AuthUser,
 		Summary: "Launch a resource: where to connect and a single-use ticket (format=rdp or format=ica downloads the launch file)",
 		Query:   []QueryParam{{Name: "format", Description: "json (default), rdp or ica."}},
-		Request: reflect.TypeFor[LaunchRequestBody](), Response: reflect.TypeFor[LaunchResponse]()}, s.launch)
+		Request: reflect.TypeFor[LaunchRequestBody](), Response: reflect.TypeFor[LaunchResponse]()}, s.admitted(s.launch))
 	s.route(Route{Method: "GET", Pattern: "/api/v1/sessions", OperationID: "listOwnSessions", Tag: "user", Auth: AuthUser,
 		Summary: "The user's live sessions", Response: reflect.TypeFor[SessionsResponse]()}, s.ownSessions)
 	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/reconnect", OperationID: "reconnectSession", Tag: "user", Auth: AuthUser,
 		Summary: "Reconnect to one of the user's sessions", Request: reflect.TypeFor[LaunchRequestBody](),
-		Response: reflect.TypeFor[LaunchResponse]()}, s.reconnect)
+		Response: reflect.TypeFor[LaunchResponse]()}, s.admitted(s.reconnect))
 	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/disconnect", OperationID: "disconnectSession", Tag: "user", Auth: AuthUser,
 		Summary: "Disconnect one of the user's sessions"}, func(r *http.Request) (any, error) {
 		return nil, s.cfg.Broker.Disconnect(r.Context(), userFrom(r.Context()), r.PathValue("id"))
@@ -137,6 +137,19 @@ func SplitUsername(s string) (user, domain string) {
 		return u, d
 	}
 	return s, ""
+}
+
+// admitted runs a handler in one of the broker's transaction slots, or
+// answers at once that the broker is busy.
+func (s *Server) admitted(h handler) handler {
+	return func(r *http.Request) (any, error) {
+		release, err := s.cfg.Broker.Admit()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return h(r)
+	}
 }
 
 func (s *Server) login(r *http.Request) (any, error) {

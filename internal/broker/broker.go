@@ -53,19 +53,46 @@ type Config struct {
 	RefreshInterval   time.Duration
 	PrepareTimeout    time.Duration
 	Now               func() time.Time
+
+	// LockoutThreshold failed logons within LockoutWindow lock a user out
+	// for LockoutDuration; a negative threshold turns lock-out off.
+	LockoutThreshold int
+	LockoutWindow    time.Duration
+	LockoutDuration  time.Duration
+	// MaxConcurrent bounds the brokering transactions in flight (Citrix's
+	// ThrottledRequestAddressMaxConcurrentTransactions); over it, Admit
+	// refuses at once. 0 means DefaultMaxConcurrent; negative, no bound.
+	MaxConcurrent int
 }
+
+// DefaultMaxConcurrent is the default bound on brokering transactions in
+// flight per broker.
+const DefaultMaxConcurrent = 256
 
 // Broker enumerates and launches resources for users and keeps track of
 // VDAs and sessions. Enumeration is served from an in-memory snapshot of
 // the configuration; a launch costs one site DB transaction that claims one
 // machine's status.
 type Broker struct {
-	cfg      Config
-	log      *slog.Logger
-	store    site.Store
-	snap     atomic.Pointer[Snapshot]
-	machines *table
-	metrics  *Metrics
+	cfg       Config
+	log       *slog.Logger
+	store     site.Store
+	snap      atomic.Pointer[Snapshot]
+	machines  *table
+	metrics   *Metrics
+	lockout   *lockout
+	admission *admission
+}
+
+// Admit takes one of the broker's transaction slots, or returns
+// ErrOverloaded at once when all are taken. Transports call it around each
+// request they broker and call the returned function when done.
+func (b *Broker) Admit() (func(), error) {
+	release, err := b.admission.admit()
+	if err != nil {
+		b.metrics.refused.Inc()
+	}
+	return release, err
 }
 
 // New loads the configuration and machine statuses and returns a Broker.
@@ -91,7 +118,17 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), metrics: cfg.Metrics}
+	if cfg.LockoutThreshold == 0 {
+		cfg.LockoutThreshold = DefaultLockoutThreshold
+	}
+	cfg.LockoutWindow = cmpOr(cfg.LockoutWindow, DefaultLockoutWindow)
+	cfg.LockoutDuration = cmpOr(cfg.LockoutDuration, DefaultLockoutDuration)
+	if cfg.MaxConcurrent == 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), metrics: cfg.Metrics,
+		lockout:   newLockout(cfg.LockoutThreshold, cfg.LockoutWindow, cfg.LockoutDuration, cfg.Now),
+		admission: newAdmission(cfg.MaxConcurrent)}
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -178,31 +215,41 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 }
 
-// Authenticate verifies a user's password: EUnauthorized for an unknown
-// user, a wrong password or a user without a password, EForbidden for a
-// disabled user. Repeated verifications are served from a cache.
+// Authenticate verifies a user's password. It returns ErrBadCredentials
+// for an unknown user, a wrong password or a user without a password;
+// ErrAccountLocked for a user locked out by failed logons (checked before
+// the password, so a locked account costs no hashing); and, only when the
+// password is right, ErrAccountDisabled for a disabled user. Repeated
+// verifications are served from a cache.
 func (b *Broker) Authenticate(ctx context.Context, name, password string) (*site.User, error) {
 	s := b.Snapshot()
 	u, ok := s.User(name)
 	if !ok || u.PasswordHash == "" {
 		auth.VerifyPassword(dummyHash, password) // same cost as a wrong password
-		return nil, errBadCredentials
+		return nil, ErrBadCredentials
+	}
+	if b.lockout.locked(u.Name) {
+		return nil, ErrAccountLocked
 	}
 	ok, err := b.cfg.Verified.Verify("user\x00"+u.Name, password, u.PasswordHash)
 	if err != nil {
 		b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
-		return nil, errBadCredentials
+		return nil, ErrBadCredentials
 	}
 	if !ok {
-		return nil, errBadCredentials
+		if b.lockout.fail(u.Name) {
+			b.cfg.Verified.Forget("user\x00" + u.Name)
+			b.log.Warn("user locked out after failed logons", "user", u.Name, "for", b.cfg.LockoutDuration)
+		}
+		return nil, ErrBadCredentials
 	}
 	if u.Disabled {
-		return nil, site.Errorf(site.EForbidden, "account disabled")
+		b.cfg.Verified.Forget("user\x00" + u.Name)
+		return nil, ErrAccountDisabled
 	}
+	b.lockout.succeed(u.Name)
 	return u, nil
 }
-
-var errBadCredentials = site.Errorf(site.EUnauthorized, "wrong user name or password")
 
 // dummyHash is an argon2id hash of a random password with the default
 // cost, verified for unknown users.

@@ -31,6 +31,7 @@ type Metrics struct {
 	total      *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	reconnects prometheus.Counter
+	refused    prometheus.Counter
 	state      *stateCollector
 }
 
@@ -54,6 +55,10 @@ func NewMetrics() *Metrics {
 			Name: "usher_broker_reconnections_total",
 			Help: "Launches that returned a user to an existing session.",
 		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "usher_broker_refused_transactions_total",
+			Help: "Transactions refused at once because the broker was at its concurrency bound (answered retry-required).",
+		}),
 		state: &stateCollector{
 			machines: prometheus.NewDesc("usher_machines", "Machines by registration state (registered, unregistered, maintenance).", []string{"state"}, nil),
 			load:     prometheus.NewDesc("usher_machine_load_index", "A machine's load index, 0 idle to 10000 full.", []string{"machine", "delivery_group"}, nil),
@@ -65,7 +70,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.state} {
+	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.state} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
