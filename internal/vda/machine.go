@@ -77,9 +77,10 @@ type Machine struct {
 	now   func() time.Time
 	token string // the control token the broker presents
 	obs   observer
-	// chatter is the level of routine news (registration, sessions): Info
-	// for an agent, Debug for the simulator's thousand machines.
-	chatter slog.Level
+	// chatter is the level of routine news (registration, sessions), and
+	// trouble that of a broker out of reach: Info and Warn for an agent,
+	// Debug for the simulator's thousand machines, whose simulator sums up.
+	chatter, trouble slog.Level
 
 	mu         sync.Mutex
 	sessions   map[string]*session
@@ -150,6 +151,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With(keyMachine, cfg.Name),
 		now:      cfg.Now,
+		chatter:  slog.LevelInfo,
+		trouble:  slog.LevelWarn,
 		token:    rand.Text(),
 		sessions: map[string]*session{},
 		tickets:  map[string]*ticket{},
@@ -427,7 +430,7 @@ func (r *runner) backoff(ctx context.Context, err error) {
 func (r *runner) unreachable(ctx context.Context, err error) {
 	r.failures++
 	if r.failures == 1 {
-		r.m.log.WarnContext(ctx, "cannot reach the broker; retrying", keyErr, err)
+		r.m.log.Log(ctx, r.m.trouble, "cannot reach the broker; retrying", keyErr, err)
 	} else {
 		r.m.log.DebugContext(ctx, "broker still unreachable", keyAttempt, r.failures, keyErr, err)
 	}
@@ -435,7 +438,7 @@ func (r *runner) unreachable(ctx context.Context, err error) {
 
 func (r *runner) reachable(ctx context.Context) {
 	if r.failures > 0 {
-		r.m.log.InfoContext(ctx, "broker reachable again", keyAttempt, r.failures)
+		r.m.log.Log(ctx, r.m.chatter, "broker reachable again", keyAttempt, r.failures)
 	}
 	r.failures = 0
 }

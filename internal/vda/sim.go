@@ -26,6 +26,9 @@ const (
 	// so that a thousand do not enrol in the same millisecond.
 	staggerPerMachine = 2 * time.Millisecond
 	maxStagger        = 2 * time.Second
+	// simReportEvery is how often the simulator reports machines that
+	// are not registered.
+	simReportEvery = 5 * time.Second
 	// SimClientName is the client name simulated clients report.
 	SimClientName = "usher-sim"
 	// ControlPrefix is the path under which the simulator's control
@@ -331,7 +334,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 			}
 		})
 	}
-	wg.Go(func() { s.announce(ctx, ms) })
+	wg.Go(func() { s.watch(ctx, ms) })
 	wg.Wait()
 
 	select {
@@ -365,7 +368,7 @@ func (s *Simulator) build(base string) ([]*Machine, error) {
 			return nil, fmt.Errorf("simulator: %w", err)
 		}
 		m.obs = s.users
-		m.chatter = slog.LevelDebug
+		m.chatter, m.trouble = slog.LevelDebug, slog.LevelDebug
 		ms = append(ms, m)
 	}
 	s.mu.Lock()
@@ -379,10 +382,12 @@ func (s *Simulator) build(base string) ([]*Machine, error) {
 	return ms, nil
 }
 
-// announce logs once every machine has registered, as the machines
-// themselves log their registration only at debug level.
-func (s *Simulator) announce(ctx context.Context, ms []*Machine) {
-	start := time.Now()
+// watch sums up the machines' registrations in the log, as the machines
+// themselves log theirs only at debug level: once when every machine has
+// registered, and every few seconds while some have not.
+func (s *Simulator) watch(ctx context.Context, ms []*Machine) {
+	start, reported := time.Now(), time.Now()
+	all := false
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -397,9 +402,16 @@ func (s *Simulator) announce(ctx context.Context, ms []*Machine) {
 				n++
 			}
 		}
-		if n == len(ms) {
+		switch {
+		case n == len(ms) && !all:
+			all = true
 			s.log.Info("simulated VDAs registered", keyCount, n, "took", time.Since(start).Round(time.Millisecond))
-			return
+		case n < len(ms) && time.Since(reported) >= simReportEvery:
+			all, reported = false, time.Now()
+			s.log.Warn("some simulated VDAs are not registered; they keep trying (--log-level debug tells why)",
+				"registered", n, keyCount, len(ms))
+		case n < len(ms):
+			all = false
 		}
 	}
 }
