@@ -413,3 +413,19 @@ func TestStateFileKeepsSessionsAcrossRestarts(t *testing.T) {
 		t.Errorf("connect with a ticket spent before the restart: %d", status)
 	}
 }
+
+func TestEventToForgetfulBrokerRegistersFirst(t *testing.T) {
+	fb := newFakeBroker(t, time.Hour, "vda-1") // no heartbeat to notice
+	a := startAgent(t, fb, "vda-1", nil)
+	waitFor(t, "registration", func() bool { return a.Registered() })
+	fb.prepare("vda-1", "s1", "alice", "t1", false)
+	fb.forget("vda-1")
+	if status, _, _ := connect(t, a.url, "t1"); status != http.StatusOK {
+		t.Fatalf("connect: %d", status)
+	}
+	waitFor(t, "the logon event after a re-registration", func() bool { _, ok := fb.event1("s1", vdaproto.EventLogon); return ok })
+	regs := fb.registrations("vda-1")
+	if len(regs) != 2 || !slices.Equal(regs[1].Sessions, []vdaproto.SessionReport{{ID: "s1", User: "alice", State: "active"}}) {
+		t.Errorf("registrations %+v, want a second one reporting the active session", regs)
+	}
+}
