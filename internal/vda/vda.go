@@ -8,7 +8,8 @@
 // [Machine.Handler] is the control endpoint where the broker prepares,
 // logs off and disconnects sessions, and where clients present their
 // single-use tickets. A [SessionHook] hands sessions to the host (the
-// agent runs a command); a [LoadSource] measures the host.
+// agent runs a command); a [LoadSource] measures the host. [RunAgent]
+// serves one machine on its own listener: the agent of a real host.
 //
 // A [Simulator] runs many machines behind one control listener, with
 // simulated clients that arrive after a logon delay and simulated users
