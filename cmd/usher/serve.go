@@ -225,8 +225,12 @@ func (m *Main) startSimulator(ctx context.Context, f serveFlags, brk *broker.Bro
 	if len(names) == 0 {
 		return nil, fmt.Errorf("--sim-vdas: the site has no machines to simulate")
 	}
+	delay := f.simLogonDelay
+	if delay == 0 {
+		delay = -1 // the simulator reads 0 as its default; here it means at once
+	}
 	sim, err := vda.NewSimulator(vda.SimConfig{Broker: base, Secret: secret, Machines: names,
-		LogonDelay: f.simLogonDelay, SessionLength: f.simSessionLength, Logger: log.With("role", "sim-vda")})
+		LogonDelay: delay, SessionLength: f.simSessionLength, Logger: log.With("role", "sim-vda")})
 	if err != nil {
 		return nil, fmt.Errorf("simulated VDAs: %w", err)
 	}

@@ -113,7 +113,7 @@ func TestAnnotateNameWithQuotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = doc.Annotate(doc.Config.Validate())
-	want := `site.yaml:18: machine "vda "02": b": catalog refers to catalog "nope", which does not exist`
+	want := `site.yaml:18: machine "vda \"02\": b": catalog refers to catalog "nope", which does not exist`
 	if err == nil || err.Error() != want {
 		t.Errorf("Annotate:\n got %v\nwant %s", err, want)
 	}

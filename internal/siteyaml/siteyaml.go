@@ -107,29 +107,18 @@ func (d *Document) Annotate(err error) error {
 func (d *Document) lineOf(se *site.Error) int {
 	msg := se.Message
 	for _, k := range annotatedKinds {
-		// Conflict: KIND "NAME" already exists, with Go quoting.
+		// KIND "NAME" already exists (a conflict: point at the second
+		// definition), or KIND "NAME": ...; names are Go-quoted.
 		if rest, ok := strings.CutPrefix(msg, string(k)+" "); ok {
-			if q, err := strconv.QuotedPrefix(rest); err == nil && rest[len(q):] == " already exists" {
+			if q, err := strconv.QuotedPrefix(rest); err == nil {
 				if name, err := strconv.Unquote(q); err == nil {
-					if lines := d.objects[objectKey{k, name}]; len(lines) > 0 {
+					lines := d.objects[objectKey{k, name}]
+					switch after := rest[len(q):]; {
+					case after == " already exists" && len(lines) > 0:
 						return lines[min(1, len(lines)-1)]
+					case strings.HasPrefix(after, ": ") && len(lines) > 0:
+						return lines[0]
 					}
-				}
-			}
-		}
-		// invalid(): KIND "NAME": ..., where the name is not escaped, so
-		// try each closing quote in turn.
-		if rest, ok := strings.CutPrefix(msg, string(k)+` "`); ok {
-			for i := range len(rest) {
-				if rest[i] != '"' {
-					continue
-				}
-				name, after := rest[:i], rest[i+1:]
-				if !strings.HasPrefix(after, ": ") {
-					continue
-				}
-				if line := d.Line(k, name); line > 0 {
-					return line
 				}
 			}
 		}
