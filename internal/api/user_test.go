@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -203,4 +204,13 @@ func TestVDAAPI(t *testing.T) {
 	if strings.Contains(string(f.do("GET", "/api/v1/admin/machines/office-vda-01", nil).body), "control-token") {
 		t.Fatal("the control token leaks through the admin API")
 	}
+
+	t.Run("heartbeat of a machine deleted from the site", func(t *testing.T) {
+		cred := f.enrol("office-vda-40")
+		f.want(f.do("DELETE", "/api/v1/admin/machines/office-vda-40", nil), 204, "")
+		if err := f.broker.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		f.want(f.do("POST", vdaproto.PathHeartbeat, vdaproto.Heartbeat{Machine: "office-vda-40"}, "Bearer "+cred), 401, site.EUnauthorized)
+	})
 }
