@@ -75,71 +75,144 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 }
 
 func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	st, err := m.startSite(ctx, f, log)
+	if err != nil {
+		return err
+	}
+	m.printBanner(st.Addr, st.DataDir, st.SecretPath, f.demo, st.DemoPassword)
+	if m.Listening != nil {
+		m.Listening("http", st.Addr)
+	}
+	select {
+	case <-st.served:
+		st.Close(f.shutdown)
+		return fmt.Errorf("http server: %w", st.serveErr)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", f.shutdown)
+	if err := st.Close(f.shutdown); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// runningSite is an all-in-one site started by startSite: the usher serve
+// command, and the site that usher bench measures.
+type runningSite struct {
+	Addr         string // the HTTP listener, host:port
+	DataDir      string
+	SecretPath   string // the enrolment secret's file
+	Secret       string
+	DemoPassword string // with --demo
+	Store        site.Store
+	Broker       *broker.Broker
+
+	srv      *http.Server
+	served   chan struct{} // closed when srv.Serve returns, with serveErr
+	serveErr error
+	cleanup  []func() // run in reverse order by Close
+}
+
+// Close shuts the site down: in-flight requests get up to timeout, then
+// the simulated VDAs, the broker and the site DB stop.
+func (r *runningSite) Close(timeout time.Duration) error {
+	var err error
+	if r.srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if serr := r.srv.Shutdown(sctx); serr != nil {
+			r.srv.Close()
+		}
+		cancel()
+		<-r.served
+		if !errors.Is(r.serveErr, http.ErrServerClosed) {
+			err = r.serveErr
+		}
+		r.srv = nil
+	}
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		r.cleanup[i]()
+	}
+	r.cleanup = nil
+	return err
+}
+
+// startSite opens the data directory and the site DB (loading the demo
+// site with --demo), starts the broker, the HTTP listener and the
+// simulated VDAs, and returns once it is serving. On error, whatever it
+// started is stopped.
+func (m *Main) startSite(ctx context.Context, f serveFlags, log *slog.Logger) (_ *runningSite, err error) {
+	r := &runningSite{served: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			r.Close(0)
+		}
+	}()
 	dir, err := openDataDir(f.data, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer dir.Close()
+	r.cleanup = append(r.cleanup, func() { dir.Close() })
+	r.DataDir = dir.path
 	store, err := dir.openStore(ctx, sqlitestore.Options{Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer store.Close()
+	r.cleanup = append(r.cleanup, func() { store.Close() })
+	r.Store = store
 	log.Info("site DB open", "path", dir.siteDB())
 
 	params := auth.DefaultParams
-	var demoPassword string
 	if f.demo {
-		demoPassword = f.demoPassword
-		if demoPassword == "" {
-			demoPassword = auth.RandomSecret(12)
+		r.DemoPassword = f.demoPassword
+		if r.DemoPassword == "" {
+			r.DemoPassword = auth.RandomSecret(12)
 		}
 		start := time.Now()
-		plan, err := loadDemo(ctx, store, demoPassword, params)
+		plan, err := loadDemo(ctx, store, r.DemoPassword, params)
 		if err != nil {
-			return fmt.Errorf("load demo site: %w", err)
+			return nil, fmt.Errorf("load demo site: %w", err)
 		}
 		c, u, d := plan.Counts()
 		log.Info("demo site loaded", "created", c, "updated", u, "deleted", d, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if err := checkAdmins(ctx, store, log); err != nil {
-		return err
+		return nil, err
 	}
 
 	key, err := dir.tokenKey()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	signer, err := auth.NewSigner(key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	secret, secretPath, err := dir.enrolmentSecret()
-	if err != nil {
-		return err
+	if r.Secret, r.SecretPath, err = dir.enrolmentSecret(); err != nil {
+		return nil, err
 	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := broker.NewMetrics()
 	if err := metrics.Register(registry); err != nil {
-		return err
+		return nil, err
 	}
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: api.NewVDAControlClient(), Logger: log, Metrics: metrics,
 		HeartbeatInterval: f.heartbeatInterval, HeartbeatTimeout: f.heartbeatTimeout})
 	if err != nil {
-		return fmt.Errorf("start broker: %w", err)
+		return nil, fmt.Errorf("start broker: %w", err)
 	}
-	runCtx, stopBroker := context.WithCancel(ctx)
-	defer stopBroker()
+	r.Broker = brk
+	runCtx, stopBroker := context.WithCancel(context.WithoutCancel(ctx))
 	brokerDone := make(chan struct{})
 	go func() { defer close(brokerDone); brk.Run(runCtx) }()
-	defer func() { stopBroker(); <-brokerDone }()
+	r.cleanup = append(r.cleanup, func() { stopBroker(); <-brokerDone })
 
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, MaxBodyBytes: f.maxBodyBytes,
-		Broker: brk, EnrolmentSecret: secret})
+		Broker: brk, EnrolmentSecret: r.Secret})
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	mux := http.NewServeMux()
@@ -166,9 +239,9 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
+		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
-	srv := &http.Server{
+	r.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -178,41 +251,18 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	addr := ln.Addr().String()
-	log.Info("listening", "addr", addr)
-	m.printBanner(addr, dir.path, secretPath, f.demo, demoPassword)
-	if m.Listening != nil {
-		m.Listening("http", addr)
-	}
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	r.Addr = ln.Addr().String()
+	log.Info("listening", "addr", r.Addr)
+	go func() { r.serveErr = r.srv.Serve(ln); close(r.served) }()
 
 	if f.simVDAs != 0 {
-		sim, err := m.startSimulator(runCtx, f, brk, "http://"+addr, secret, log)
+		stop, err := m.startSimulator(runCtx, f, brk, "http://"+r.Addr, r.Secret, log)
 		if err != nil {
-			srv.Close()
-			return err
+			return nil, err
 		}
-		defer sim()
+		r.cleanup = append(r.cleanup, stop)
 	}
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "timeout", f.shutdown)
-	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown timed out; closing connections", "err", err)
-		srv.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return r, nil
 }
 
 // startSimulator runs simulated VDAs for the site's first machines against
