@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -205,7 +206,7 @@ func (s *Server) resources(r *http.Request) (any, error) {
 			out.Resources = append(out.Resources, ResourceView{
 				Name: res.Name, DisplayName: res.DisplayName, Kind: string(res.Kind), Folder: res.Folder,
 				Description: res.Description, Icon: res.Icon,
-				LaunchURL: "/api/v1/resources/" + pathEscape(res.Name) + "/launch",
+				LaunchURL: "/api/v1/resources/" + url.PathEscape(res.Name) + "/launch",
 			})
 			if res.Folder != "" && !seen[res.Folder] {
 				seen[res.Folder] = true
@@ -215,10 +216,6 @@ func (s *Server) resources(r *http.Request) (any, error) {
 		b, _ := json.Marshal(out)
 		return b
 	})), nil
-}
-
-func pathEscape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "%", "%25"), " ", "%20")
 }
 
 func (s *Server) launch(r *http.Request) (any, error) {

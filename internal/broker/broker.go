@@ -324,7 +324,7 @@ func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (l *Launch, err 
 func (b *Broker) reconnect(ctx context.Context, s *Snapshot, req LaunchRequest, res *site.Resource, groups []string) (*Launch, error) {
 	var sessions []site.Session
 	err := b.store.View(ctx, func(tx site.Tx) error {
-		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: req.User}, site.ListOptions{})
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: req.User, Live: true}, site.ListOptions{})
 		sessions = p.Items
 		return err
 	})

@@ -47,7 +47,7 @@ func (b *Broker) Register(ctx context.Context, req vdaproto.RegisterRequest) (er
 		if st, err = tx.MachineStatus(ctx, req.Machine); err != nil {
 			return err
 		}
-		p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: req.Machine}, site.ListOptions{})
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: req.Machine, Live: true}, site.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -265,12 +265,8 @@ func (b *Broker) expirePending(ctx context.Context) {
 func (b *Broker) UserSessions(ctx context.Context, user string) ([]site.Session, error) {
 	var out []site.Session
 	err := b.store.View(ctx, func(tx site.Tx) error {
-		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user}, site.ListOptions{})
-		for _, s := range p.Items {
-			if s.State != site.SessionLoggedOff {
-				out = append(out, s)
-			}
-		}
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+		out = p.Items
 		return err
 	})
 	return out, err

@@ -127,6 +127,9 @@ type SessionFilter struct {
 	User    string
 	Machine string
 	State   SessionState
+	// Live selects only sessions that have not ended (not logged off), so
+	// that brokering does not read a user's or a machine's history.
+	Live bool
 }
 
 // Admin is an administrator account of the admin API. Admins are not part

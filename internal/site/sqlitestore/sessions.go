@@ -86,6 +86,9 @@ func (ss sessions) list(ctx context.Context, f site.SessionFilter, opts site.Lis
 			conds = append(conds, fmt.Sprintf("%s = ?%d", c.col, len(args)))
 		}
 	}
+	if f.Live {
+		conds = append(conds, "state <> 'logged-off'")
+	}
 	where := ""
 	if len(conds) > 0 {
 		where = " WHERE " + strings.Join(conds, " AND ")

@@ -261,12 +261,17 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			{User: "carol", State: site.SessionActive},
 			{User: "alice", Machine: "app1", State: site.SessionPending},
 			{User: "nobody"},
+			{Live: true},
+			{User: "bob", Live: true},
+			{Machine: "app1", Live: true},
+			{State: site.SessionLoggedOff, Live: true},
 		}
 		view(t, s, func(ctx context.Context, tx site.Tx) error {
 			for _, f := range filters {
 				var want []site.Session
 				for _, sess := range all {
-					if (f.User == "" || sess.User == f.User) && (f.Machine == "" || sess.Machine == f.Machine) && (f.State == "" || sess.State == f.State) {
+					if (f.User == "" || sess.User == f.User) && (f.Machine == "" || sess.Machine == f.Machine) && (f.State == "" || sess.State == f.State) &&
+						(!f.Live || sess.State != site.SessionLoggedOff) {
 						want = append(want, sess)
 					}
 				}
