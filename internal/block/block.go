@@ -1,0 +1,139 @@
+// Package block is the domain of usher's image streaming: the Device
+// interface that every block layer implements (the NBD server serves one,
+// write caches, the server RAM cache, the I/O meter and the remote stream
+// client wrap one), the errors layers return, and two simple devices: one
+// backed by a file and one held in memory.
+//
+// Layers compose like nbdkit filters: a layer takes a Device and is a
+// Device. Any package may import block; block imports nothing of usher.
+package block
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Errors that layers return and that callers (the NBD server above all)
+// branch on with errors.Is. Anything else is an I/O error.
+var (
+	// ErrReadOnly: a write, trim or zero on a device that takes no writes.
+	ErrReadOnly = errors.New("block: device is read-only")
+	// ErrNoSpace: the write does not fit, either beyond the end of the
+	// device or because a layer's space (a RAM budget, an overflow file)
+	// is exhausted. Nothing already written is lost.
+	ErrNoSpace = errors.New("block: no space left")
+	// ErrOutOfRange: a read, trim or extent query beyond the end of the
+	// device.
+	ErrOutOfRange = errors.New("block: range beyond the end of the device")
+	// ErrNotSupported: the device cannot do this operation the way the
+	// flags ask (a FastZero that would not be fast, for example).
+	ErrNotSupported = errors.New("block: operation not supported")
+	// ErrClosed: the device was closed.
+	ErrClosed = errors.New("block: device is closed")
+)
+
+// Flags modify a write, zero or trim.
+type Flags uint8
+
+const (
+	// FUA (force unit access): the call returns only once the data is
+	// stable, as if followed by Flush.
+	FUA Flags = 1 << iota
+	// NoHole asks Zero to leave the range allocated rather than punch a
+	// hole.
+	NoHole
+	// FastZero asks Zero to fail with ErrNotSupported rather than be
+	// slower than a write of the same range.
+	FastZero
+)
+
+// Device is a range of bytes [0, Size) that can be read and written at
+// any offset. Every method is safe for concurrent use; concurrent writes
+// to overlapping ranges leave either one's data, as with a disk.
+//
+// Contracts shared by all methods: a range that does not lie within
+// [0, Size) fails with ErrOutOfRange (reads, trims, zeros) or ErrNoSpace
+// (writes) and changes nothing; a device that takes no writes fails
+// WriteAt, Zero and Trim with ErrReadOnly; any other failure is an I/O
+// error that callers report as such.
+type Device interface {
+	// ReadAt fills p with the bytes at off. It reads all of p or fails.
+	ReadAt(ctx context.Context, p []byte, off int64) error
+	// WriteAt writes all of p at off or fails. With FUA the data is
+	// stable when it returns.
+	WriteAt(ctx context.Context, p []byte, off int64, f Flags) error
+	// Zero makes [off, off+n) read as zeros (NoHole, FastZero, FUA apply).
+	Zero(ctx context.Context, off, n int64, f Flags) error
+	// Trim tells the device that [off, off+n) is no longer needed. Its
+	// content is undefined afterwards (layers here make it read as zeros).
+	Trim(ctx context.Context, off, n int64, f Flags) error
+	// Flush returns once every write that returned before Flush was
+	// called is stable. Volatile devices (RAM caches) return at once.
+	Flush(ctx context.Context) error
+	// Size is the device size in bytes; it does not change.
+	Size() int64
+	// ReadOnly reports whether writes fail with ErrReadOnly.
+	ReadOnly() bool
+	// Close releases the device. Calls after Close fail with ErrClosed
+	// or are undefined; Close does not close a device it wraps unless
+	// its constructor says so.
+	Close() error
+}
+
+// ExtentFlags describe a run of bytes, as NBD's base:allocation does.
+type ExtentFlags uint32
+
+const (
+	// Hole: the run is not allocated in the backing store.
+	Hole ExtentFlags = 1 << iota
+	// Zeroed: the run reads as zeros.
+	Zeroed
+)
+
+// Extent is a run of Length bytes sharing the same Flags.
+type Extent struct {
+	Length int64
+	Flags  ExtentFlags
+}
+
+// Extenter is implemented by devices that know which ranges are holes
+// or zeros. Extents appends to dst the extents covering [off, off+n) in
+// order, starting exactly at off; it may stop early (the caller asks
+// again) but returns at least one extent when n > 0. A range beyond the
+// end fails with ErrOutOfRange.
+type Extenter interface {
+	Extents(ctx context.Context, off, n int64, dst []Extent) ([]Extent, error)
+}
+
+// Extents reports the extents of d, or one allocated extent for the
+// whole range when d is not an Extenter.
+func Extents(ctx context.Context, d Device, off, n int64, dst []Extent) ([]Extent, error) {
+	if err := CheckRange(d, off, n); err != nil {
+		return dst, err
+	}
+	if e, ok := d.(Extenter); ok {
+		return e.Extents(ctx, off, n, dst)
+	}
+	return append(dst, Extent{Length: n}), nil
+}
+
+// CheckRange returns ErrOutOfRange unless [off, off+n) lies within d.
+func CheckRange(d Device, off, n int64) error {
+	if off < 0 || n < 0 || off > d.Size() || n > d.Size()-off {
+		return fmt.Errorf("%w: offset %d length %d size %d", ErrOutOfRange, off, n, d.Size())
+	}
+	return nil
+}
+
+// CheckWrite is CheckRange for writes: ErrReadOnly on a read-only device,
+// ErrNoSpace beyond the end.
+func CheckWrite(d Device, off, n int64) error {
+	if d.ReadOnly() {
+		return ErrReadOnly
+	}
+	if off < 0 || n < 0 || off > d.Size() || n > d.Size()-off {
+		return fmt.Errorf("%w: write at offset %d length %d beyond size %d", ErrNoSpace, off, n, d.Size())
+	}
+	return nil
+}

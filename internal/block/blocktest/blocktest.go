@@ -1,0 +1,178 @@
+// Package blocktest is the conformance suite that every block.Device in
+// usher passes: ranges, zeros, trims, the read-only and out-of-range
+// contracts. Only tests import it.
+package blocktest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/block"
+)
+
+// Size is the size of the devices the suite asks for.
+const Size = 1 << 20
+
+// Run runs the suite against writable devices of Size bytes, all zeros,
+// that open returns. The suite closes them.
+func Run(t *testing.T, open func(t *testing.T) block.Device) {
+	ctx := context.Background()
+	t.Run("ReadsZerosWhenNew", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		if got, want := d.Size(), int64(Size); got != want {
+			t.Fatalf("Size = %d, want %d", got, want)
+		}
+		p := bytes.Repeat([]byte{0xff}, 8192)
+		must(t, d.ReadAt(ctx, p, 4096))
+		if !block.IsZero(p) {
+			t.Fatal("new device does not read as zeros")
+		}
+	})
+	t.Run("RandomWritesReadBack", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		model := make([]byte, Size)
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range 300 {
+			off := r.Int64N(Size - 1)
+			n := 1 + r.Int64N(min(Size-off, 70000))
+			switch i % 5 {
+			case 0, 1, 2:
+				p := make([]byte, n)
+				for j := range p {
+					p[j] = byte(r.Uint32())
+				}
+				must(t, d.WriteAt(ctx, p, off, 0))
+				copy(model[off:], p)
+			case 3:
+				must(t, d.Zero(ctx, off, n, 0))
+				clear(model[off : off+n])
+			case 4:
+				p := make([]byte, n)
+				must(t, d.ReadAt(ctx, p, off))
+				if !bytes.Equal(p, model[off:off+n]) {
+					t.Fatalf("step %d: read at %d len %d differs from what was written", i, off, n)
+				}
+			}
+		}
+		must(t, d.Flush(ctx))
+		got := make([]byte, Size)
+		must(t, d.ReadAt(ctx, got, 0))
+		if !bytes.Equal(got, model) {
+			t.Fatal("whole device differs from what was written")
+		}
+	})
+	t.Run("TrimReadsZeros", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		must(t, d.WriteAt(ctx, bytes.Repeat([]byte{7}, 3*4096), 4096, 0))
+		must(t, d.Trim(ctx, 4096, 3*4096, 0))
+		p := make([]byte, 3*4096)
+		must(t, d.ReadAt(ctx, p, 4096))
+		if !block.IsZero(p) {
+			t.Fatal("trimmed range does not read as zeros")
+		}
+	})
+	t.Run("OutOfRange", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		p := make([]byte, 4096)
+		if err := d.ReadAt(ctx, p, Size-100); !errors.Is(err, block.ErrOutOfRange) {
+			t.Fatalf("read past the end: %v, want ErrOutOfRange", err)
+		}
+		if err := d.WriteAt(ctx, p, Size-100, 0); !errors.Is(err, block.ErrNoSpace) {
+			t.Fatalf("write past the end: %v, want ErrNoSpace", err)
+		}
+		if err := d.Zero(ctx, Size, 1, 0); !errors.Is(err, block.ErrNoSpace) {
+			t.Fatalf("zero past the end: %v, want ErrNoSpace", err)
+		}
+		if err := d.ReadAt(ctx, p[:0], Size); err != nil {
+			t.Fatalf("empty read at the end: %v", err)
+		}
+	})
+	t.Run("Extents", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		must(t, d.WriteAt(ctx, bytes.Repeat([]byte{1}, 65536), 65536, 0))
+		ext, err := block.Extents(ctx, d, 0, Size, nil)
+		must(t, err)
+		var total int64
+		for _, e := range ext {
+			if e.Length <= 0 {
+				t.Fatalf("extent of length %d", e.Length)
+			}
+			total += e.Length
+		}
+		if total > Size {
+			t.Fatalf("extents cover %d bytes, more than the %d asked", total, Size)
+		}
+		// The written range must not be reported as zeros.
+		var pos int64
+		for _, e := range ext {
+			if e.Flags&block.Zeroed != 0 && pos < 2*65536 && pos+e.Length > 65536 {
+				t.Fatalf("written range reported as zeros: %+v", ext)
+			}
+			pos += e.Length
+		}
+	})
+	t.Run("Concurrent", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		done := make(chan error)
+		for g := range 8 {
+			go func() {
+				p := bytes.Repeat([]byte{byte(g + 1)}, 4096)
+				q := make([]byte, 4096)
+				var err error
+				for i := range 50 {
+					off := int64(g*64+i) * 4096 % Size
+					if err = d.WriteAt(ctx, p, off, 0); err != nil {
+						break
+					}
+					if err = d.ReadAt(ctx, q, off); err != nil {
+						break
+					}
+					if !bytes.Equal(p, q) {
+						err = errors.New("read back differs")
+						break
+					}
+				}
+				done <- err
+			}()
+		}
+		for range 8 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// RunReadOnly checks that d refuses writes with ErrReadOnly.
+func RunReadOnly(t *testing.T, d block.Device) {
+	t.Helper()
+	ctx := context.Background()
+	if !d.ReadOnly() {
+		t.Fatal("ReadOnly() = false")
+	}
+	if err := d.WriteAt(ctx, []byte{1}, 0, 0); !errors.Is(err, block.ErrReadOnly) {
+		t.Fatalf("WriteAt: %v, want ErrReadOnly", err)
+	}
+	if err := d.Zero(ctx, 0, 1, 0); !errors.Is(err, block.ErrReadOnly) {
+		t.Fatalf("Zero: %v, want ErrReadOnly", err)
+	}
+	if err := d.Trim(ctx, 0, 1, 0); !errors.Is(err, block.ErrReadOnly) {
+		t.Fatalf("Trim: %v, want ErrReadOnly", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
