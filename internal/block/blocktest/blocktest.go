@@ -129,7 +129,7 @@ func Run(t *testing.T, open func(t *testing.T) block.Device) {
 				q := make([]byte, 4096)
 				var err error
 				for i := range 50 {
-					off := int64(g*64+i) * 4096 % Size
+					off := int64(g*32+i%32) * 4096
 					if err = d.WriteAt(ctx, p, off, 0); err != nil {
 						break
 					}

@@ -1,0 +1,336 @@
+package nbd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"sync"
+
+	"github.com/usher-vdi/usher/internal/block"
+)
+
+// hdrRoom is the space kept in front of every payload buffer so that a
+// read reply's header and data go out in one write.
+const hdrRoom = 32
+
+// bufPools hold payload buffers by power-of-two size class.
+var bufPools [27]sync.Pool // up to 2^26 = 64 MiB
+
+// getBuf returns a buffer of hdrRoom+n bytes.
+func getBuf(n int) *[]byte {
+	size := hdrRoom + n
+	class := bits.Len(uint(size - 1))
+	if class < 12 {
+		class = 12
+	}
+	if p, ok := bufPools[class].Get().(*[]byte); ok {
+		*p = (*p)[:size]
+		return p
+	}
+	b := make([]byte, size, 1<<class)
+	return &b
+}
+
+func putBuf(p *[]byte) {
+	if p == nil {
+		return
+	}
+	class := bits.Len(uint(cap(*p) - 1))
+	if 1<<class != cap(*p) || class >= len(bufPools) {
+		return
+	}
+	bufPools[class].Put(p)
+}
+
+// job is one request handed from the reader to a worker.
+type job struct {
+	req request
+	buf *[]byte // payload of a WRITE, or room for a READ's data
+}
+
+// tx is the transmission phase of one connection.
+type tx struct {
+	c    *conn
+	dev  block.Device
+	info ExportInfo
+	wmu  sync.Mutex // serialises replies
+	werr error      // first write error, under wmu
+}
+
+// transmit serves requests until the client disconnects, breaks the
+// protocol or the server closes.
+func (c *conn) transmit(ctx context.Context, dev block.Device, info ExportInfo) error {
+	t := &tx{c: c, dev: dev, info: info}
+	jobs := make(chan job, c.s.Workers)
+	var wg sync.WaitGroup
+	for range c.s.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := worker{t: t}
+			for j := range jobs {
+				w.handle(ctx, j)
+			}
+		}()
+	}
+	err := t.readLoop(jobs)
+	close(jobs)
+	wg.Wait() // every request received gets its reply before we close
+	c.bw.Flush()
+	return err
+}
+
+func (t *tx) readLoop(jobs chan<- job) error {
+	br := t.c.br
+	var h [requestSize]byte
+	for {
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read request: %w", err)
+		}
+		r, err := parseRequest(h[:])
+		if err != nil {
+			return err // bad magic: clean disconnect
+		}
+		j := job{req: r}
+		switch r.typ {
+		case cmdDisc:
+			return nil
+		case cmdWrite:
+			if r.length > MaxPayload {
+				return fmt.Errorf("write of %d bytes exceeds the %d-byte maximum", r.length, MaxPayload)
+			}
+			j.buf = getBuf(int(r.length))
+			if _, err := io.ReadFull(br, (*j.buf)[hdrRoom:]); err != nil {
+				putBuf(j.buf)
+				return fmt.Errorf("read write payload: %w", err)
+			}
+		case cmdRead:
+			if r.length <= MaxPayload {
+				j.buf = getBuf(int(r.length))
+			}
+		}
+		jobs <- j
+	}
+}
+
+// send writes b as one reply.
+func (t *tx) send(b []byte) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.werr != nil {
+		return
+	}
+	if _, err := t.c.nc.Write(b); err != nil {
+		t.werr = err
+		t.c.nc.Close() // the reader stops too
+	}
+}
+
+// worker runs requests; its scratch space is reused across requests.
+type worker struct {
+	t       *tx
+	scratch [128]byte
+	extents []block.Extent
+	status  []byte
+}
+
+func (w *worker) handle(ctx context.Context, j job) {
+	defer putBuf(j.buf)
+	t, r := w.t, j.req
+	allowed, known := allowedFlags(r.typ, t.c.structured)
+	if !known {
+		w.fail(r, errInval, "unknown command")
+		return
+	}
+	if r.flags&^allowed != 0 {
+		w.fail(r, errInval, "command flag not allowed")
+		return
+	}
+	var f block.Flags
+	if r.flags&cmdFlagFUA != 0 {
+		f |= block.FUA
+	}
+	off, n := int64(r.offset), int64(r.length)
+	if r.offset > 1<<62 {
+		off = -1 // fails every range check
+	}
+	var err error
+	switch r.typ {
+	case cmdRead:
+		if j.buf == nil {
+			w.fail(r, errInval, "read larger than the maximum block size")
+			return
+		}
+		if err = t.dev.ReadAt(ctx, (*j.buf)[hdrRoom:], off); err == nil {
+			w.readReply(r, *j.buf)
+			return
+		}
+	case cmdWrite:
+		err = t.dev.WriteAt(ctx, (*j.buf)[hdrRoom:], off, f)
+	case cmdFlush:
+		err = t.dev.Flush(ctx)
+	case cmdTrim:
+		err = t.dev.Trim(ctx, off, n, f)
+	case cmdWriteZeroes:
+		if r.flags&cmdFlagNoHole != 0 {
+			f |= block.NoHole
+		}
+		if r.flags&cmdFlagFastZero != 0 {
+			f |= block.FastZero
+		}
+		err = t.dev.Zero(ctx, off, n, f)
+	case cmdCache:
+		err = w.cache(ctx, off, n)
+	case cmdBlockStatus:
+		if !t.c.metaAlloc {
+			w.fail(r, errInval, "no metadata context negotiated")
+			return
+		}
+		if n == 0 {
+			w.fail(r, errInval, "block status of length zero")
+			return
+		}
+		if err = w.blockStatus(ctx, r, off, n); err == nil {
+			return
+		}
+	}
+	if err != nil {
+		code, msg := errorCode(err)
+		if code == errIO && ctx.Err() == nil {
+			t.c.log.Warn("nbd request failed", "cmd", r.typ, "offset", r.offset, "length", r.length, keyErr, err)
+		}
+		w.fail(r, code, msg)
+		return
+	}
+	w.ok(r)
+}
+
+// errorCode maps an error to an NBD error and a message safe to send.
+func errorCode(err error) (uint32, string) {
+	switch {
+	case errors.Is(err, block.ErrReadOnly):
+		return errPerm, "export is read-only"
+	case errors.Is(err, block.ErrNoSpace):
+		return errNoSpc, "no space left"
+	case errors.Is(err, block.ErrOutOfRange):
+		return errInval, "range beyond the end of the export"
+	case errors.Is(err, block.ErrNotSupported):
+		return errNotSup, "not supported"
+	case errors.Is(err, context.Canceled), errors.Is(err, block.ErrClosed):
+		return errShutdown, "server shutting down"
+	}
+	return errIO, "input/output error"
+}
+
+func (w *worker) cache(ctx context.Context, off, n int64) error {
+	if err := block.CheckRange(w.t.dev, off, n); err != nil {
+		return err
+	}
+	const chunk = 1 << 20
+	buf := getBuf(int(min(n, chunk)))
+	defer putBuf(buf)
+	for n > 0 {
+		l := min(n, chunk)
+		if err := w.t.dev.ReadAt(ctx, (*buf)[hdrRoom:hdrRoom+l], off); err != nil {
+			return err
+		}
+		off, n = off+l, n-l
+	}
+	return nil
+}
+
+func (w *worker) blockStatus(ctx context.Context, r request, off, n int64) error {
+	const maxDescriptors = 1024
+	ext, err := block.Extents(ctx, w.t.dev, off, n, w.extents[:0])
+	w.extents = ext[:0]
+	if err != nil {
+		return err
+	}
+	var zero [20]byte
+	b := append(w.status[:0], zero[:]...)
+	b = binary.BigEndian.AppendUint32(b, metaAllocationID)
+	count := 0
+	for i, e := range ext {
+		// Merge runs with the same flags; lengths fit in 32 bits since
+		// they sum to at most n.
+		if i > 0 && ext[i-1].Flags == e.Flags && count > 0 {
+			prev := b[len(b)-8:]
+			binary.BigEndian.PutUint32(prev, binary.BigEndian.Uint32(prev)+uint32(e.Length))
+			continue
+		}
+		if count == maxDescriptors || (count == 1 && r.flags&cmdFlagReqOne != 0) {
+			break
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(e.Length))
+		b = binary.BigEndian.AppendUint32(b, uint32(e.Flags))
+		count++
+	}
+	w.status = b
+	putChunkHeader(b, replyFlagDone, replyTypeBlockStatus, r.cookie, uint32(len(b)-20))
+	w.t.send(b)
+	return nil
+}
+
+func putChunkHeader(b []byte, flags, typ uint16, cookie uint64, length uint32) {
+	binary.BigEndian.PutUint32(b, magicStructured)
+	binary.BigEndian.PutUint16(b[4:], flags)
+	binary.BigEndian.PutUint16(b[6:], typ)
+	binary.BigEndian.PutUint64(b[8:], cookie)
+	binary.BigEndian.PutUint32(b[16:], length)
+}
+
+// readReply sends buf[hdrRoom:] as the data of a successful read.
+func (w *worker) readReply(r request, buf []byte) {
+	if !w.t.c.structured {
+		h := buf[hdrRoom-16:]
+		binary.BigEndian.PutUint32(h, magicSimple)
+		binary.BigEndian.PutUint32(h[4:], 0)
+		binary.BigEndian.PutUint64(h[8:], r.cookie)
+		w.t.send(h)
+		return
+	}
+	if r.length == 0 {
+		w.ok(r)
+		return
+	}
+	h := buf[hdrRoom-28:]
+	putChunkHeader(h, replyFlagDone, replyTypeOffsetData, r.cookie, 8+r.length)
+	binary.BigEndian.PutUint64(h[20:], r.offset)
+	w.t.send(h)
+}
+
+func (w *worker) ok(r request) {
+	if !w.t.c.structured {
+		h := w.scratch[:16]
+		binary.BigEndian.PutUint32(h, magicSimple)
+		binary.BigEndian.PutUint32(h[4:], 0)
+		binary.BigEndian.PutUint64(h[8:], r.cookie)
+		w.t.send(h)
+		return
+	}
+	h := w.scratch[:20]
+	putChunkHeader(h, replyFlagDone, replyTypeNone, r.cookie, 0)
+	w.t.send(h)
+}
+
+func (w *worker) fail(r request, code uint32, msg string) {
+	if !w.t.c.structured {
+		h := w.scratch[:16]
+		binary.BigEndian.PutUint32(h, magicSimple)
+		binary.BigEndian.PutUint32(h[4:], code)
+		binary.BigEndian.PutUint64(h[8:], r.cookie)
+		w.t.send(h)
+		return
+	}
+	b := w.scratch[:26]
+	putChunkHeader(b, replyFlagDone, replyTypeError, r.cookie, uint32(6+len(msg)))
+	binary.BigEndian.PutUint32(b[20:], code)
+	binary.BigEndian.PutUint16(b[24:], uint16(len(msg)))
+	w.t.send(append(b, msg...))
+}
