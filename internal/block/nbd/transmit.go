@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"net"
 	"sync"
 
 	"github.com/usher-vdi/usher/internal/block"
@@ -56,14 +57,19 @@ type tx struct {
 	c    *conn
 	dev  block.Device
 	info ExportInfo
-	wmu  sync.Mutex // serialises replies
-	werr error      // first write error, under wmu
+	wmu     sync.Mutex // guards the fields below
+	wcond   sync.Cond  // signalled when writing becomes false
+	writing bool       // a goroutine is writing replies
+	pending []byte     // replies queued for the writer
+	spare   []byte
+	werr    error // first write error
 }
 
 // transmit serves requests until the client disconnects, breaks the
 // protocol or the server closes.
 func (c *conn) transmit(ctx context.Context, dev block.Device, info ExportInfo) error {
 	t := &tx{c: c, dev: dev, info: info}
+	t.wcond.L = &t.wmu
 	jobs := make(chan job, c.s.Workers)
 	var wg sync.WaitGroup
 	for range c.s.Workers {
@@ -119,16 +125,61 @@ func (t *tx) readLoop(jobs chan<- job) error {
 	}
 }
 
-// send writes b as one reply.
+// send queues b as one reply and returns once it is written or queued
+// behind a write in progress (b may be reused at once). Replies are
+// group-committed: whoever finds no write in progress writes everything
+// queued, so a busy connection makes one syscall for many replies.
 func (t *tx) send(b []byte) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	if t.werr != nil {
-		return
+	if len(b) > maxQueued {
+		// Large reads are not copied: wait for the writer, then write
+		// what is queued and b together.
+		for t.writing {
+			t.wcond.Wait()
+		}
+		if t.werr != nil {
+			return
+		}
+		t.writing = true
+		bufs := net.Buffers{t.pending, b}
+		t.pending = t.pending[:0]
+		t.wmu.Unlock()
+		_, err := bufs.WriteTo(t.c.nc)
+		t.wmu.Lock()
+		t.fail(err)
+	} else {
+		if t.werr != nil {
+			return
+		}
+		t.pending = append(t.pending, b...)
+		if t.writing {
+			return
+		}
+		t.writing = true
 	}
-	if _, err := t.c.nc.Write(b); err != nil {
+	for len(t.pending) > 0 && t.werr == nil {
+		out := t.pending
+		t.pending = t.spare[:0]
+		t.wmu.Unlock()
+		_, err := t.c.nc.Write(out)
+		t.wmu.Lock()
+		t.spare = out[:0]
+		t.fail(err)
+	}
+	t.writing = false
+	t.wcond.Broadcast()
+}
+
+// maxQueued is the largest reply copied into the queue.
+const maxQueued = 64 << 10
+
+// fail records a write error; the connection is closed so that the
+// reader stops too. Called with wmu held.
+func (t *tx) fail(err error) {
+	if err != nil && t.werr == nil {
 		t.werr = err
-		t.c.nc.Close() // the reader stops too
+		t.c.nc.Close()
 	}
 }
 
