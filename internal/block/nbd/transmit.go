@@ -54,9 +54,9 @@ type job struct {
 
 // tx is the transmission phase of one connection.
 type tx struct {
-	c    *conn
-	dev  block.Device
-	info ExportInfo
+	c       *conn
+	dev     block.Device
+	info    ExportInfo
 	wmu     sync.Mutex // guards the fields below
 	wcond   sync.Cond  // signalled when writing becomes false
 	writing bool       // a goroutine is writing replies
