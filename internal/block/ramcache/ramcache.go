@@ -1,0 +1,166 @@
+// Package ramcache is the server RAM cache: an LRU of image blocks shared
+// by every target, so that the second target to boot an image reads it
+// from memory. It caches read-only devices only; the cache is sharded so
+// that reads of different blocks do not contend on one lock.
+package ramcache
+
+import (
+	"container/list"
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/usher-vdi/usher/internal/block"
+)
+
+// DefaultBlockSize is the unit the cache reads and keeps.
+const DefaultBlockSize = 64 << 10
+
+const shards = 64
+
+type key struct {
+	dev   uint64
+	block int64
+}
+
+type entry struct {
+	key  key
+	data []byte
+}
+
+type shard struct {
+	mu    sync.Mutex
+	items map[key]*list.Element
+	lru   list.List // front = most recent
+	bytes int64
+}
+
+// Cache is a RAM cache of fixed-size blocks of any number of read-only
+// devices, bounded in bytes.
+type Cache struct {
+	blockSize int64
+	perShard  int64
+	seed      maphash.Seed
+	shards    [shards]shard
+	nextID    atomic.Uint64
+
+	// Hits and Misses count block lookups.
+	Hits, Misses atomic.Int64
+}
+
+// New returns a cache of at most capacity bytes of blockSize blocks
+// (DefaultBlockSize when 0).
+func New(capacity, blockSize int64) *Cache {
+	if blockSize <= 0 {
+		blockSize = DefaultBlockSize
+	}
+	c := &Cache{blockSize: blockSize, perShard: capacity / shards, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].items = make(map[key]*list.Element)
+	}
+	return c
+}
+
+// Bytes is the memory the cached blocks hold.
+func (c *Cache) Bytes() int64 {
+	var n int64
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += s.bytes
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (c *Cache) shard(k key) *shard {
+	h := maphash.Comparable(c.seed, k)
+	return &c.shards[h%shards]
+}
+
+// get copies the cached part of block k starting at o into p.
+func (c *Cache) get(k key, p []byte, o int64) bool {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.items[k]
+	if !ok {
+		return false
+	}
+	s.lru.MoveToFront(el)
+	copy(p, el.Value.(*entry).data[o:])
+	return true
+}
+
+func (c *Cache) put(k key, data []byte) {
+	if c.perShard < int64(len(data)) {
+		return
+	}
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.items[k]; ok {
+		return
+	}
+	for s.bytes+int64(len(data)) > c.perShard {
+		old := s.lru.Back()
+		e := old.Value.(*entry)
+		s.lru.Remove(old)
+		delete(s.items, e.key)
+		s.bytes -= int64(len(e.data))
+	}
+	s.items[k] = s.lru.PushFront(&entry{key: k, data: data})
+	s.bytes += int64(len(data))
+}
+
+// Device is a read-only device whose reads go through the cache.
+type Device struct {
+	block.Device
+	c  *Cache
+	id uint64
+}
+
+var (
+	_ block.Device   = (*Device)(nil)
+	_ block.Extenter = (*Device)(nil)
+)
+
+// Wrap returns a cached view of d, which must not change while cached
+// (a read-only image version). Closing the result closes d.
+func (c *Cache) Wrap(d block.Device) *Device {
+	return &Device{Device: d, c: c, id: c.nextID.Add(1)}
+}
+
+// ReadAt implements block.Device: whole blocks are read from the device
+// on a miss and kept.
+func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := block.CheckRange(d, off, int64(len(p))); err != nil {
+		return err
+	}
+	bs := d.c.blockSize
+	for len(p) > 0 {
+		b, o := off/bs, off%bs
+		n := min(int64(len(p)), bs-o)
+		k := key{d.id, b}
+		if d.c.get(k, p[:n], o) {
+			d.c.Hits.Add(1)
+		} else {
+			d.c.Misses.Add(1)
+			start := b * bs
+			data := make([]byte, min(bs, d.Size()-start))
+			if err := d.Device.ReadAt(ctx, data, start); err != nil {
+				return err
+			}
+			copy(p[:n], data[o:])
+			d.c.put(k, data)
+		}
+		p, off = p[n:], off+n
+	}
+	return nil
+}
+
+// Extents implements block.Extenter.
+func (d *Device) Extents(ctx context.Context, off, n int64, dst []block.Extent) ([]block.Extent, error) {
+	return block.Extents(ctx, d.Device, off, n, dst)
+}
