@@ -22,7 +22,7 @@ func TestSecondReaderHitsMemory(t *testing.T) {
 	img.WriteAt(ctx, data, 0, 0)
 	img.SetReadOnly(true)
 	var disk meter.Counters
-	c := ramcache.New(16<<20, 0)
+	c := ramcache.New(64<<20, 0) // per-shard budgets: room to spare
 	dev := c.Wrap(meter.Wrap(img, &disk))
 	read := func() {
 		for off := int64(0); off < 8<<20; off += 12345 {
