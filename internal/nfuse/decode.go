@@ -221,7 +221,7 @@ func appendWords(list []string, s string) []string {
 	if s == "" {
 		return list
 	}
-	if strings.IndexAny(s, " \t\r\n,") < 0 {
+	if !strings.ContainsAny(s, " \t\r\n,") {
 		return append(list, lower(s))
 	}
 	for w := range strings.FieldsFuncSeq(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\r' || r == '\n' }) {

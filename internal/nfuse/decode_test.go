@@ -92,7 +92,9 @@ func TestDecodeLenient(t *testing.T) {
 		{"UTF-16 with a byte order mark", utf16le(`<?xml version="1.0" encoding="UTF-16"?><NFuseProtocol><RequestAppData><ClientName>Büro €</ClientName></RequestAppData></NFuseProtocol>`, true),
 			func(r *nfuse.Request) error { return want(r.ClientName == "Büro €") }},
 		{"character references", []byte(`<NFuseProtocol><RequestAddress><Name><AppName>Office&#32;Writer&#x21;</AppName></Name><ClientName>a&amp;b&lt;&gt;&quot;&apos;</ClientName></RequestAddress></NFuseProtocol>`),
-			func(r *nfuse.Request) error { return want(r.Name.AppName == "Office Writer!" && r.ClientName == `a&b<>"'`) }},
+			func(r *nfuse.Request) error {
+				return want(r.Name.AppName == "Office Writer!" && r.ClientName == `a&b<>"'`)
+			}},
 		{"an unescaped ampersand", []byte(`<NFuseProtocol><RequestValidateCredentials><Credentials><UserName>u</UserName><Password>a&b&c;&#;&</Password></Credentials></RequestValidateCredentials></NFuseProtocol>`),
 			func(r *nfuse.Request) error { return want(r.Credentials.Password.Value == "a&b&c;&#;&") }},
 		{"Nil placeholders", []byte(`<NFuseProtocol><RequestAppData><Scope traverse="onelevel"><Nil /></Scope><ClientName><Nil/></ClientName><Nil /><DesiredDetails>defaults</DesiredDetails></RequestAppData></NFuseProtocol>`),
@@ -122,7 +124,9 @@ func TestDecodeLenient(t *testing.T) {
 				return want(reflect.DeepEqual(r.DesiredDetails, []string{"permissions", "icon-info", "access-list"}))
 			}},
 		{"an unknown request type", []byte(`<NFuseProtocol><RequestFrobnicate/></NFuseProtocol>`),
-			func(r *nfuse.Request) error { return want(r.Kind == nfuse.KindUnknown && r.Element == "RequestFrobnicate") }},
+			func(r *nfuse.Request) error {
+				return want(r.Kind == nfuse.KindUnknown && r.Element == "RequestFrobnicate")
+			}},
 		{"every field of RequestAddress", []byte(`<NFuseProtocol version="5.8"><RequestAddress><Flags>alt-addr no-load-bias</Flags><Name><SessionName><InName>Writer</InName><HostId>h1</HostId><SessionId>s1</SessionId></SessionName></Name><ClientName>PC</ClientName><ClientAddress addresstype="dot">1.2.3.4</ClientAddress><ServerAddress addresstype="dot-port">5.6.7.8:1494</ServerAddress><Credentials><ID type="sam">DEMO\u</ID><ID type="SID">S-1-5</ID></Credentials><ClientType>ica30</ClientType><DeviceId>dev</DeviceId><SessionSettings/></RequestAddress></NFuseProtocol>`),
 			func(r *nfuse.Request) error {
 				return want(reflect.DeepEqual(r.Flags, []string{"alt-addr", "no-load-bias"}) &&

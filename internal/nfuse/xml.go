@@ -457,16 +457,6 @@ func xmlChar(r rune) bool {
 		(r >= 0x20 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
 }
 
-// child returns the first child element with the name, in any case.
-func (t *tree) child(n int32, name string) (*node, bool) {
-	for c := t.nodes[n].first; c >= 0; c = t.nodes[c].next {
-		if strings.EqualFold(t.nodes[c].name, name) {
-			return &t.nodes[c], true
-		}
-	}
-	return nil, false
-}
-
 // attr returns an attribute's value, in any case of its name.
 func (t *tree) attr(n *node, name string) string {
 	for _, a := range t.attrs[n.attrs[0]:n.attrs[1]] {

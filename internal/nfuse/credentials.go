@@ -1,0 +1,126 @@
+package nfuse
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// errNoCredentials is a request without credentials, or with only
+// AnonymousUser: failed-credentials, except for a RequestAppData when the
+// site lists applications anonymously.
+var errNoCredentials = fmt.Errorf("no credentials: %w", broker.ErrBadCredentials)
+
+// authenticate returns the user the credentials name. A password may be
+// cleartext or ctx1; the user name "user", "DOMAIN\user" or "user@domain",
+// with or without a Domain element; any domain named must be the site's.
+// ID-only credentials are honoured only when the site trusts XML requests.
+// Errors: errNoCredentials, broker.ErrBadCredentials (also for a password
+// that is not valid ctx1), broker.ErrAccountDisabled, broker.ErrAccountLocked.
+func (h *Handler) authenticate(ctx context.Context, snap *broker.Snapshot, c *Credentials) (*site.User, error) {
+	switch {
+	case c == nil || (c.UserName == "" && len(c.IDs) == 0):
+		return nil, errNoCredentials
+	case c.UserName == "":
+		return h.trusted(snap, c.IDs)
+	}
+	name, domain := SplitUserName(c.UserName)
+	if !h.ownDomain(snap, domain) || !h.ownDomain(snap, c.Domain) {
+		return nil, broker.ErrBadCredentials
+	}
+	password, err := c.Password.decode()
+	if err != nil || name == "" || password == "" {
+		return nil, broker.ErrBadCredentials
+	}
+	return h.broker.Authenticate(ctx, name, password)
+}
+
+// ownDomain reports whether a domain given with credentials is the site's;
+// none given is.
+func (h *Handler) ownDomain(snap *broker.Snapshot, domain string) bool {
+	return domain == "" || strings.EqualFold(domain, snap.Settings.Domain)
+}
+
+// decode returns the password in clear.
+func (p Password) decode() (string, error) {
+	switch p.Encoding {
+	case "", "cleartext":
+		return p.Value, nil
+	case "ctx1":
+		return DecodeCtx1(p.Value)
+	}
+	return "", fmt.Errorf("unknown password encoding %q", p.Encoding)
+}
+
+// SplitUserName returns the user and domain of "user", "DOMAIN\user" or
+// "user@domain".
+func SplitUserName(s string) (user, domain string) {
+	if d, u, ok := strings.Cut(s, `\`); ok {
+		return u, d
+	}
+	if u, d, ok := strings.Cut(s, "@"); ok {
+		return u, d
+	}
+	return s, ""
+}
+
+// trusted resolves ID-only credentials, which a trusted server (a
+// StoreFront that authenticated the user itself) sends. SAM and UPN
+// identities name the user; a SID must be the one usher gives the user
+// (see userSID), since usher cannot look users up by SID alone. All
+// identities must agree.
+func (h *Handler) trusted(snap *broker.Snapshot, ids []ID) (*site.User, error) {
+	if !snap.Settings.TrustXMLRequests {
+		return nil, broker.ErrBadCredentials
+	}
+	var name string
+	for _, id := range ids {
+		var n, d string
+		switch id.Type {
+		case "SAM", "UPN":
+			n, d = SplitUserName(id.Value)
+		default:
+			continue
+		}
+		if n == "" || !h.ownDomain(snap, d) || (name != "" && n != name) {
+			return nil, broker.ErrBadCredentials
+		}
+		name = n
+	}
+	u, ok := snap.User(name)
+	if name == "" || !ok {
+		return nil, broker.ErrBadCredentials
+	}
+	for _, id := range ids {
+		if id.Type == "SID" && !strings.EqualFold(id.Value, userSID(snap.Settings.Domain, u.Name)) {
+			return nil, broker.ErrBadCredentials
+		}
+	}
+	if u.Disabled {
+		return nil, broker.ErrAccountDisabled
+	}
+	return u, nil
+}
+
+// userSID makes up a Windows security identifier for a local user, which
+// has none: S-1-5-21-A-B-C-RID, the domain part and the RID derived from
+// hashes of the domain and of the user name. It is stable across restarts
+// and brokers, but it is no real SID and names no Windows account.
+func userSID(domain, user string) string {
+	d := sha256.Sum256([]byte("usher domain\x00" + strings.ToUpper(domain)))
+	u := sha256.Sum256([]byte("usher user\x00" + strings.ToUpper(domain) + "\x00" + user))
+	b := []byte("S-1-5-21")
+	for i := range 3 {
+		b = append(b, '-')
+		b = strconv.AppendUint(b, uint64(binary.BigEndian.Uint32(d[4*i:])), 10)
+	}
+	b = append(b, '-')
+	b = strconv.AppendUint(b, 1000+uint64(binary.BigEndian.Uint32(u[:])%(1<<30)), 10)
+	return string(b)
+}

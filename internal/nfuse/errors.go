@@ -1,0 +1,50 @@
+package nfuse
+
+import (
+	"errors"
+
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// ErrorIds are the NFuse error codes usher answers with.
+const (
+	ErrorUnspecified            = "unspecified"
+	ErrorFailedCredentials      = "failed-credentials"
+	ErrorAccountDisabled        = "account-disabled"
+	ErrorAccountLockedOut       = "account-locked-out"
+	ErrorNoAvailableWorkstation = "no-available-workstation"
+	ErrorRetryRequired          = "retry-required"
+)
+
+// errorID maps an error onto an NFuse ErrorId. Everything without a
+// specific ErrorId is unspecified, including a resource that does not
+// exist or that the user may not use (broker.ErrNotEntitled): the answer
+// must not tell the two apart, and no code of the protocol says "not
+// yours".
+func errorID(err error) string {
+	switch {
+	case errors.Is(err, broker.ErrBadCredentials):
+		return ErrorFailedCredentials
+	case errors.Is(err, broker.ErrAccountDisabled):
+		return ErrorAccountDisabled
+	case errors.Is(err, broker.ErrAccountLocked):
+		return ErrorAccountLockedOut
+	}
+	switch site.ErrorCode(err) {
+	case site.EOverloaded:
+		return ErrorRetryRequired
+	case site.ENoCapacity:
+		return ErrorNoAvailableWorkstation
+	case site.EUnauthorized:
+		return ErrorFailedCredentials
+	}
+	return ErrorUnspecified
+}
+
+// Internal errors that answer unspecified.
+var (
+	errMalformed   = errors.New("malformed request")
+	errUnsupported = site.Errorf(site.EInvalid, "unsupported request")
+	errNotFound    = site.Errorf(site.ENotFound, "no such launch or session")
+)

@@ -1,0 +1,322 @@
+package nfuse
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/broker"
+)
+
+// Path is where NFuse clients post requests. Clients spell it in several
+// cases; IsPath matches any.
+const Path = "/scripts/wpnbr.dll"
+
+// IsPath reports whether a URL path is the NFuse path, in any case.
+func IsPath(p string) bool { return strings.EqualFold(p, Path) }
+
+// Defaults for Config.
+const (
+	// DefaultMaxBodyBytes bounds a request body. Real requests are under
+	// 2 KB (Citrix IMA refused anything over 4 KB).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxPendingLaunches bounds the launches kept for RequestTicket
+	// and RequestLaunchRef.
+	DefaultMaxPendingLaunches = 10000
+)
+
+// Config configures a Handler. The farm name, the trust in ID-only
+// credentials and the anonymous application list come from the site
+// settings of the broker's current snapshot (Name, TrustXMLRequests,
+// AnonymousAppData), so that they follow configuration changes.
+type Config struct {
+	Broker *broker.Broker
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Limits bound a request's XML.
+	Limits Limits
+	// MaxPendingLaunches bounds the launches remembered for older clients'
+	// RequestTicket and RequestLaunchRef; 0 means DefaultMaxPendingLaunches.
+	MaxPendingLaunches int
+	Logger             *slog.Logger
+	// Observe, when set, is called after each request with its kind, the
+	// ErrorId answered ("" for success) and the time taken.
+	Observe func(kind Kind, errorID string, elapsed time.Duration)
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the NFuse protocol at Path; other paths get 404 and
+// methods other than POST 405. It starts no goroutines and needs no Close.
+type Handler struct {
+	cfg      Config
+	broker   *broker.Broker
+	log      *slog.Logger
+	snaps    atomic.Pointer[snapCache]
+	icons    icons
+	launches *launches
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Broker == nil {
+		return nil, errors.New("nfuse: Config.Broker is required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxPendingLaunches <= 0 {
+		cfg.MaxPendingLaunches = DefaultMaxPendingLaunches
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	return &Handler{cfg: cfg, broker: cfg.Broker, log: cfg.Logger,
+		launches: newLaunches(cfg.MaxPendingLaunches, cfg.Now)}, nil
+}
+
+// Log attribute keys.
+const (
+	logRequest = "request"
+	logUser    = "user"
+	logRemote  = "remote"
+	logErrorID = "error_id"
+	logErr     = "err"
+)
+
+// exchange is one request being answered.
+type exchange struct {
+	r    *http.Request
+	req  *Request
+	kind Kind
+	// resp is the response element's name.
+	resp string
+	// w builds answers that are not served from a cache.
+	w *xmlw
+	// errID is the ErrorId answered, "" for success.
+	errID string
+	// user is the authenticated user, for logs.
+	user string
+}
+
+func (x *exchange) begin() {
+	x.w.raw(prolog)
+	x.w.start(x.resp)
+}
+
+func (x *exchange) finish() []byte {
+	x.w.end(x.resp)
+	x.w.raw(epilog)
+	return x.w.b
+}
+
+// ServeHTTP answers one NFuse request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !IsPath(r.URL.Path) {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "NFuse requests are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	start := time.Now()
+	bb := getBuffer()
+	defer putBuffer(bb)
+	x := &exchange{r: r, w: getAnswer()}
+	defer putAnswer(x.w)
+
+	var answer []byte
+	body, err := h.readBody(r, bb)
+	if err == nil {
+		x.req, err = Decode(body, h.cfg.Limits)
+	}
+	if err != nil {
+		answer = h.refuse(x, body, err)
+	} else {
+		x.kind = x.req.Kind
+		x.resp = responseName(x.req.Kind, x.req.Element)
+		answer = h.serve(r.Context(), x)
+	}
+
+	hdr := w.Header()
+	hdr["Content-Type"] = contentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(answer))}
+	if errors.Is(err, errTooLarge) {
+		hdr["Connection"] = connectionClose
+	}
+	w.WriteHeader(http.StatusOK)
+	w.Write(answer)
+	if h.cfg.Observe != nil {
+		h.cfg.Observe(x.kind, x.errID, time.Since(start))
+	}
+}
+
+var (
+	contentType     = []string{ContentType}
+	connectionClose = []string{"close"}
+)
+
+// errTooLarge is a body over Config.MaxBodyBytes.
+var errTooLarge = errors.New("request body too large")
+
+// readBody reads the body into buf. For a body over the limit it returns
+// errTooLarge with what it read: nothing when the client announced the
+// length, so that a client that sent "Expect: 100-continue" need not send
+// the body at all.
+func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, error) {
+	limit := h.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, errTooLarge
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
+		return buf.Bytes(), err
+	}
+	if int64(buf.Len()) > limit {
+		return buf.Bytes(), errTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// refuse answers a request that could not be read: unspecified, in the
+// response element of the request type when it could be made out.
+func (h *Handler) refuse(x *exchange, body []byte, err error) []byte {
+	element := sniffRequest(body)
+	var de *DecodeError
+	if errors.As(err, &de) && de.Element != "" {
+		element = de.Element
+	}
+	x.kind = kindOf(element)
+	x.resp = responseName(x.kind, element)
+	h.log.Info("unreadable NFuse request", logRequest, x.kind, logRemote, x.r.RemoteAddr, logErr, err)
+	return h.fail(x, errMalformed)
+}
+
+// responseName returns the response element for a request: the known
+// one, or for an unknown Request* element its Response* twin when the name
+// is plain ASCII letters, else "Response".
+func responseName(k Kind, element string) string {
+	if k != KindUnknown {
+		return k.Response()
+	}
+	rest, ok := cutPrefixFold(element, "Request")
+	if !ok || rest == "" || len(rest) > 64 || !isNameBytes([]byte(rest)) {
+		return "Response"
+	}
+	return "Response" + rest
+}
+
+// fail answers with the ErrorId of err, logging what the client is not told.
+func (h *Handler) fail(x *exchange, err error) []byte {
+	x.errID = errorID(err)
+	if x.errID == ErrorUnspecified && !errors.Is(err, errMalformed) {
+		h.log.Warn("NFuse request failed", logRequest, x.kind, logUser, x.user, logRemote, x.r.RemoteAddr, logErr, err)
+	}
+	x.w.b = x.w.b[:0]
+	x.begin()
+	x.w.elem("ErrorId", x.errID)
+	if x.kind == KindAppData {
+		x.w.elem("LeasingStatus", leasingStatus)
+	}
+	return x.finish()
+}
+
+// serve answers a decoded request.
+func (h *Handler) serve(ctx context.Context, x *exchange) []byte {
+	switch x.kind {
+	case KindCapabilities:
+		return h.capabilities(x)
+	case KindServerFarmData:
+		return h.serverFarmData(x)
+	case KindServerData:
+		return h.serverData(x)
+	case KindProtocolInfo:
+		return h.protocolInfo(x)
+	case KindAltAddress:
+		return h.altAddress(x)
+	case KindUnknown:
+		h.log.Info("unknown NFuse request", logRequest, x.req.Element, logRemote, x.r.RemoteAddr)
+		return h.fail(x, errUnsupported)
+	}
+	// The rest authenticate or broker: they run in an admission slot.
+	release, err := h.broker.Admit()
+	if err != nil {
+		return h.fail(x, err)
+	}
+	defer release()
+	switch x.kind {
+	case KindValidateCredentials:
+		return h.validateCredentials(ctx, x)
+	case KindAppData:
+		return h.appData(ctx, x)
+	case KindAddress:
+		return h.address(ctx, x)
+	case KindTicket, KindLaunchRef:
+		return h.redeem(ctx, x)
+	case KindReconnectSessionData, KindDiscSessionData:
+		return h.sessionData(ctx, x)
+	case KindDisconnectUserSessions, KindLogoffUserSessions:
+		return h.endSessions(ctx, x)
+	}
+	return h.fail(x, errUnsupported)
+}
+
+// clientAddress is the client's address as the request gives it, else as
+// the connection shows it.
+func clientAddress(x *exchange) string {
+	if a := x.req.ClientAddress.Value; a != "" {
+		return a
+	}
+	host, _, err := net.SplitHostPort(x.r.RemoteAddr)
+	if err != nil {
+		return x.r.RemoteAddr
+	}
+	return host
+}
+
+// Buffers are pooled: a request body and an answer each need one.
+var (
+	bodyPool   = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	answerPool = sync.Pool{New: func() any { return &xmlw{b: make([]byte, 0, 4096)} }}
+)
+
+// maxPooled is the largest buffer kept for reuse; a rare big one is left
+// to the garbage collector.
+const maxPooled = 256 << 10
+
+func getBuffer() *bytes.Buffer { return bodyPool.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooled {
+		b.Reset()
+		bodyPool.Put(b)
+	}
+}
+
+func getAnswer() *xmlw { return answerPool.Get().(*xmlw) }
+
+func putAnswer(w *xmlw) {
+	if cap(w.b) <= maxPooled {
+		w.b = w.b[:0]
+		answerPool.Put(w)
+	}
+}
