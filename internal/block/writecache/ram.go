@@ -1,0 +1,299 @@
+package writecache
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/block"
+)
+
+// SegmentBlocks is how many blocks the RAM cache moves to the overflow
+// device in one sequential write (1 MiB).
+const SegmentBlocks = 256
+
+// RAMOptions configure a RAM write cache.
+type RAMOptions struct {
+	// Budget is the most RAM the cache's blocks take. Memory is taken
+	// only as blocks are written.
+	Budget int64
+	// Overflow, when set, receives the least recently written blocks
+	// once the budget is used, in segments of SegmentBlocks blocks
+	// appended sequentially. Its size is the overflow capacity. Close
+	// closes it.
+	Overflow block.Device
+	Logger   *slog.Logger
+}
+
+type ramBlock struct {
+	n    int64  // block number
+	data []byte // nil: zeros
+	el   *list.Element
+}
+
+// RAM is a write cache in memory over a read-only base. Without an
+// overflow, a write that needs more than the budget fails with
+// block.ErrNoSpace (and a log line); with one, it fails so only when the
+// overflow device is full too. A failed write changes nothing already
+// written. Reads come from RAM, then the overflow, then the base.
+// Contents are volatile: Flush does nothing, and the cache starts empty.
+type RAM struct {
+	base block.Device
+	opt  RAMOptions
+	size int64
+
+	mu      sync.RWMutex
+	blocks  map[int64]*ramBlock
+	lru     list.List // of *ramBlock, front = most recently written
+	used    int64
+	ofIndex map[int64]int64 // block -> offset in the overflow device
+	ofEnd   int64           // next segment goes here
+	segment []byte
+
+	// Evicted counts blocks moved to overflow, Segments the writes that
+	// moved them; Full counts writes refused for lack of space.
+	Evicted, Segments, Full atomic.Int64
+	lastLog                 atomic.Int64
+}
+
+var _ block.Device = (*RAM)(nil)
+
+// NewRAM returns a RAM write cache over base.
+func NewRAM(base block.Device, opt RAMOptions) *RAM {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &RAM{base: base, opt: opt, size: base.Size(), blocks: make(map[int64]*ramBlock), ofIndex: make(map[int64]int64)}
+}
+
+// Size implements block.Device.
+func (r *RAM) Size() int64 { return r.size }
+
+// ReadOnly implements block.Device.
+func (r *RAM) ReadOnly() bool { return false }
+
+// Used is the RAM the cached blocks take.
+func (r *RAM) Used() int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.used
+}
+
+// ReadAt implements block.Device.
+func (r *RAM) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := block.CheckRange(r, off, int64(len(p))); err != nil {
+		return err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for len(p) > 0 {
+		b, bo := off/BlockSize, off%BlockSize
+		n := min(int64(len(p)), BlockSize-bo)
+		if rb := r.blocks[b]; rb != nil {
+			if rb.data == nil {
+				clear(p[:n])
+			} else {
+				copy(p[:n], rb.data[bo:])
+			}
+		} else if at, ok := r.ofIndex[b]; ok {
+			if err := r.opt.Overflow.ReadAt(ctx, p[:n], at+bo); err != nil {
+				return err
+			}
+		} else {
+			// A run of blocks that are neither in RAM nor overflowed is
+			// one read of the base.
+			end := (b + 1) * BlockSize
+			for end < off+int64(len(p)) && r.blocks[end/BlockSize] == nil {
+				if _, ok := r.ofIndex[end/BlockSize]; ok {
+					break
+				}
+				end += BlockSize
+			}
+			n = min(int64(len(p)), end-off)
+			if err := r.base.ReadAt(ctx, p[:n], off); err != nil {
+				return err
+			}
+		}
+		p, off = p[n:], off+n
+	}
+	return nil
+}
+
+// WriteAt implements block.Device.
+func (r *RAM) WriteAt(ctx context.Context, p []byte, off int64, _ block.Flags) error {
+	if err := block.CheckWrite(r, off, int64(len(p))); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(p) > 0 {
+		b, bo := off/BlockSize, off%BlockSize
+		n := min(int64(len(p)), BlockSize-bo)
+		rb, err := r.block(ctx, b, n < BlockSize)
+		if err != nil {
+			return err
+		}
+		copy(rb.data[bo:], p[:n])
+		p, off = p[n:], off+n
+	}
+	return nil
+}
+
+// block returns block b in RAM with its data allocated, making room and
+// reading its old content (when partial) as needed. Called with mu held.
+func (r *RAM) block(ctx context.Context, b int64, partial bool) (*ramBlock, error) {
+	rb := r.blocks[b]
+	if rb != nil && rb.data != nil {
+		r.lru.MoveToFront(rb.el)
+		return rb, nil
+	}
+	if err := r.reserve(ctx); err != nil {
+		return nil, err
+	}
+	data := make([]byte, BlockSize)
+	if partial && rb == nil {
+		start := b * BlockSize
+		l := min(BlockSize, r.size-start)
+		var err error
+		if at, ok := r.ofIndex[b]; ok {
+			err = r.opt.Overflow.ReadAt(ctx, data[:l], at)
+		} else {
+			err = r.base.ReadAt(ctx, data[:l], start)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if rb == nil {
+		rb = &ramBlock{n: b}
+		rb.el = r.lru.PushFront(rb)
+		r.blocks[b] = rb
+	} else {
+		r.lru.MoveToFront(rb.el)
+	}
+	rb.data = data
+	r.used += BlockSize
+	delete(r.ofIndex, b) // the RAM copy supersedes it
+	return rb, nil
+}
+
+// reserve makes room for one more block. Called with mu held.
+func (r *RAM) reserve(ctx context.Context) error {
+	if r.used+BlockSize <= r.opt.Budget {
+		return nil
+	}
+	if r.opt.Overflow == nil {
+		return r.full("write cache RAM is full", nil)
+	}
+	return r.evict(ctx)
+}
+
+func (r *RAM) full(msg string, err error) error {
+	r.Full.Add(1)
+	now := time.Now().UnixNano()
+	if last := r.lastLog.Load(); now-last > int64(time.Second) && r.lastLog.CompareAndSwap(last, now) {
+		r.opt.Logger.Error(msg+"; writes fail with ENOSPC", "budget", r.opt.Budget, "overflow_used", r.ofEnd, "err", err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", block.ErrNoSpace, msg, err)
+	}
+	return fmt.Errorf("%w: %s", block.ErrNoSpace, msg)
+}
+
+// evict moves up to SegmentBlocks least recently written blocks to the
+// overflow device in one write. If the write fails, nothing moves.
+func (r *RAM) evict(ctx context.Context) error {
+	if r.segment == nil {
+		r.segment = make([]byte, SegmentBlocks*BlockSize)
+	}
+	var victims []*ramBlock
+	for el := r.lru.Back(); el != nil && len(victims) < SegmentBlocks; el = el.Prev() {
+		if rb := el.Value.(*ramBlock); rb.data != nil {
+			victims = append(victims, rb)
+		}
+	}
+	if len(victims) == 0 {
+		return r.full("write cache RAM is full of zero blocks", nil)
+	}
+	seg := r.segment[:len(victims)*BlockSize]
+	if r.ofEnd+int64(len(seg)) > r.opt.Overflow.Size() {
+		return r.full("overflow file is full", nil)
+	}
+	for i, rb := range victims {
+		copy(seg[i*BlockSize:], rb.data)
+	}
+	if err := r.opt.Overflow.WriteAt(ctx, seg, r.ofEnd, 0); err != nil {
+		return r.full("overflow write failed", err)
+	}
+	for i, rb := range victims {
+		r.ofIndex[rb.n] = r.ofEnd + int64(i)*BlockSize
+		r.lru.Remove(rb.el)
+		delete(r.blocks, rb.n)
+		r.used -= BlockSize
+	}
+	r.ofEnd += int64(len(seg))
+	r.Evicted.Add(int64(len(victims)))
+	r.Segments.Add(1)
+	return nil
+}
+
+// Zero implements block.Device: whole blocks become zero markers that
+// take no budget.
+func (r *RAM) Zero(ctx context.Context, off, n int64, f block.Flags) error {
+	if err := block.CheckWrite(r, off, n); err != nil {
+		return err
+	}
+	end := off + n
+	for off < end {
+		b, bo := off/BlockSize, off%BlockSize
+		l := min(end-off, BlockSize-bo)
+		if l < BlockSize && off+l != r.size {
+			if err := r.WriteAt(ctx, make([]byte, l), off, 0); err != nil {
+				return err
+			}
+			off += l
+			continue
+		}
+		r.mu.Lock()
+		rb := r.blocks[b]
+		if rb == nil {
+			rb = &ramBlock{n: b}
+			rb.el = r.lru.PushFront(rb)
+			r.blocks[b] = rb
+		} else if rb.data != nil {
+			rb.data = nil
+			r.used -= BlockSize
+		}
+		delete(r.ofIndex, b)
+		r.mu.Unlock()
+		off += l
+	}
+	return nil
+}
+
+// Trim implements block.Device as Zero.
+func (r *RAM) Trim(ctx context.Context, off, n int64, f block.Flags) error {
+	if err := block.CheckRange(r, off, n); err != nil {
+		return err
+	}
+	return r.Zero(ctx, off, n, 0)
+}
+
+// Flush implements block.Device: the cache is volatile by design.
+func (r *RAM) Flush(context.Context) error { return nil }
+
+// Close releases the memory and closes the overflow device.
+func (r *RAM) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.blocks, r.ofIndex = nil, nil
+	r.lru.Init()
+	if r.opt.Overflow != nil {
+		return r.opt.Overflow.Close()
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package writecache_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
+	"github.com/usher-vdi/usher/internal/block/meter"
+	"github.com/usher-vdi/usher/internal/block/writecache"
+)
+
+func readOnlyBase(size int64) block.Device {
+	m := block.NewMemory(size)
+	m.SetReadOnly(true)
+	return m
+}
+
+func TestOverlay(t *testing.T) {
+	blocktest.Run(t, func(t *testing.T) block.Device {
+		o, err := writecache.OpenOverlay(readOnlyBase(blocktest.Size), filepath.Join(t.TempDir(), "ov"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	})
+}
+
+func TestRAM(t *testing.T) {
+	blocktest.Run(t, func(t *testing.T) block.Device {
+		return writecache.NewRAM(readOnlyBase(blocktest.Size), writecache.RAMOptions{Budget: blocktest.Size})
+	})
+}
+
+func TestRAMOverflow(t *testing.T) {
+	blocktest.Run(t, func(t *testing.T) block.Device {
+		of, err := block.CreateFile(filepath.Join(t.TempDir(), "overflow"), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return writecache.NewRAM(readOnlyBase(blocktest.Size), writecache.RAMOptions{Budget: 64 << 10, Overflow: of})
+	})
+}
+
+func TestRAMFullFailsCleanly(t *testing.T) {
+	ctx := context.Background()
+	c := writecache.NewRAM(readOnlyBase(1<<20), writecache.RAMOptions{Budget: 8 * 4096})
+	p := bytes.Repeat([]byte{1}, 8*4096)
+	if err := c.WriteAt(ctx, p, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteAt(ctx, p[:4096], 1<<19, 0); !errors.Is(err, block.ErrNoSpace) {
+		t.Fatalf("write past the budget: %v, want ErrNoSpace", err)
+	}
+	q := make([]byte, len(p))
+	c.ReadAt(ctx, q, 0)
+	if !bytes.Equal(p, q) {
+		t.Fatal("data written before the cache filled was damaged")
+	}
+}
+
+func TestOverflowFullKeepsData(t *testing.T) {
+	ctx := context.Background()
+	of, _ := block.CreateFile(filepath.Join(t.TempDir(), "overflow"), 2*writecache.SegmentBlocks*4096)
+	var disk meter.Counters
+	c := writecache.NewRAM(readOnlyBase(64<<20), writecache.RAMOptions{Budget: 1 << 20, Overflow: meter.Wrap(of, &disk)})
+	defer c.Close()
+	var written int64
+	var err error
+	for i := int64(0); ; i++ {
+		p := bytes.Repeat([]byte{byte(i%250 + 1)}, 4096)
+		if err = c.WriteAt(ctx, p, i*4096, 0); err != nil {
+			break
+		}
+		written = i + 1
+	}
+	if !errors.Is(err, block.ErrNoSpace) || c.Full.Load() == 0 {
+		t.Fatalf("full overflow: %v, want ErrNoSpace counted", err)
+	}
+	// 1 MiB RAM + 2 MiB overflow = 768 blocks.
+	if written != 768 {
+		t.Fatalf("wrote %d blocks, want 768", written)
+	}
+	for i := range written {
+		p := make([]byte, 4096)
+		c.ReadAt(ctx, p, i*4096)
+		if p[0] != byte(i%250+1) || p[4095] != byte(i%250+1) {
+			t.Fatalf("block %d corrupted after the overflow filled", i)
+		}
+	}
+	// 512 blocks moved in 2 sequential 1 MiB writes: 256 times fewer
+	// disk writes than 4 KiB writes received.
+	if s := disk.Snapshot(); s.Writes != 2 || s.WriteBytes != 2<<20 {
+		t.Fatalf("overflow saw %d writes of %d bytes, want 2 of 2 MiB", s.Writes, s.WriteBytes)
+	}
+}
+
+func TestTargetsDoNotSeeEachOther(t *testing.T) {
+	ctx := context.Background()
+	base := readOnlyBase(1 << 20)
+	dir := t.TempDir()
+	a, _ := writecache.OpenOverlay(base, filepath.Join(dir, "a"), false)
+	b := writecache.NewRAM(base, writecache.RAMOptions{Budget: 1 << 20})
+	c, _ := writecache.OpenOverlay(base, filepath.Join(dir, "c"), false)
+	a.WriteAt(ctx, []byte("target a"), 0, 0)
+	b.WriteAt(ctx, []byte("target b"), 0, 0)
+	for _, d := range []block.Device{a, b, c} {
+		p := make([]byte, 8)
+		d.ReadAt(ctx, p, 0)
+		if d == c && !block.IsZero(p) {
+			t.Fatalf("target c sees %q", p)
+		}
+	}
+	p := make([]byte, 8)
+	a.ReadAt(ctx, p, 0)
+	if string(p) != "target a" {
+		t.Fatalf("target a reads %q", p)
+	}
+}
+
+func TestOverlayPersists(t *testing.T) {
+	ctx := context.Background()
+	base := readOnlyBase(1 << 20)
+	path := filepath.Join(t.TempDir(), "ov")
+	o, _ := writecache.OpenOverlay(base, path, true)
+	o.WriteAt(ctx, []byte("kept"), 4096, 0)
+	o.Flush(ctx)
+	o.Close()
+	o, _ = writecache.OpenOverlay(base, path, true)
+	defer o.Close()
+	p := make([]byte, 4)
+	o.ReadAt(ctx, p, 4096)
+	if string(p) != "kept" {
+		t.Fatalf("after reopening: %q", p)
+	}
+}
