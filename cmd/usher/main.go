@@ -53,6 +53,7 @@ func commands() []command {
 		{"export", "write the site configuration as YAML", (*Main).export},
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
 		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
+		{"load", "drive load at an NFuse, REST or HTTP endpoint and report per step (--target, --executor)", (*Main).load},
 		{"version", "print the version", (*Main).version},
 	}
 }

@@ -35,7 +35,8 @@ func (s Stepped) Levels() []int {
 	return out
 }
 
-func (s Stepped) validate() error {
+// Validate reports whether the plan can run.
+func (s Stepped) Validate() error {
 	switch {
 	case s.Start < 1:
 		return fmt.Errorf("start concurrency must be at least 1, not %d", s.Start)
@@ -53,7 +54,7 @@ func (s Stepped) validate() error {
 
 // Run implements Executor.
 func (s Stepped) Run(ctx context.Context, t Target, o Options) (*Result, error) {
-	if err := s.validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	levels := s.Levels()
@@ -137,18 +138,26 @@ func (f FixedWork) String() string {
 	return fmt.Sprintf("fixed work: %d transactions at each concurrency of %v", f.Requests, f.Concurrency)
 }
 
-// Run implements Executor.
-func (f FixedWork) Run(ctx context.Context, t Target, o Options) (*Result, error) {
+// Validate reports whether the plan can run.
+func (f FixedWork) Validate() error {
 	if len(f.Concurrency) == 0 {
-		return nil, fmt.Errorf("fixed work needs at least one concurrency")
+		return fmt.Errorf("fixed work needs at least one concurrency")
 	}
 	for _, c := range f.Concurrency {
 		if c < 1 {
-			return nil, fmt.Errorf("concurrency must be at least 1, not %d", c)
+			return fmt.Errorf("concurrency must be at least 1, not %d", c)
 		}
 	}
 	if f.Requests < 1 || f.Warmup < 0 {
-		return nil, fmt.Errorf("fixed work needs at least one transaction per step, not %d", f.Requests)
+		return fmt.Errorf("fixed work needs at least one transaction per step, not %d", f.Requests)
+	}
+	return nil
+}
+
+// Run implements Executor.
+func (f FixedWork) Run(ctx context.Context, t Target, o Options) (*Result, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
 	}
 	limit := f.StepTimeout
 	if limit <= 0 {

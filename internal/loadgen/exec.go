@@ -17,6 +17,8 @@ type Executor interface {
 	// in flight and returns the partial Result (Interrupted) with ctx's
 	// error. It returns an error without a Result when the plan is invalid.
 	Run(ctx context.Context, t Target, o Options) (*Result, error)
+	// Validate reports whether the plan can run, as Run would.
+	Validate() error
 	// String describes the plan: "stepped 10+10/1m0s..100".
 	String() string
 }

@@ -110,6 +110,12 @@ func (r Rate) segments() ([]segment, error) {
 	return segs, nil
 }
 
+// Validate reports whether the plan can run.
+func (r Rate) Validate() error {
+	_, err := r.segments()
+	return err
+}
+
 // Run implements Executor.
 func (r Rate) Run(ctx context.Context, t Target, o Options) (*Result, error) {
 	segs, err := r.segments()
@@ -142,12 +148,17 @@ func (s Storm) String() string {
 		s.Count, s.Window, fmtFloat(float64(s.Count)/s.Window.Seconds()), w, s.Policy)
 }
 
+// Validate reports whether the plan can run.
+func (s Storm) Validate() error {
+	if s.Count < 1 {
+		return fmt.Errorf("a storm needs at least one transaction, not %d", s.Count)
+	}
+	return positive("storm window", s.Window)
+}
+
 // Run implements Executor.
 func (s Storm) Run(ctx context.Context, t Target, o Options) (*Result, error) {
-	if s.Count < 1 {
-		return nil, fmt.Errorf("a storm needs at least one transaction, not %d", s.Count)
-	}
-	if err := positive("storm window", s.Window); err != nil {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	rate := float64(s.Count) / s.Window.Seconds()

@@ -121,24 +121,32 @@ func StepsTable(title string, r *Result) Table {
 		row = append(row, FormatKinds(s.ErrorsByKind))
 		t.Rows = append(t.Rows, row)
 	}
-	if names := r.PhaseNames(); len(names) > 1 {
-		t.Notes = append(t.Notes, "Phases (avg / p99): "+phaseSummary(r, names))
-	}
 	return t
 }
 
-func phaseSummary(r *Result, names []string) string {
-	var parts []string
-	for _, s := range r.Steps {
-		var ps []string
-		for _, n := range names {
-			if l, ok := s.Phases[n]; ok {
-				ps = append(ps, fmt.Sprintf("%s %s / %s", n, FormatMillis(l.Avg), FormatMillis(l.P99)))
-			}
-		}
-		parts = append(parts, fmt.Sprintf("[%s] %s", s.Level(), strings.Join(ps, ", ")))
+// PhasesTable is the latency of each phase of each step, for targets
+// that time their phases (REST flows); ok is false when there are none.
+func PhasesTable(title string, r *Result) (t Table, ok bool) {
+	names := r.PhaseNames()
+	if len(names) == 0 {
+		return Table{}, false
 	}
-	return strings.Join(parts, "; ")
+	level := "concurrent"
+	if r.Model == Open {
+		level = "rate/s"
+	}
+	t = Table{Title: title, Header: []string{level, "phase", "count", "avg", "p50", "p90", "p99", "max"}}
+	for _, s := range r.Steps {
+		for _, n := range names {
+			l, ok := s.Phases[n]
+			if !ok {
+				continue
+			}
+			t.Rows = append(t.Rows, []string{s.Level(), n, strconv.FormatInt(l.Count, 10), FormatMillis(l.Avg),
+				FormatMillis(l.P50), FormatMillis(l.P90), FormatMillis(l.P99), FormatMillis(l.Max)})
+		}
+	}
+	return t, true
 }
 
 func fmtPct(p float64) string {

@@ -27,6 +27,9 @@ func TestReportRoundTrips(t *testing.T) {
 	rep := NewReport("sample", "usher load --test")
 	rep.Runs = []Run{{Name: "usher", Result: res}}
 	rep.Tables = []Table{StepsTable("usher", res)}
+	if pt, ok := PhasesTable("phases", res); ok {
+		rep.Tables = append(rep.Tables, pt)
+	}
 	figs, err := LevelFigures(rep.Runs...)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +94,7 @@ func TestReportRoundTrips(t *testing.T) {
 			t.Errorf("tps.svg: %.100s", svg)
 		}
 		md := string(read("report.md"))
-		for _, want := range []string{"| concurrent |", "| 10 ", "980.5", "Phases"} {
+		for _, want := range []string{"| concurrent |", "| 10 ", "980.5", "| 20         | launch |"} {
 			if !strings.Contains(md, want) {
 				t.Errorf("report.md lacks %q:\n%s", want, md)
 			}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+// loadServer answers after 2 ms; NFuse requests get an AppData answer
+// when their ctx1 password is right.
+func loadServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * time.Millisecond)
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/scripts/wpnbr.dll" {
+			w.Header().Set("Content-Type", "text/xml")
+			inner := `<ErrorId>failed-credentials</ErrorId>`
+			if strings.Contains(string(b), ">"+loadgen.EncodeCtx1("pw")+"<") {
+				inner = `<LeasingStatus>working</LeasingStatus><AppDataSet></AppDataSet>`
+			}
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><NFuseProtocol version="5.9"><ResponseAppData>%s</ResponseAppData></NFuseProtocol>`, inner)
+			return
+		}
+		fmt.Fprintf(w, "hello %s", r.URL.Query().Get("u"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestLoadReportsAndThresholds(t *testing.T) {
+	srv := loadServer(t)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.txt")
+	os.WriteFile(users, []byte("alice:pw\nDEMO\\bob:pw\nmallory:nope\n"), 0o600)
+
+	t.Run("http with outputs", func(t *testing.T) {
+		out := filepath.Join(dir, "report")
+		code, stdout, stderr := run(t, "", "load", "--target", "http", "--url", srv.URL+"/?u={{user}}", "--users", users,
+			"--expect-body", "hello", "--executor", "fixed", "--concurrency", "2,4", "--requests", "30",
+			"--threshold", "errors<1%", "--threshold", "p99<30s", "--out", out, "--json", filepath.Join(dir, "r.json"))
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		for _, want := range []string{"| concurrent |", "| 2 ", "| 4 ", "time to finish"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("table lacks %q:\n%s", want, stdout)
+			}
+		}
+		var rep loadgen.Report
+		b, _ := os.ReadFile(filepath.Join(dir, "r.json"))
+		if err := json.Unmarshal(b, &rep); err != nil || len(rep.Runs) != 1 || len(rep.Runs[0].Result.Steps) != 2 {
+			t.Fatalf("JSON: %v %s", err, b)
+		}
+		if s := rep.Runs[0].Result.Steps[1]; s.Concurrency != 4 || s.Requests != 30 || s.Errors != 0 {
+			t.Errorf("step 2: %+v", s)
+		}
+		for _, name := range []string{"report.html", "report.csv", "report.json", "report.md", "tps.svg", "latency.svg"} {
+			if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	t.Run("failed threshold exits 1", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "load", "--target", "nfuse", "--url", srv.URL+"/scripts/wpnbr.dll", "--users", users,
+			"--executor", "stepped", "--concurrency", "3", "--step-duration", "300ms", "--threshold", "errors<1%", "--csv", "-")
+		if code != 1 || !strings.Contains(stderr, "threshold check(s) failed") {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if !strings.Contains(stdout, "threshold failed: step 1 (3): errors is 33") || !strings.Contains(stdout, "nfuse-failed-credentials=") {
+			t.Errorf("stdout:\n%s", stdout)
+		}
+		if !strings.Contains(stdout, strings.Join(loadgen.CSVHeader, ",")) {
+			t.Errorf("no CSV on stdout:\n%s", stdout)
+		}
+	})
+	t.Run("open model", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "load", "--target", "http", "--url", srv.URL, "--executor", "rate", "--rate", "50:100",
+			"--steps", "2", "--step-duration", "400ms", "--workers", "4", "--threshold", "dropped==0")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		for _, want := range []string{"| rate/s ", "p99 uncorrected", "| 50 ", "| 100 "} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("table lacks %q:\n%s", want, stdout)
+			}
+		}
+	})
+}
+
+func TestLoadUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "http"}, "--url is required"},
+		{[]string{"--url", "http://127.0.0.1:1"}, "--target is required"},
+		{[]string{"--target", "ftp", "--url", "http://127.0.0.1:1"}, `--target "ftp"`},
+		{[]string{"--target", "http", "--url", "127.0.0.1:1"}, "not an http://"},
+		{[]string{"--target", "nfuse", "--url", "http://127.0.0.1:1"}, "no users"},
+		{[]string{"--target", "rest", "--url", "http://127.0.0.1:1"}, "needs users"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--rate", "5"}, "--rate does not apply to --executor stepped"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "rate"}, "needs --rate"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "storm", "--count", "5"}, "--window"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--concurrency", "10:x:20"}, "START:STEP:MAX"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--concurrency", "20:10:10"}, "below the start"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--threshold", "p99~1"}, "METRIC OP VALUE"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "rate", "--rate", "5", "--policy", "pray"}, "queue or drop"},
+	} {
+		code, _, stderr := run(t, "", append([]string{"load"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("usher load %s: exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+	if code, _, stderr := run(t, "", "load", "-h"); code != 0 || !strings.Contains(stderr, "Executors (--executor)") {
+		t.Errorf("help: exit %d: %s", code, stderr)
+	}
+}
