@@ -70,9 +70,9 @@ type loadFlags struct {
 	reuseTokens                                                    bool
 
 	executor, concurrency, rate, ramp, policy string
-	stepDuration, warmup, cooldown, window     time.Duration
-	timeout, maxDuration                       time.Duration
-	requests, steps, workers, count            int
+	stepDuration, warmup, cooldown, window    time.Duration
+	timeout, maxDuration                      time.Duration
+	requests, steps, workers, count           int
 
 	out, jsonFile, csvFile, htmlFile string
 	quiet                            bool
