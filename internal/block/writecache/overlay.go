@@ -291,3 +291,9 @@ func mapNoSpace(err error) error {
 	}
 	return err
 }
+
+// Written reports whether block b (of BlockSize bytes) is in the overlay.
+func (o *Overlay) Written(b int64) bool { return o.has(b) }
+
+// Base is the device under the overlay.
+func (o *Overlay) Base() block.Device { return o.base }

@@ -1,0 +1,450 @@
+// Package image is the image store: named disk images kept in a
+// directory as a raw base plus a chain of versions, each a delta of
+// changed blocks (a sparse overlay file and a block bitmap), with the
+// PVS life cycle maintenance → test → production, full and partial
+// merges, and the NBD exports targets boot from.
+//
+// Layout: DIR/NAME/image.json describes the versions; vN.raw is a base,
+// vN.delta and vN.delta.map a delta over version N's parent.
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/writecache"
+)
+
+// State is where a version is in its life cycle.
+type State string
+
+// Version states, in the order Promote moves through them.
+const (
+	Maintenance State = "maintenance"
+	Test        State = "test"
+	Production  State = "production"
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("image: not found")
+	ErrExists   = errors.New("image: already exists")
+	ErrState    = errors.New("image: not allowed in this state")
+)
+
+// Version is one version of an image.
+type Version struct {
+	Number  int       `json:"number"`
+	Kind    string    `json:"kind"`             // "base" or "delta"
+	Parent  int       `json:"parent,omitempty"` // of a delta
+	State   State     `json:"state"`
+	Created time.Time `json:"created"`
+	Note    string    `json:"note,omitempty"`
+}
+
+// Image describes an image and its versions, oldest first.
+type Image struct {
+	Name     string    `json:"name"`
+	Size     int64     `json:"size"`
+	Versions []Version `json:"versions"`
+}
+
+// Production is the newest production version, or -1.
+func (im Image) Production() int {
+	for i := len(im.Versions) - 1; i >= 0; i-- {
+		if im.Versions[i].State == Production {
+			return im.Versions[i].Number
+		}
+	}
+	return -1
+}
+
+// Version returns version n.
+func (im Image) Version(n int) (Version, bool) {
+	for _, v := range im.Versions {
+		if v.Number == n {
+			return v, true
+		}
+	}
+	return Version{}, false
+}
+
+// Store is a directory of images. Methods are safe for concurrent use.
+type Store struct {
+	dir string
+	mu  sync.Mutex // serialises changes to image.json files
+}
+
+// Open opens (creating) the store in dir.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &Store{dir: dir}, nil
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func (s *Store) path(name string, parts ...string) string {
+	return filepath.Join(append([]string{s.dir, name}, parts...)...)
+}
+
+func (s *Store) load(name string) (Image, error) {
+	if !validName.MatchString(name) {
+		return Image{}, fmt.Errorf("%w: image %q", ErrNotFound, name)
+	}
+	b, err := os.ReadFile(s.path(name, "image.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return Image{}, fmt.Errorf("%w: image %q", ErrNotFound, name)
+	}
+	if err != nil {
+		return Image{}, err
+	}
+	var im Image
+	if err := json.Unmarshal(b, &im); err != nil {
+		return Image{}, fmt.Errorf("image %q: %w", name, err)
+	}
+	return im, nil
+}
+
+func (s *Store) save(im Image) error {
+	b, err := json.MarshalIndent(im, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path(im.Name, "image.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path(im.Name, "image.json"))
+}
+
+// Get returns the image name.
+func (s *Store) Get(_ context.Context, name string) (Image, error) { return s.load(name) }
+
+// List returns every image.
+func (s *Store) List(context.Context) ([]Image, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Image
+	for _, e := range ents {
+		if im, err := s.load(e.Name()); err == nil {
+			out = append(out, im)
+		}
+	}
+	return out, nil
+}
+
+// Import creates image name from the raw file src as its base, version 0
+// in production. Zero blocks are left as holes.
+func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
+	if !validName.MatchString(name) {
+		return Image{}, fmt.Errorf("image name %q: use letters, digits, '.', '_' and '-'", name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := os.Stat(s.path(name)); err == nil {
+		return Image{}, fmt.Errorf("%w: image %q", ErrExists, name)
+	}
+	in, err := block.OpenFile(src, true)
+	if err != nil {
+		return Image{}, err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(s.path(name), 0o755); err != nil {
+		return Image{}, err
+	}
+	if err := copySparse(ctx, in, s.path(name, "v0.raw")); err != nil {
+		os.RemoveAll(s.path(name))
+		return Image{}, err
+	}
+	im := Image{Name: name, Size: in.Size(), Versions: []Version{{Number: 0, Kind: "base", State: Production, Created: time.Now().UTC()}}}
+	if err := s.save(im); err != nil {
+		os.RemoveAll(s.path(name))
+		return Image{}, err
+	}
+	return im, nil
+}
+
+// copySparse writes the content of d to a new file at path, skipping
+// zero blocks, and syncs it.
+func copySparse(ctx context.Context, d block.Device, path string) error {
+	out, err := block.CreateFile(path, d.Size())
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < d.Size(); {
+		n := min(int64(len(buf)), d.Size()-off)
+		if err := d.ReadAt(ctx, buf[:n], off); err != nil {
+			return err
+		}
+		for i := int64(0); i < n; i += writecache.BlockSize {
+			c := buf[i:min(n, i+writecache.BlockSize)]
+			if !block.IsZero(c) {
+				if err := out.WriteAt(ctx, c, off+i, 0); err != nil {
+					return err
+				}
+			}
+		}
+		off += n
+	}
+	return out.Flush(ctx)
+}
+
+// NewVersion adds a maintenance version over the newest version. Only
+// one version may be in maintenance at a time.
+func (s *Store) NewVersion(_ context.Context, name, note string) (Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, err := s.load(name)
+	if err != nil {
+		return Version{}, err
+	}
+	last := im.Versions[len(im.Versions)-1]
+	for _, v := range im.Versions {
+		if v.State == Maintenance {
+			return Version{}, fmt.Errorf("%w: version %d of %q is already in maintenance", ErrState, v.Number, name)
+		}
+	}
+	v := Version{Number: last.Number + 1, Kind: "delta", Parent: last.Number, State: Maintenance, Created: time.Now().UTC(), Note: note}
+	f, err := os.OpenFile(s.path(name, deltaFile(v.Number)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return Version{}, err
+	}
+	f.Close()
+	im.Versions = append(im.Versions, v)
+	return v, s.save(im)
+}
+
+func deltaFile(n int) string { return fmt.Sprintf("v%d.delta", n) }
+func baseFile(n int) string  { return fmt.Sprintf("v%d.raw", n) }
+
+// Promote moves version n one step: maintenance → test → production.
+func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, err := s.load(name)
+	if err != nil {
+		return Version{}, err
+	}
+	for i, v := range im.Versions {
+		if v.Number != n {
+			continue
+		}
+		switch v.State {
+		case Maintenance:
+			v.State = Test
+		case Test:
+			v.State = Production
+		default:
+			return Version{}, fmt.Errorf("%w: version %d of %q is already in production", ErrState, n, name)
+		}
+		im.Versions[i] = v
+		return v, s.save(im)
+	}
+	return Version{}, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+}
+
+// chain opens version n read-only (writable if it is in maintenance and
+// writable is set), with its parents.
+func (s *Store) chain(im Image, n int, writable bool) (block.Device, error) {
+	v, ok := im.Version(n)
+	if !ok {
+		return nil, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, im.Name)
+	}
+	if v.Kind == "base" {
+		return block.OpenFile(s.path(im.Name, baseFile(n)), true)
+	}
+	parent, err := s.chain(im, v.Parent, false)
+	if err != nil {
+		return nil, err
+	}
+	o, err := writecache.OpenOverlay(parent, s.path(im.Name, deltaFile(n)), true)
+	if err != nil {
+		parent.Close()
+		return nil, err
+	}
+	d := &version{Overlay: o}
+	d.readOnly = !(writable && v.State == Maintenance)
+	return d, nil
+}
+
+// OpenVersion opens version n of image name. A maintenance version
+// opened writable takes writes into its delta (private mode); anything
+// else is read-only. Closing it closes the chain.
+func (s *Store) OpenVersion(_ context.Context, name string, n int, writable bool) (block.Device, error) {
+	im, err := s.load(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.chain(im, n, writable)
+}
+
+// version is a delta in the chain; closing it closes its parents.
+type version struct {
+	*writecache.Overlay
+	readOnly bool
+}
+
+func (v *version) ReadOnly() bool { return v.readOnly }
+
+func (v *version) WriteAt(ctx context.Context, p []byte, off int64, f block.Flags) error {
+	if v.readOnly {
+		return block.ErrReadOnly
+	}
+	return v.Overlay.WriteAt(ctx, p, off, f)
+}
+
+func (v *version) Zero(ctx context.Context, off, n int64, f block.Flags) error {
+	if v.readOnly {
+		return block.ErrReadOnly
+	}
+	return v.Overlay.Zero(ctx, off, n, f)
+}
+
+func (v *version) Trim(ctx context.Context, off, n int64, f block.Flags) error {
+	if v.readOnly {
+		return block.ErrReadOnly
+	}
+	return v.Overlay.Trim(ctx, off, n, f)
+}
+
+func (v *version) Flush(ctx context.Context) error {
+	if v.readOnly {
+		return nil
+	}
+	return v.Overlay.Flush(ctx)
+}
+
+func (v *version) Close() error {
+	err := v.Overlay.Close()
+	if cerr := v.Overlay.Base().Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Merge makes a new version with the content of version n: full makes
+// it a new base (one raw file); partial makes one delta, over n's base,
+// holding every block the deltas between them changed. The new version
+// starts in test (its content is that of a version already out of
+// maintenance); promote it to production.
+func (s *Store) Merge(ctx context.Context, name string, n int, full bool) (Version, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, err := s.load(name)
+	if err != nil {
+		return Version{}, err
+	}
+	src, ok := im.Version(n)
+	if !ok {
+		return Version{}, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+	}
+	if src.State == Maintenance {
+		return Version{}, fmt.Errorf("%w: version %d of %q is in maintenance; promote it first", ErrState, n, name)
+	}
+	dev, err := s.chain(im, n, false)
+	if err != nil {
+		return Version{}, err
+	}
+	defer dev.Close()
+	nv := Version{Number: im.Versions[len(im.Versions)-1].Number + 1, State: Test, Created: time.Now().UTC(),
+		Note: fmt.Sprintf("merge of version %d", n)}
+	if full || src.Kind == "base" {
+		nv.Kind = "base"
+		if err := copySparse(ctx, dev, s.path(name, baseFile(nv.Number))); err != nil {
+			return Version{}, err
+		}
+	} else {
+		// Collect the deltas down to the base.
+		var deltas []*writecache.Overlay
+		var d block.Device = dev
+		for {
+			v, ok := d.(*version)
+			if !ok {
+				break
+			}
+			deltas = append(deltas, v.Overlay)
+			d = v.Overlay.Base()
+		}
+		base := d
+		for v := src; v.Kind == "delta"; v, _ = im.Version(v.Parent) {
+			nv.Parent = v.Parent
+		}
+		o, err := writecache.OpenOverlay(base, s.path(name, deltaFile(nv.Number)), true)
+		if err != nil {
+			return Version{}, err
+		}
+		buf := make([]byte, writecache.BlockSize)
+		nblocks := (im.Size + writecache.BlockSize - 1) / writecache.BlockSize
+		for b := range nblocks {
+			changed := false
+			for _, dl := range deltas {
+				changed = changed || dl.Written(b)
+			}
+			if !changed {
+				continue
+			}
+			p := buf[:min(writecache.BlockSize, im.Size-b*writecache.BlockSize)]
+			if err := dev.ReadAt(ctx, p, b*writecache.BlockSize); err == nil {
+				err = o.WriteAt(ctx, p, b*writecache.BlockSize, 0)
+			}
+			if err != nil {
+				o.Close()
+				return Version{}, err
+			}
+		}
+		if err := o.Flush(ctx); err != nil {
+			o.Close()
+			return Version{}, err
+		}
+		o.Close()
+		nv.Kind = "delta"
+	}
+	im.Versions = append(im.Versions, nv)
+	return nv, s.save(im)
+}
+
+// Inspect summarises version n: how many blocks its delta changed and
+// how many bytes its files take on disk.
+func (s *Store) Inspect(ctx context.Context, name string, n int) (Version, int64, int64, error) {
+	im, err := s.load(name)
+	if err != nil {
+		return Version{}, 0, 0, err
+	}
+	v, ok := im.Version(n)
+	if !ok {
+		return Version{}, 0, 0, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+	}
+	file := baseFile(n)
+	var blocks int64
+	if v.Kind == "delta" {
+		file = deltaFile(n)
+		d, err := s.chain(im, n, false)
+		if err != nil {
+			return v, 0, 0, err
+		}
+		blocks = d.(*version).Blocks()
+		d.Close()
+	}
+	var used int64
+	if fi, err := os.Stat(s.path(name, file)); err == nil {
+		used = diskUsage(fi)
+	}
+	return v, blocks, used, nil
+}
+
+var _ io.Closer = (*version)(nil)
