@@ -54,6 +54,9 @@ func commands() []command {
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
 		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
 		{"load", "drive load at an NFuse, REST or HTTP endpoint and report per step (--target, --executor)", (*Main).load},
+		{"stream", "serve disk images over NBD with versions, a RAM cache and server-side write caches", (*Main).stream},
+		{"target", "device-side NBD proxy with a write cache (RAM, RAM+overflow, disk) in front of a stream", (*Main).target},
+		{"image", "manage the image store: import, version, promote, merge, list, inspect", (*Main).imageCmd},
 		{"version", "print the version", (*Main).version},
 	}
 }
