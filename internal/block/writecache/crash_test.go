@@ -1,0 +1,100 @@
+package writecache_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/nbd"
+	"github.com/usher-vdi/usher/internal/block/writecache"
+)
+
+const crashEnv = "USHER_WRITECACHE_CRASH_CHILD"
+
+// TestFlushSurvivesSIGKILL writes through NBD into a persistent overlay
+// served by a child process, flushes, kills the child with SIGKILL and
+// checks that the flushed data is found when the overlay is reopened.
+func TestFlushSurvivesSIGKILL(t *testing.T) {
+	if dir := os.Getenv(crashEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFlushSurvivesSIGKILL$")
+	cmd.Env = append(os.Environ(), crashEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := nbd.Dial(ctx, "unix", filepath.Join(dir, "sock"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushed := bytes.Repeat([]byte("flushed!"), 4096/8*3)
+	if err := c.WriteAt(ctx, flushed, 8192, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteAt(ctx, []byte("partial block"), 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fua := bytes.Repeat([]byte{0xf0}, 4096)
+	if err := c.WriteAt(ctx, fua, 1<<19, block.FUA); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill() // SIGKILL
+	cmd.Wait()
+	c.Close()
+
+	o, err := writecache.OpenOverlay(zeroBase(), filepath.Join(dir, "overlay"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for _, w := range []struct {
+		off  int64
+		data []byte
+	}{{8192, flushed}, {100, []byte("partial block")}, {1 << 19, fua}} {
+		got := make([]byte, len(w.data))
+		if err := o.ReadAt(context.Background(), got, w.off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, w.data) {
+			t.Fatalf("data at %d acknowledged as stable was lost after SIGKILL", w.off)
+		}
+	}
+}
+
+func zeroBase() block.Device { return readOnlyBase(1 << 20) }
+
+func crashChild(dir string) {
+	o, err := writecache.OpenOverlay(zeroBase(), filepath.Join(dir, "overlay"), true)
+	if err != nil {
+		panic(err)
+	}
+	ln, err := nbd.Listen("unix:" + filepath.Join(dir, "sock"))
+	if err != nil {
+		panic(err)
+	}
+	s := &nbd.Server{Exports: nbd.Devices{"": o}}
+	os.Stdout.WriteString("ready\n")
+	s.Serve(ln) // until killed
+}
