@@ -11,20 +11,29 @@ import (
 // Stepped is WCAT's closed model: Start virtual clients, Step more every
 // StepDuration, up to Max, each client sending its next request as soon as
 // the last one returns. Each concurrency level is a step, measured from
-// Warmup after it starts to Cooldown before it ends.
+// Warmup after it starts to Cooldown before it ends. Levels, when set,
+// lists the concurrencies instead of Start, Step and Max (seed 000's 10,
+// 20, 40, 60, 100); they must rise.
 type Stepped struct {
 	Start, Step, Max int
+	Levels           []int
 	StepDuration     time.Duration
 	Warmup, Cooldown time.Duration
 }
 
 func (s Stepped) String() string {
+	if s.Levels != nil {
+		return fmt.Sprintf("stepped concurrency %v, %s each (warm-up %s, cool-down %s)", s.Levels, s.StepDuration, s.Warmup, s.Cooldown)
+	}
 	return fmt.Sprintf("stepped concurrency %d, +%d every %s up to %d (warm-up %s, cool-down %s)",
 		s.Start, s.Step, s.StepDuration, s.Max, s.Warmup, s.Cooldown)
 }
 
-// Levels returns the concurrency of each step.
-func (s Stepped) Levels() []int {
+// Concurrencies returns the concurrency of each step.
+func (s Stepped) Concurrencies() []int {
+	if s.Levels != nil {
+		return s.Levels
+	}
 	var out []int
 	for c := s.Start; c <= s.Max; c += s.Step {
 		out = append(out, c)
@@ -37,6 +46,17 @@ func (s Stepped) Levels() []int {
 
 // Validate reports whether the plan can run.
 func (s Stepped) Validate() error {
+	if s.Levels != nil {
+		for i, c := range s.Levels {
+			if c < 1 || i > 0 && c <= s.Levels[i-1] {
+				return fmt.Errorf("concurrency levels %v must be positive and rise", s.Levels)
+			}
+		}
+		if len(s.Levels) == 0 {
+			return fmt.Errorf("no concurrency levels")
+		}
+		s.Start, s.Step, s.Max = 1, 1, 1
+	}
 	switch {
 	case s.Start < 1:
 		return fmt.Errorf("start concurrency must be at least 1, not %d", s.Start)
@@ -57,7 +77,7 @@ func (s Stepped) Run(ctx context.Context, t Target, o Options) (*Result, error) 
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	levels := s.Levels()
+	levels := s.Concurrencies()
 	r := newRun(t, o, len(levels))
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -231,7 +231,7 @@ func TestRateSchedule(t *testing.T) {
 }
 
 func TestSteppedLevelsAndErrors(t *testing.T) {
-	if got := (Stepped{Start: 10, Step: 10, Max: 40}).Levels(); !slices.Equal(got, []int{10, 20, 30, 40}) {
+	if got := (Stepped{Start: 10, Step: 10, Max: 40}).Concurrencies(); !slices.Equal(got, []int{10, 20, 30, 40}) {
 		t.Errorf("levels %v", got)
 	}
 	for _, s := range []Stepped{
@@ -239,6 +239,8 @@ func TestSteppedLevelsAndErrors(t *testing.T) {
 		{Start: 2, Step: 1, Max: 1, StepDuration: time.Second},
 		{Start: 1, Step: 1, Max: 2},
 		{Start: 1, Step: 1, Max: 2, StepDuration: time.Second, Warmup: time.Second},
+		{Levels: []int{10, 5}, StepDuration: time.Second},
+		{Levels: []int{}, StepDuration: time.Second},
 	} {
 		if _, err := s.Run(context.Background(), TargetFunc(func(context.Context, int64) error { return nil }), Options{}); err == nil {
 			t.Errorf("%+v was accepted", s)

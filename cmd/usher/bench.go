@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/api"
+	"github.com/usher-vdi/usher/internal/bench"
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+)
+
+const benchUsage = `EXPERIMENT [flags]
+
+Runs a seed experiment end to end on this machine: it starts an all-in-one
+usher site (embedded SQLite site DB, 57 simulated VDAs in one delivery
+group, the demo's 400 applications) on a loopback port, drives load at it,
+prints usher's figures beside the published ones and writes a report
+directory (--out): report.md, report.json, report.csv, report.html (one
+self-contained page) and SVG plots.
+
+Experiments:
+  launch       seed 002: --launches at each --concurrency (12,24,36,48,60)
+               through the REST API, each launch a new session of another
+               user; seed 002 launched 10,000 (--launches 10000).
+  logon-storm  --users log on and launch at --rate per second (Citrix's
+               sizing test: 100,000 at 20/s, at least 1h23m20s), then a
+               ramp of rates (--ramp) for the highest usher holds with p99
+               under --p99 and errors under 1%.
+  enumerate    seeds 000 and 004: 400 applications enumerated over NFuse
+               (seed 004's RequestAppData, ctx1 credentials) at each
+               --concurrency (10,20,40,60,100), beside nginx serving the
+               same bytes as a static file (when /usr/sbin/nginx exists).
+
+Run 'usher bench EXPERIMENT -h' for its flags.`
+
+func (m *Main) bench(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
+		if len(args) == 0 {
+			return usageError{"which experiment? launch, logon-storm or enumerate"}
+		}
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "launch":
+		return m.benchLaunch(ctx, args[1:])
+	case "logon-storm":
+		return m.benchLogonStorm(ctx, args[1:])
+	case "enumerate":
+		return m.benchEnumerate(ctx, args[1:])
+	}
+	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm or enumerate", args[0])}
+}
+
+// benchFlags are every experiment's.
+type benchFlags struct {
+	out, data string
+	timeout   time.Duration
+	logs      logFlags
+}
+
+func (b *benchFlags) register(fs *flag.FlagSet, experiment string) {
+	fs.StringVar(&b.out, "out", filepath.Join("usher-bench", experiment), "report directory")
+	fs.StringVar(&b.data, "data", "", "data directory of the bench site (default: a temporary one, removed at the end)")
+	fs.DurationVar(&b.timeout, "timeout", loadgen.DefaultTimeout, "bound of each transaction")
+	b.logs.register(fs)
+	fs.Lookup("log-level").DefValue = "error"
+	fs.Set("log-level", "error")
+}
+
+// env makes the experiment's environment: a logger, the site starter and
+// a progress line. The returned function removes what it made.
+func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
+	log, err := b.logs.logger(m.Stderr)
+	if err != nil {
+		return bench.Env{}, nil, err
+	}
+	root, cleanup := b.data, func() {}
+	if root == "" {
+		if root, err = os.MkdirTemp("", "usher-bench-*"); err != nil {
+			return bench.Env{}, nil, err
+		}
+		cleanup = func() { os.RemoveAll(root) }
+	}
+	progress := m.progressLine()
+	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update}
+	return env, sync.OnceFunc(func() { progress.clear(); cleanup() }), nil
+}
+
+// benchReport prints a report's tables and writes its directory.
+func (m *Main) benchReport(rep *loadgen.Report, b benchFlags, args []string, name string) error {
+	rep.Command = "usher bench " + name + " " + strings.Join(args, " ")
+	fmt.Fprintln(m.Stdout)
+	rep.WriteText(m.Stdout)
+	if b.out == "" {
+		return nil
+	}
+	if err := rep.WriteDir(b.out); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "\nReport: %s\n", filepath.Join(b.out, "report.html"))
+	return nil
+}
+
+func (m *Main) benchLaunch(ctx context.Context, args []string) error {
+	cfg := bench.DefaultLaunchConfig
+	var b benchFlags
+	fs := m.flagSet("bench launch", "[flags]\n\nSeed 002: launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group.")
+	fs.IntVar(&cfg.Launches, "launches", cfg.Launches, "launches at each concurrency (seed 002: 10000)")
+	conc := fs.String("concurrency", "12,24,36,48,60", "concurrent launches of each step")
+	fs.IntVar(&cfg.LogonConcurrency, "logon-concurrency", cfg.LogonConcurrency, "users logging on at once before the run (untimed)")
+	b.register(fs, "launch")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Concurrency, err = intList("--concurrency", *conc); err != nil {
+		return err
+	}
+	if cfg.Launches < 1 {
+		return usageError{"--launches must be at least 1"}
+	}
+	env, done, err := m.benchEnv(b)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := bench.Launch(ctx, env, cfg)
+	done()
+	if rep == nil {
+		return err
+	}
+	if rerr := m.benchReport(rep, b, args, "launch"); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
+	cfg := bench.DefaultStormConfig
+	var b benchFlags
+	fs := m.flagSet("bench logon-storm", "[flags]\n\nUsers log on and launch at a fixed rate (Citrix's LHC sizing test: 100,000 at 20/s), then a ramp of rates for the highest usher holds.")
+	fs.IntVar(&cfg.Users, "users", cfg.Users, "users in the storm (Citrix: 100000)")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "logons+launches per second of the storm")
+	ramp := fs.String("ramp", floatList(cfg.Ramp), "rates tried after the storm, each with fresh users, until one is not held (\"none\" to skip)")
+	fs.DurationVar(&cfg.RampStep, "ramp-step", cfg.RampStep, "how long each rate of the ramp lasts")
+	fs.DurationVar(&cfg.P99, "p99", cfg.P99, "a rate is held while p99 stays under this (and errors under 1%)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "most logons in flight; arrivals beyond wait, and the wait counts")
+	b.register(fs, "logon-storm")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	switch {
+	case cfg.Users < 1 || cfg.Users > 1_000_000:
+		return usageError{"--users must be 1 to 1000000"}
+	case cfg.Rate <= 0:
+		return usageError{"--rate must be positive"}
+	case cfg.RampStep <= 0 || cfg.P99 <= 0 || cfg.Workers < 1:
+		return usageError{"--ramp-step, --p99 and --workers must be positive"}
+	}
+	cfg.Ramp = nil
+	if *ramp != "none" && *ramp != "" {
+		for _, p := range strings.Split(*ramp, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil || r <= 0 {
+				return usageError{fmt.Sprintf("--ramp %q is not a list of positive rates", *ramp)}
+			}
+			cfg.Ramp = append(cfg.Ramp, r)
+		}
+	}
+	env, done, err := m.benchEnv(b)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := bench.LogonStorm(ctx, env, cfg)
+	done()
+	if rep == nil {
+		return err
+	}
+	if rerr := m.benchReport(rep, b, args, "logon-storm"); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+func floatList(fs []float64) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
+	return errors.New("not yet")
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return nil, usageError{fmt.Sprintf("%s %q is not a list of positive numbers", name, s)}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchSite is an all-in-one site run for a bench.
+type benchSite struct{ r *runningSite }
+
+func (s benchSite) URL() string  { return "http://" + s.r.Addr }
+func (s benchSite) Close() error { return s.r.Close(10 * time.Second) }
+
+// benchStarter starts bench sites in data directories under root: each
+// gets the configuration applied to a new site DB, then runs as usher
+// serve does, with every machine played by a simulated VDA.
+func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
+	var n atomic.Int64
+	return func(ctx context.Context, cfg *site.Config) (bench.Site, error) {
+		data := filepath.Join(root, fmt.Sprintf("site-%d", n.Add(1)))
+		dir, err := openDataDir(data, false)
+		if err != nil {
+			return nil, err
+		}
+		store, err := dir.openStore(ctx, sqlitestore.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		err = store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err })
+		store.Close()
+		if err != nil {
+			return nil, fmt.Errorf("apply the bench site: %w", err)
+		}
+		r, err := m.startSite(ctx, serveFlags{data: data, listen: "127.0.0.1:0", shutdown: 10 * time.Second,
+			maxBodyBytes: api.DefaultMaxBodyBytes, heartbeatInterval: broker.DefaultHeartbeatInterval,
+			heartbeatTimeout: broker.DefaultHeartbeatTimeout, simVDAs: -1}, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitRegistered(ctx, r.Store, cfg.Machines, time.Minute); err != nil {
+			r.Close(0)
+			return nil, err
+		}
+		return benchSite{r}, nil
+	}
+}
+
+// waitRegistered waits until every machine has registered.
+func waitRegistered(ctx context.Context, store site.Store, machines []site.Machine, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		n := 0
+		err := store.View(ctx, func(tx site.Tx) error {
+			for _, mc := range machines {
+				if st, err := tx.MachineStatus(ctx, mc.Name); err == nil && st.Registration == site.Registered {
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if n == len(machines) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d simulated machines registered in %s", n, len(machines), limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+// LaunchConfig sizes seed 002's experiment.
+type LaunchConfig struct {
+	// Launches at each concurrency (seed 002: 10,000).
+	Launches    int
+	Concurrency []int
+	// LogonConcurrency is how many users log on at once before the run
+	// (untimed; each costs an argon2id hash).
+	LogonConcurrency int
+}
+
+// DefaultLaunchConfig finishes in a few minutes on two cores; seed 002's
+// full size is Launches 10,000.
+var DefaultLaunchConfig = LaunchConfig{Launches: 2000, Concurrency: []int{12, 24, 36, 48, 60}, LogonConcurrency: 8}
+
+// Launch runs seed 002 on the embedded site DB: Launches launches through
+// the REST API at each concurrency, each by another user, onto 57
+// simulated VDAs of one delivery group. Users log on before the run; a
+// step's sessions are logged off before the next, so every launch makes a
+// new session.
+func Launch(ctx context.Context, env Env, cfg LaunchConfig) (*loadgen.Report, error) {
+	if cfg.Launches < 1 || len(cfg.Concurrency) == 0 {
+		return nil, fmt.Errorf("launch bench needs launches and concurrencies")
+	}
+	log := env.logger()
+	s, password, err := env.startSite(ctx, cfg.Launches, cfg.Launches)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+
+	rest := &loadgen.REST{Client: loadgen.NewClient(256), BaseURL: s.URL(), Users: Users(cfg.Launches, password),
+		Flow: []string{loadgen.StepLaunch}, Resources: Applications(), ClientName: "usher-bench"}
+	start := time.Now()
+	fmt.Fprintf(env.out(), "Logging %d users on (untimed)...\n", cfg.Launches)
+	if err := rest.LogOn(ctx, max(cfg.LogonConcurrency, 1)); err != nil {
+		return nil, fmt.Errorf("log users on: %w", err)
+	}
+	logons := time.Since(start)
+	log.Info("users logged on", "users", cfg.Launches, "took", logons.Round(time.Millisecond))
+
+	exec := loadgen.FixedWork{Concurrency: cfg.Concurrency, Requests: cfg.Launches,
+		Before: func(ctx context.Context, step int) error {
+			if step == 0 {
+				return nil
+			}
+			n, err := rest.LogoffAll(ctx, 16)
+			log.Info("logged the last step's sessions off", "sessions", n)
+			return err
+		}}
+	fmt.Fprintf(env.out(), "Launching: %s\n", exec)
+	res, err := exec.Run(ctx, rest, env.options())
+	if res == nil {
+		return nil, err
+	}
+	if _, lerr := rest.LogoffAll(context.WithoutCancel(ctx), 16); lerr != nil {
+		log.Warn("log off after the run", "err", lerr)
+	}
+
+	rep := loadgen.NewReport("usher bench launch (seed 002)", "")
+	rep.Runs = []loadgen.Run{{Name: "usher", Result: res}}
+	rep.Tables = []loadgen.Table{LaunchTable(res, cfg.Launches)}
+	rep.Tables = append(rep.Tables, loadgen.StepsTable("usher launches, in detail", res))
+	rep.Notes = append(rep.Notes,
+		machineNote(rep),
+		"usher: embedded SQLite site DB in the broker's process, no WAN: seed 002's RTT is between its satellite broker and the site DB, "+
+			"so its 10 ms row is the nearest; the WAN rows come with PostgreSQL zones.",
+		fmt.Sprintf("Each launch is a new session of another user on one of %d simulated VDAs of one delivery group; "+
+			"%d users logged on before the run in %s (untimed: one argon2id hash each); sessions were logged off between steps.",
+			Machines, cfg.Launches, logons.Round(time.Second)),
+		"The physical bound for one DB round trip per launch is concurrency / RTT launches per second (seed-tables.md).",
+	)
+	if cfg.Launches != 10_000 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Run with --launches 10000 for seed 002's size; \"usher est. 10k\" is 10,000 / launches/s."))
+	}
+	figs, ferr := launchFigures(res)
+	if ferr != nil {
+		return nil, ferr
+	}
+	rep.Figures = figs
+	return rep, err
+}
+
+// LaunchTable puts usher's steps beside seed 002's 10 ms rows.
+func LaunchTable(res *loadgen.Result, launches int) loadgen.Table {
+	n := strconv.Itoa(launches)
+	t := loadgen.Table{
+		Title: "Brokering: usher (embedded site DB, loopback) beside seed 002 (Citrix 7.7, 10 ms RTT to the site DB)",
+		Header: []string{"concurrent", "usher avg (s)", "usher p99 (s)", "usher launches/s", "usher errors %", "usher time for " + n,
+			"usher est. 10k", "seed 002 avg (s)", "seed 002 launches/s", "seed 002 errors %", "seed 002 time for 10k", "usher/seed 002 launches/s"},
+	}
+	for _, s := range res.Steps {
+		est := "n/a"
+		if s.TPS > 0 {
+			est = loadgen.FormatDuration(10_000 / s.TPS)
+		}
+		ttf := loadgen.FormatDuration(s.TimeToFinish)
+		if s.Incomplete {
+			ttf += " (incomplete)"
+		}
+		row := []string{strconv.Itoa(s.Concurrency), fmtSec(s.Latency.Avg), fmtSec(s.Latency.P99), fmtF(s.TPS, 1),
+			fmtF(s.ErrorPct, 2), ttf, est}
+		if p, ok := seed002At(10, s.Concurrency); ok {
+			row = append(row, fmtF(p.AvgSeconds, 1), fmtF(p.PerSecond, 1), fmtF(p.ErrorPct, 2), p.TimeFor10k, fmtF(s.TPS/p.PerSecond, 0)+"x")
+		} else {
+			row = append(row, "-", "-", "-", "-", "-")
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+func launchFigures(res *loadgen.Result) ([]loadgen.Figure, error) {
+	tps, avg := res.LevelSeries("usher")
+	for i := range avg.Y {
+		avg.Y[i] /= 1000
+	}
+	seedTPS, seedAvg := loadgen.Series{Name: "seed 002, Citrix, 10 ms RTT"}, loadgen.Series{Name: "seed 002, Citrix, 10 ms RTT"}
+	for _, r := range Seed002 {
+		if r.RTTms == 10 {
+			seedTPS.X, seedTPS.Y = append(seedTPS.X, float64(r.Concurrent)), append(seedTPS.Y, r.PerSecond)
+			seedAvg.X, seedAvg.Y = append(seedAvg.X, float64(r.Concurrent)), append(seedAvg.Y, r.AvgSeconds)
+		}
+	}
+	f1, err := loadgen.LinePlot("launches-per-second", "Launches per second (higher is better)", "concurrent requests", "launches/s", tps, seedTPS)
+	if err != nil {
+		return nil, err
+	}
+	f2, err := loadgen.LinePlot("average-response", "Average launch response (lower is better)", "concurrent requests", "seconds", avg, seedAvg)
+	if err != nil {
+		return nil, err
+	}
+	return []loadgen.Figure{f1, f2}, nil
+}
