@@ -178,6 +178,7 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	switch {
 	case errors.Is(err, errNoCredentials) && snap.Settings.AnonymousAppData:
 		if q.cacheable() {
+			x.shared = true
 			return sc.anonymous(q.variant(), func() []byte { return h.renderAppData(sc, snap.Resources(), &q) })
 		}
 		return h.appDataInto(x, sc, snap.Resources(), &q)
@@ -189,6 +190,7 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	e := snap.EntitlementsOf(u.Name)
 	defer h.broker.Metrics().Observe(broker.OpEnumerate, start, nil)
 	if q.cacheable() {
+		x.shared = true
 		return e.Rendered(variantKeys[q.variant()], func() []byte { return h.renderAppData(sc, e.Resources, &q) })
 	}
 	return h.appDataInto(x, sc, e.Resources, &q)
@@ -203,7 +205,7 @@ func (h *Handler) renderAppData(sc *snapCache, list []*site.Resource, q *appData
 
 // appDataInto renders an answer into the exchange's buffer.
 func (h *Handler) appDataInto(x *exchange, sc *snapCache, list []*site.Resource, q *appDataQuery) []byte {
-	h.writeAppData(x.w, sc, list, q)
+	h.writeAppData(&x.w, sc, list, q)
 	return x.w.b
 }
 

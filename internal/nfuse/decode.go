@@ -65,10 +65,12 @@ func Decode(body []byte, lim Limits) (*Request, error) {
 	if err != nil {
 		return nil, &DecodeError{Element: sniffRequest(body), Err: err}
 	}
-	t, err := parseXML(text, lim)
+	p, err := parseXML(text, lim)
 	if err != nil {
 		return nil, &DecodeError{Element: sniffRequest(body), Err: err}
 	}
+	defer p.release()
+	t := &p.t
 	req := &Request{}
 	el := int32(0)
 	if root := &t.nodes[0]; strings.EqualFold(root.name, "NFuseProtocol") {
@@ -90,6 +92,11 @@ func Decode(body []byte, lim Limits) (*Request, error) {
 	req.Kind = kindOf(req.Element)
 	d := decoder{t: t, req: req}
 	d.request(el)
+	for _, l := range []*[]string{&req.ServerTypes, &req.ClientTypes, &req.DesiredDetails, &req.Flags, &req.DesiredInfo} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
 	return req, nil
 }
 
@@ -101,49 +108,89 @@ type decoder struct {
 
 func (d *decoder) request(el int32) {
 	t, r := d.t, d.req
+	d.wordLists(el)
+	var buf foldBuf
 	for c := t.nodes[el].first; c >= 0; c = t.nodes[c].next {
 		n := &t.nodes[c]
-		switch name := n.name; {
-		case is(name, "Credentials"):
+		switch string(buf.fold(n.name)) {
+		case "credentials":
 			r.Credentials = d.credentials(c)
-		case is(name, "ClientName"):
+		case "clientname":
 			r.ClientName = trim(n.text)
-		case is(name, "ClientAddress"):
+		case "clientaddress":
 			r.ClientAddress = d.address(n)
-		case is(name, "ServerAddress"):
+		case "serveraddress":
 			r.ServerAddress = d.address(n)
-		case is(name, "DeviceId"):
+		case "deviceid":
 			r.DeviceID = trim(n.text)
-		case is(name, "ServerType"):
+		case "servertype":
 			r.ServerTypes = appendWords(r.ServerTypes, n.text)
-		case is(name, "ClientType"):
+		case "clienttype":
 			r.ClientTypes = appendWords(r.ClientTypes, n.text)
-		case is(name, "Scope"):
+		case "scope":
 			r.Scope = Scope{Traverse: strings.ToLower(trim(t.attr(n, "traverse"))), Type: trim(t.attr(n, "type")), Folder: trim(n.text)}
-		case is(name, "DesiredDetails"):
+		case "desireddetails":
 			r.DesiredDetails = appendWords(r.DesiredDetails, n.text)
-		case is(name, "DesiredIconData"):
+		case "desiredicondata":
 			r.DesiredIconData = &IconSpec{Size: atoi(t.attr(n, "size")), BPP: atoi(t.attr(n, "bpp")), Format: strings.ToLower(trim(t.attr(n, "format")))}
-		case is(name, "AppName"):
+		case "appname":
 			r.AppName = trim(n.text)
-		case is(name, "Flags"):
+		case "flags":
 			r.Flags = appendWords(r.Flags, n.text)
-		case is(name, "Name"):
+		case "name":
 			r.Name = d.name(c)
-		case is(name, "TicketTag"):
+		case "tickettag":
 			r.TicketTag = trim(n.text)
-		case is(name, "LaunchRef"):
+		case "launchref":
 			r.LaunchRef = trim(n.text)
-		case is(name, "DesiredInfo"):
+		case "desiredinfo":
 			r.DesiredInfo = appendWords(r.DesiredInfo, n.text)
-		case is(name, "SessionIds"):
+		case "sessionids":
 			for s := n.first; s >= 0; s = t.nodes[s].next {
 				if is(t.nodes[s].name, "SessionId") {
 					r.SessionIDs = appendNonEmpty(r.SessionIDs, trim(t.nodes[s].text))
 				}
 			}
-		case is(name, "SessionId"):
+		case "sessionid":
 			r.SessionIDs = appendNonEmpty(r.SessionIDs, trim(n.text))
+		}
+	}
+}
+
+// wordLists gives the request's keyword lists room in one array, sized
+// by their elements, so that decoding them costs one allocation.
+func (d *decoder) wordLists(el int32) {
+	t, r := d.t, d.req
+	var n [5]int
+	lists := [5]*[]string{&r.ServerTypes, &r.ClientTypes, &r.DesiredDetails, &r.Flags, &r.DesiredInfo}
+	total := 0
+	var buf foldBuf
+	for c := t.nodes[el].first; c >= 0; c = t.nodes[c].next {
+		i := -1
+		switch string(buf.fold(t.nodes[c].name)) {
+		case "servertype":
+			i = 0
+		case "clienttype":
+			i = 1
+		case "desireddetails":
+			i = 2
+		case "flags":
+			i = 3
+		case "desiredinfo":
+			i = 4
+		}
+		if i >= 0 {
+			n[i]++
+			total++
+		}
+	}
+	if total == 0 {
+		return
+	}
+	arena := make([]string, total)
+	for i, l := range lists {
+		if n[i] > 0 {
+			*l, arena = arena[:0:n[i]], arena[n[i]:]
 		}
 	}
 }
@@ -151,22 +198,23 @@ func (d *decoder) request(el int32) {
 func (d *decoder) credentials(el int32) *Credentials {
 	t := d.t
 	c := &Credentials{}
+	var buf foldBuf
 	for i := t.nodes[el].first; i >= 0; i = t.nodes[i].next {
 		n := &t.nodes[i]
-		switch name := n.name; {
-		case is(name, "UserName"):
+		switch string(buf.fold(n.name)) {
+		case "username":
 			c.UserName = trim(n.text)
-		case is(name, "Password"):
+		case "password":
 			// A password keeps its white space; only ctx1 is trimmed.
 			c.Password = Password{Encoding: strings.ToLower(trim(t.attr(n, "encoding"))), Value: n.text}
 			if c.Password.Encoding == "ctx1" {
 				c.Password.Value = trim(n.text)
 			}
-		case is(name, "Domain"):
+		case "domain":
 			c.Domain, c.DomainType = trim(n.text), trim(t.attr(n, "type"))
-		case is(name, "ID"):
+		case "id":
 			c.IDs = append(c.IDs, ID{Type: strings.ToUpper(trim(t.attr(n, "type"))), Value: trim(n.text)})
-		case is(name, "AnonymousUser"):
+		case "anonymoususer":
 			c.Anonymous = true
 		}
 	}
@@ -180,18 +228,19 @@ func (d *decoder) address(n *node) Address {
 func (d *decoder) name(el int32) Name {
 	t := d.t
 	var nm Name
+	var buf foldBuf
 	for i := t.nodes[el].first; i >= 0; i = t.nodes[i].next {
 		n := &t.nodes[i]
-		switch name := n.name; {
-		case is(name, "AppName"):
+		switch string(buf.fold(n.name)) {
+		case "appname":
 			nm.AppName = trim(n.text)
-		case is(name, "ServerName"):
+		case "servername":
 			nm.ServerName = trim(n.text)
-		case is(name, "ServerFarmName"):
+		case "serverfarmname":
 			nm.ServerFarmName = trim(n.text)
-		case is(name, "UnspecifiedName"):
+		case "unspecifiedname":
 			nm.Unspecified = true
-		case is(name, "SessionName"):
+		case "sessionname":
 			s := &SessionName{}
 			for j := n.first; j >= 0; j = t.nodes[j].next {
 				m := &t.nodes[j]
@@ -212,7 +261,38 @@ func (d *decoder) name(el int32) Name {
 
 func is(name, want string) bool { return strings.EqualFold(name, want) }
 
-func trim(s string) string { return strings.Trim(s, " \t\r\n") }
+// foldBuf lower-cases element names for a switch without allocating.
+type foldBuf [32]byte
+
+// fold returns name in lower case, or nothing for a name too long or not
+// ASCII, which no name usher knows is.
+func (b *foldBuf) fold(name string) []byte {
+	if len(name) > len(b) {
+		return nil
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c >= utf8.RuneSelf:
+			return nil
+		}
+		b[i] = c
+	}
+	return b[:len(name)]
+}
+
+// trim drops surrounding XML white space.
+func trim(s string) string {
+	for len(s) > 0 && isSpace(s[0]) {
+		s = s[1:]
+	}
+	for len(s) > 0 && isSpace(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
 
 // appendWords appends the lower-cased words of a keyword element; some
 // clients put several in one element, separated by spaces or commas.
@@ -279,54 +359,71 @@ func toUTF8(body []byte) (string, error) {
 	case bytes.HasPrefix(body, []byte{0xFE, 0xFF}):
 		return fromUTF16(body[2:], true)
 	}
-	switch enc := declaredEncoding(body); enc {
-	case "", "utf-8", "utf8":
+	enc := declaredEncoding(body)
+	switch {
+	case len(enc) == 0 || isAnyFold(enc, "utf-8", "utf8"):
 		if utf8.Valid(body) {
 			return string(body), nil
 		}
 		return fromLatin1(body, nil), nil
-	case "iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "us-ascii", "ascii":
+	case isAnyFold(enc, "iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "us-ascii", "ascii"):
 		return fromLatin1(body, nil), nil
-	case "windows-1252", "cp1252":
+	case isAnyFold(enc, "windows-1252", "cp1252"):
 		return fromLatin1(body, &windows1252), nil
-	case "utf-16", "utf-16le", "utf-16be":
+	case isAnyFold(enc, "utf-16", "utf-16le", "utf-16be"):
 		return "", errors.New("a UTF-16 declaration without a byte order mark")
 	default:
 		return "", fmt.Errorf("unsupported encoding %q", enc)
 	}
 }
 
-// declaredEncoding returns the lower-cased encoding of a leading XML
-// declaration, or "".
-func declaredEncoding(body []byte) string {
+func isAnyFold(b []byte, names ...string) bool {
+	for _, n := range names {
+		if len(b) == len(n) && strings.EqualFold(string(b), n) {
+			return true
+		}
+	}
+	return false
+}
+
+// declaredEncoding returns the encoding a leading XML declaration names,
+// or nothing.
+func declaredEncoding(body []byte) []byte {
 	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) < 5 || !bytes.EqualFold(body[:5], []byte("<?xml")) {
-		return ""
+		return nil
 	}
 	end := bytes.Index(body, []byte("?>"))
 	if end < 0 {
-		return ""
+		return nil
 	}
-	decl := body[:end]
-	i := bytes.Index(bytes.ToLower(decl), []byte("encoding"))
-	if i < 0 {
-		return ""
+	decl := body[5:end]
+	for {
+		i := bytes.IndexAny(decl, "eE")
+		if i < 0 {
+			return nil
+		}
+		decl = decl[i:]
+		if len(decl) >= 8 && bytes.EqualFold(decl[:8], []byte("encoding")) {
+			break
+		}
+		decl = decl[1:]
 	}
-	rest := bytes.TrimLeft(decl[i+len("encoding"):], " \t\r\n")
+	rest := bytes.TrimLeft(decl[len("encoding"):], " \t\r\n")
 	if len(rest) == 0 || rest[0] != '=' {
-		return ""
+		return nil
 	}
 	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
 	if len(rest) == 0 || (rest[0] != '"' && rest[0] != '\'') {
-		return ""
+		return nil
 	}
 	q := rest[0]
 	rest = rest[1:]
 	j := bytes.IndexByte(rest, q)
 	if j < 0 {
-		return ""
+		return nil
 	}
-	return strings.ToLower(string(bytes.TrimSpace(rest[:j])))
+	return bytes.TrimSpace(rest[:j])
 }
 
 // fromLatin1 converts ISO-8859-1, or with high the windows-1252 code page,

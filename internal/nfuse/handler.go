@@ -1,7 +1,6 @@
 package nfuse
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -64,6 +63,7 @@ type Handler struct {
 	snaps    atomic.Pointer[snapCache]
 	icons    icons
 	launches *launches
+	lengths  lengths
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -99,19 +99,47 @@ const (
 	logErr     = "err"
 )
 
-// exchange is one request being answered.
+// exchange is one request being answered. Exchanges are pooled with
+// their buffers.
 type exchange struct {
 	r    *http.Request
 	req  *Request
 	kind Kind
 	// resp is the response element's name.
 	resp string
-	// w builds answers that are not served from a cache.
-	w *xmlw
+	// body holds the request body; w builds answers that are not served
+	// from a cache.
+	body []byte
+	w    xmlw
+	// shared is set when the answer comes from a cache, so that its
+	// Content-Length header can be shared too.
+	shared bool
 	// errID is the ErrorId answered, "" for success.
 	errID string
 	// user is the authenticated user, for logs.
 	user string
+}
+
+var exchanges = sync.Pool{New: func() any {
+	return &exchange{body: make([]byte, 0, 4096), w: xmlw{b: make([]byte, 0, 4096)}}
+}}
+
+// maxPooled is the largest buffer kept for reuse; a rare big one is left
+// to the garbage collector.
+const maxPooled = 256 << 10
+
+func getExchange(r *http.Request) *exchange {
+	x := exchanges.Get().(*exchange)
+	x.r = r
+	return x
+}
+
+func putExchange(x *exchange) {
+	if cap(x.body) > maxPooled || cap(x.w.b) > maxPooled {
+		return
+	}
+	*x = exchange{body: x.body[:0], w: xmlw{b: x.w.b[:0]}}
+	exchanges.Put(x)
 }
 
 func (x *exchange) begin() {
@@ -137,18 +165,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	bb := getBuffer()
-	defer putBuffer(bb)
-	x := &exchange{r: r, w: getAnswer()}
-	defer putAnswer(x.w)
+	x := getExchange(r)
+	defer putExchange(x)
 
 	var answer []byte
-	body, err := h.readBody(r, bb)
+	err := h.readBody(x)
 	if err == nil {
-		x.req, err = Decode(body, h.cfg.Limits)
+		x.req, err = Decode(x.body, h.cfg.Limits)
 	}
 	if err != nil {
-		answer = h.refuse(x, body, err)
+		answer = h.refuse(x, err)
 	} else {
 		x.kind = x.req.Kind
 		x.resp = responseName(x.req.Kind, x.req.Element)
@@ -157,7 +183,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	hdr := w.Header()
 	hdr["Content-Type"] = contentType
-	hdr["Content-Length"] = []string{strconv.Itoa(len(answer))}
+	if x.shared {
+		hdr["Content-Length"] = h.lengths.header(len(answer))
+	} else {
+		hdr["Content-Length"] = []string{strconv.Itoa(len(answer))}
+	}
 	if errors.Is(err, errTooLarge) {
 		hdr["Connection"] = connectionClose
 	}
@@ -176,31 +206,41 @@ var (
 // errTooLarge is a body over Config.MaxBodyBytes.
 var errTooLarge = errors.New("request body too large")
 
-// readBody reads the body into buf. For a body over the limit it returns
-// errTooLarge with what it read: nothing when the client announced the
-// length, so that a client that sent "Expect: 100-continue" need not send
-// the body at all.
-func (h *Handler) readBody(r *http.Request, buf *bytes.Buffer) ([]byte, error) {
+// readBody reads the body into x.body. For a body over the limit it
+// returns errTooLarge with what it read: nothing when the client announced
+// the length, so that a client that sent "Expect: 100-continue" need not
+// send the body at all.
+func (h *Handler) readBody(x *exchange) error {
 	limit := h.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		return nil, errTooLarge
+	if x.r.ContentLength > limit {
+		return errTooLarge
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	b := x.body[:0]
+	if n := x.r.ContentLength; n > 0 && int64(cap(b)) < n+1 {
+		b = make([]byte, 0, n+1)
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
-		return buf.Bytes(), err
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := x.r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		x.body = b
+		switch {
+		case int64(len(b)) > limit:
+			return errTooLarge
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
 	}
-	if int64(buf.Len()) > limit {
-		return buf.Bytes(), errTooLarge
-	}
-	return buf.Bytes(), nil
 }
 
 // refuse answers a request that could not be read: unspecified, in the
 // response element of the request type when it could be made out.
-func (h *Handler) refuse(x *exchange, body []byte, err error) []byte {
-	element := sniffRequest(body)
+func (h *Handler) refuse(x *exchange, err error) []byte {
+	element := sniffRequest(x.body)
 	var de *DecodeError
 	if errors.As(err, &de) && de.Element != "" {
 		element = de.Element
@@ -293,30 +333,30 @@ func clientAddress(x *exchange) string {
 	return host
 }
 
-// Buffers are pooled: a request body and an answer each need one.
-var (
-	bodyPool   = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	answerPool = sync.Pool{New: func() any { return &xmlw{b: make([]byte, 0, 4096)} }}
-)
-
-// maxPooled is the largest buffer kept for reuse; a rare big one is left
-// to the garbage collector.
-const maxPooled = 256 << 10
-
-func getBuffer() *bytes.Buffer { return bodyPool.Get().(*bytes.Buffer) }
-
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() <= maxPooled {
-		b.Reset()
-		bodyPool.Put(b)
-	}
+// lengths caches the Content-Length header values of answers served from
+// caches, which are few, so that serving one allocates nothing. It is a
+// copy-on-write map: reads take no lock.
+type lengths struct {
+	m atomic.Pointer[map[int][]string]
 }
 
-func getAnswer() *xmlw { return answerPool.Get().(*xmlw) }
+// maxLengths bounds the cache; past it, it starts again.
+const maxLengths = 256
 
-func putAnswer(w *xmlw) {
-	if cap(w.b) <= maxPooled {
-		w.b = w.b[:0]
-		answerPool.Put(w)
+func (l *lengths) header(n int) []string {
+	old := l.m.Load()
+	if old != nil {
+		if v, ok := (*old)[n]; ok {
+			return v
+		}
 	}
+	v := []string{strconv.Itoa(n)}
+	next := map[int][]string{n: v}
+	if old != nil && len(*old) < maxLengths {
+		for k, x := range *old {
+			next[k] = x
+		}
+	}
+	l.m.CompareAndSwap(old, &next) // on a race, the other writer's map will do
+	return v
 }

@@ -52,7 +52,19 @@ func (k Kind) String() string { return "Request" + k.name() }
 
 // Response returns the name of the element that answers the request,
 // "ResponseAppData".
-func (k Kind) Response() string { return "Response" + k.name() }
+func (k Kind) Response() string {
+	if k >= numKinds {
+		k = KindUnknown
+	}
+	return responseNames[k]
+}
+
+var responseNames = func() (names [numKinds]string) {
+	for k := range names {
+		names[k] = "Response" + kindNames[k]
+	}
+	return names
+}()
 
 func (k Kind) name() string {
 	if k >= numKinds {

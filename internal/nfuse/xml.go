@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -61,18 +62,32 @@ type parser struct {
 	catBuf  []byte
 }
 
-func parseXML(s string, lim Limits) (*tree, error) {
-	n := strings.Count(s, "<")
-	p := &parser{s: s, lim: lim, catNode: -1}
-	p.t.nodes = make([]node, 0, min(n, lim.MaxElements))
-	p.t.attrs = make([]attr, 0, min(n, 64))
-	var stack [16]int32
-	var last [16]int32
-	p.open, p.last = stack[:0], last[:0]
+// parsers are reused: a tree holds no reference to its input once the
+// request is decoded, since strings are substrings of the input or copies.
+var parsers = sync.Pool{New: func() any { return &parser{} }}
+
+// parseXML parses s into a tree. The caller must release the parser.
+func parseXML(s string, lim Limits) (*parser, error) {
+	p := parsers.Get().(*parser)
+	p.s, p.pos, p.lim, p.rootDone, p.catNode = s, 0, lim, false, -1
 	if err := p.parse(); err != nil {
+		p.release()
 		return nil, err
 	}
-	return &p.t, nil
+	return p, nil
+}
+
+// release returns the parser to the pool, unless a big request grew it.
+func (p *parser) release() {
+	if cap(p.t.nodes) > 4096 || cap(p.t.attrs) > 4096 || cap(p.catBuf) > 64<<10 {
+		return
+	}
+	clear(p.t.nodes)
+	clear(p.t.attrs)
+	p.t.nodes, p.t.attrs = p.t.nodes[:0], p.t.attrs[:0]
+	p.open, p.last, p.catBuf = p.open[:0], p.last[:0], p.catBuf[:0]
+	p.s = ""
+	parsers.Put(p)
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -350,11 +365,7 @@ func (p *parser) endTag() error {
 // name reads an element or attribute name.
 func (p *parser) name() (string, error) {
 	start := p.pos
-	for p.pos < len(p.s) {
-		c := p.s[p.pos]
-		if isSpace(c) || c == '>' || c == '/' || c == '=' || c == '<' || c == '"' || c == '\'' {
-			break
-		}
+	for p.pos < len(p.s) && !endsName[p.s[p.pos]] {
 		p.pos++
 	}
 	name := p.s[start:p.pos]
@@ -374,6 +385,9 @@ func (p *parser) skipSpace() {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// endsName marks the bytes that end a name.
+var endsName = [256]bool{' ': true, '\t': true, '\r': true, '\n': true, '>': true, '/': true, '=': true, '<': true, '"': true, '\'': true}
 
 // localName drops a namespace prefix.
 func localName(name string) string {
