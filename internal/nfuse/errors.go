@@ -42,6 +42,17 @@ func errorID(err error) string {
 	return ErrorUnspecified
 }
 
+// clientError reports whether an error that answers unspecified is the
+// client's doing rather than a failure of usher's.
+func clientError(err error) bool {
+	switch {
+	case errors.Is(err, errMalformed), errors.Is(err, errUnsupported), errors.Is(err, errNotFound), errors.Is(err, broker.ErrNotEntitled):
+		return true
+	}
+	code := site.ErrorCode(err)
+	return code == site.ENotFound || code == site.EInvalid || code == site.EConflict
+}
+
 // Internal errors that answer unspecified.
 var (
 	errMalformed   = errors.New("malformed request")

@@ -265,10 +265,18 @@ func responseName(k Kind, element string) string {
 	return "Response" + rest
 }
 
-// fail answers with the ErrorId of err, logging what the client is not told.
+// fail answers with the ErrorId of err. What the client is not told is
+// logged: as a warning when it is a failure of usher's, at debug level
+// when it is the client's doing (a bad request, a spent ticket, an
+// application that is not the user's); failed logons are logged by
+// logonFailed.
 func (h *Handler) fail(x *exchange, err error) []byte {
 	x.errID = errorID(err)
-	if x.errID == ErrorUnspecified && !errors.Is(err, errMalformed) {
+	switch {
+	case x.errID != ErrorUnspecified, errors.Is(err, errMalformed): // logged already
+	case clientError(err):
+		h.log.Debug("NFuse request refused", logRequest, x.kind, logUser, x.user, logRemote, x.r.RemoteAddr, logErr, err)
+	default:
 		h.log.Warn("NFuse request failed", logRequest, x.kind, logUser, x.user, logRemote, x.r.RemoteAddr, logErr, err)
 	}
 	x.w.b = x.w.b[:0]

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"image/png"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -527,4 +529,52 @@ func (b neverEnding) Read(p []byte) (int, error) {
 		p[i] = byte(b)
 	}
 	return len(p), nil
+}
+
+// TestLogsKeepSecrets logs at debug level through failed and successful
+// logons, launches and redemptions, and checks no password, ctx1 string
+// or ticket reached the log.
+func TestLogsKeepSecrets(t *testing.T) {
+	t.Parallel()
+	var buf lockedBuffer
+	f := newFixture(t, options{handlerConfig: func(c *nfuse.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}})
+	secrets := []string{userPassword, nfuse.EncodeCtx1(userPassword), "wrong password", nfuse.EncodeCtx1("wrong password"), "PASSWORDLOL"}
+	f.post(seed004)
+	f.post(seed004For(financeUser, "wrong password", "DEMO"))
+	f.post(requestWith("RequestValidateCredentials", `<Credentials><UserName>`+financeUser+`</UserName><Password>wrong password</Password></Credentials>`))
+	l := f.launch(t, financeUser, "office-writer-001")
+	secrets = append(secrets, l.Ticket, l.TicketTag, l.LaunchRef)
+	f.post(requestWith("RequestTicket", `<TicketTag>`+l.TicketTag+`</TicketTag>`+credentials("user0251", userPassword, "DEMO")))
+	f.post(requestWith("RequestTicket", `<TicketTag>`+l.TicketTag+`</TicketTag>`+credentials(financeUser, userPassword, "DEMO")))
+	f.post(requestWith("RequestTicket", `<TicketTag>`+l.TicketTag+`</TicketTag>`+credentials(financeUser, userPassword, "DEMO")))
+	f.post(`<NFuseProtocol><RequestAppData><Credentials><Password>` + userPassword + `</Password></Credentials></RequestAppData></NFuseProtocol>`)
+	f.post(`<NFuseProtocol><RequestAppData><Credentials><Password>` + userPassword + `</Password></Credentials></RequestAppData>`)
+	logs := buf.String()
+	if !strings.Contains(logs, "NFuse logon failed") {
+		t.Fatalf("no failed logon logged:\n%s", logs)
+	}
+	for _, s := range secrets {
+		if strings.Contains(logs, s) {
+			t.Errorf("the log holds %q:\n%s", s, logs)
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

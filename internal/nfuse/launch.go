@@ -17,9 +17,12 @@ import (
 // the user's sessions (Name/SessionName with a SessionId), through the
 // broker, and answers as a 7.x broker does: with everything a client needs
 // to connect (address, ticket, launch reference, session sharing key), so
-// that no RequestTicket needs to follow. Other Names (a server, a farm,
-// nothing) are not supported and answer unspecified, as does an
-// application that does not exist or that the user may not use.
+// that no RequestTicket needs to follow. A session is named by its
+// SessionId (its InName and HostId are not checked), and the broker may
+// return the user to another session of the same delivery group, as its
+// reconnection policy says. Other Names (a server, a farm, nothing) are
+// not supported and answer unspecified, as does an application that does
+// not exist or that the user may not use.
 func (h *Handler) address(ctx context.Context, x *exchange) []byte {
 	snap := h.broker.Snapshot()
 	u, err := h.authenticate(ctx, snap, x.req.Credentials)
