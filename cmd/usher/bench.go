@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -206,7 +205,72 @@ func floatList(fs []float64) string {
 }
 
 func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
-	return errors.New("not yet")
+	cfg := bench.DefaultEnumerateConfig
+	var b benchFlags
+	fs := m.flagSet("bench enumerate", "[flags]\n\nSeeds 000 and 004: 400 applications enumerated over NFuse at stepped concurrency, beside nginx serving the same bytes.")
+	conc := fs.String("concurrency", "10,20,40,60,100", "concurrency levels: C1,C2,... or START:STEP:MAX (seed 004 went to 800 and beyond: 100:100:2000)")
+	fs.DurationVar(&cfg.StepDuration, "step-duration", cfg.StepDuration, "how long each level lasts")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "the start of each level not measured")
+	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
+	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
+	b.register(fs, "enumerate")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Concurrency, err = levels("--concurrency", *conc); err != nil {
+		return err
+	}
+	if cfg.StepDuration <= cfg.Warmup || cfg.Warmup < 0 {
+		return usageError{"--step-duration must be longer than --warmup"}
+	}
+	if cfg.URL != "" && !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
+		return usageError{fmt.Sprintf("--url %q is not an http:// or https:// URL", cfg.URL)}
+	}
+	env, done, err := m.benchEnv(b)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := bench.Enumerate(ctx, env, cfg)
+	done()
+	if rep == nil {
+		return err
+	}
+	if rerr := m.benchReport(rep, b, args, "enumerate"); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// levels reads C1,C2,... or START:STEP:MAX, rising.
+func levels(name, s string) ([]int, error) {
+	if a, rest, ok := strings.Cut(s, ":"); ok {
+		parts := append([]string{a}, strings.Split(rest, ":")...)
+		if len(parts) == 3 {
+			start, e1 := strconv.Atoi(parts[0])
+			step, e2 := strconv.Atoi(parts[1])
+			end, e3 := strconv.Atoi(parts[2])
+			if e1 == nil && e2 == nil && e3 == nil && start >= 1 && step >= 1 && end >= start {
+				var out []int
+				for c := start; c <= end; c += step {
+					out = append(out, c)
+				}
+				return out, nil
+			}
+		}
+		return nil, usageError{fmt.Sprintf("%s %q is not C1,C2,... or START:STEP:MAX", name, s)}
+	}
+	out, err := intList(name, s)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i] <= out[i-1] {
+			return nil, usageError{fmt.Sprintf("%s %q must rise", name, s)}
+		}
+	}
+	return out, nil
 }
 
 func intList(name, s string) ([]int, error) {

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/bench"
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+func readReport(t *testing.T, dir string) loadgen.Report {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep loadgen.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"report.html", "report.csv", "report.md"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	return rep
+}
+
+func TestBenchLaunch(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := run(t, "", "bench", "launch", "--launches", "60", "--concurrency", "6,12", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, want := range []string{"seed 002 launches/s", "| 12         |", "11m57s", "no WAN"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	rep := readReport(t, out)
+	steps := rep.Runs[0].Result.Steps
+	if len(steps) != 2 {
+		t.Fatalf("%d steps, want 2", len(steps))
+	}
+	for _, s := range steps {
+		if s.Requests != 60 || s.Errors != 0 || s.TimeToFinish <= 0 {
+			t.Errorf("step at %d: %d launches, %d errors (%v), %.2fs", s.Concurrency, s.Requests, s.Errors, s.ErrorsByKind, s.TimeToFinish)
+		}
+	}
+}
+
+func TestBenchLogonStorm(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := run(t, "", "bench", "logon-storm", "--users", "20", "--rate", "20", "--ramp", "10", "--ramp-step", "1s", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, want := range []string{"Logon storm: 20 users", "1h30m48s", "| 10     |"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	rep := readReport(t, out)
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want the storm and the ramp", len(rep.Runs))
+	}
+	storm := rep.Runs[0].Result.Steps[0]
+	if storm.Requests != 20 || storm.Errors != 0 || storm.Phases["login"].Count != 20 || storm.Phases["launch"].Count != 20 {
+		t.Errorf("storm: %+v", storm)
+	}
+}
+
+// A stub NFuse endpoint: any credentials get 400 applications.
+func nfuseAppsStub(t *testing.T) *httptest.Server {
+	var apps strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&apps, `<AppData type="app"><InName>app-%03d</InName><FName>App %d</FName></AppData>`, i, i)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method != "POST" || !strings.EqualFold(r.URL.Path, bench.NFusePath) {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><NFuseProtocol version="5.9"><ResponseAppData><LeasingStatus>working</LeasingStatus><AppDataSet>%s</AppDataSet></ResponseAppData></NFuseProtocol>`, apps.String())
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestBenchEnumerate(t *testing.T) {
+	stub := nfuseAppsStub(t)
+	out := t.TempDir()
+	// nginx runs when installed; the bench says so when it is not.
+	code, stdout, stderr := run(t, "", "bench", "enumerate", "--url", stub.URL+bench.NFusePath, "--concurrency", "2,4",
+		"--step-duration", "600ms", "--warmup", "100ms", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best seed 000"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	rep := readReport(t, out)
+	if s := rep.Runs[0].Result.Steps; len(s) != 2 || s[0].Requests == 0 || s[0].Errors != 0 {
+		t.Errorf("usher steps: %+v", s)
+	}
+	if _, err := os.Stat(bench.DefaultNginx); err == nil {
+		if len(rep.Runs) != 2 || rep.Runs[1].Result.Steps[1].Requests == 0 || rep.Runs[1].Result.Steps[1].Errors != 0 {
+			t.Errorf("nginx run: %+v", rep.Runs[1:])
+		}
+		if !strings.Contains(stdout, "usher / nginx") {
+			t.Errorf("no nginx column:\n%s", stdout)
+		}
+	} else if !strings.Contains(stdout, "skipping the nginx column") {
+		t.Errorf("nginx is absent and the bench did not say so:\n%s", stdout)
+	}
+
+	// The site's own endpoint: enumerated, or, while the site has none,
+	// a clear error.
+	code, stdout, stderr = run(t, "", "bench", "enumerate", "--nginx", "", "--concurrency", "1", "--step-duration", "300ms", "--warmup", "0s", "--out", "")
+	switch {
+	case code == 0 && !strings.Contains(stdout, "answers 400 applications"):
+		t.Errorf("the site's endpoint:\n%s", stdout)
+	case code != 0 && !strings.Contains(stderr, "no NFuse endpoint"):
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "which experiment"},
+		{[]string{"launhc"}, `unknown experiment "launhc"`},
+		{[]string{"launch", "--concurrency", "12,x"}, "not a list of positive numbers"},
+		{[]string{"launch", "--launches", "0"}, "--launches must be at least 1"},
+		{[]string{"logon-storm", "--rate", "0"}, "--rate must be positive"},
+		{[]string{"logon-storm", "--ramp", "10,fast"}, "--ramp"},
+		{[]string{"enumerate", "--concurrency", "20,10"}, "must rise"},
+		{[]string{"enumerate", "--concurrency", "10:0:100"}, "START:STEP:MAX"},
+		{[]string{"enumerate", "--url", "localhost:1"}, "not an http://"},
+	} {
+		code, _, stderr := run(t, "", append([]string{"bench"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("usher bench %s: exit %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+	if code, _, stderr := run(t, "", "bench", "-h"); code != 0 || !strings.Contains(stderr, "logon-storm") {
+		t.Errorf("help: %d %s", code, stderr)
+	}
+}

@@ -1,0 +1,222 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+// NFusePath is where NFuse clients post: Citrix's XML Service path.
+const NFusePath = "/scripts/wpnbr.dll"
+
+// EnumerateConfig sizes the enumeration bench.
+type EnumerateConfig struct {
+	// Concurrency lists the levels (seed 000: 10, 20, 40, 60, 100), each
+	// held for StepDuration and measured after Warmup.
+	Concurrency  []int
+	StepDuration time.Duration
+	Warmup       time.Duration
+	// URL is the NFuse endpoint; empty: the bench site's NFusePath.
+	URL string
+	// Nginx is the nginx binary; empty: no nginx column.
+	Nginx string
+}
+
+// DefaultEnumerateConfig takes about two minutes: five levels of 10 s on
+// usher and on nginx.
+var DefaultEnumerateConfig = EnumerateConfig{Concurrency: []int{10, 20, 40, 60, 100}, StepDuration: 10 * time.Second,
+	Warmup: 2 * time.Second, Nginx: DefaultNginx}
+
+// Enumerate runs seeds 000 and 004: WCAT's closed model holding a number
+// of concurrent NFuse enumerations (seed 004's RequestAppData, ctx1
+// credentials of the site's users) of 400 applications, then the same
+// against nginx serving usher's answer as a static file.
+func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Report, error) {
+	if len(cfg.Concurrency) == 0 || cfg.StepDuration <= cfg.Warmup {
+		return nil, fmt.Errorf("enumerate bench needs concurrencies and steps longer than their warm-up")
+	}
+	log := env.logger()
+	s, password, err := env.startSite(ctx, 1000, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	url := cfg.URL
+	if url == "" {
+		url = s.URL() + NFusePath
+	}
+	users := Users(1000, password)
+	maxConc := cfg.Concurrency[len(cfg.Concurrency)-1]
+	usher := &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: url, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
+	answer, apps, err := probeNFuse(ctx, url, users[0])
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(env.out(), "NFuse at %s answers %d applications in %d bytes.\n", url, apps, len(answer))
+
+	exec := loadgen.Stepped{Levels: cfg.Concurrency, StepDuration: cfg.StepDuration, Warmup: cfg.Warmup}
+	fmt.Fprintf(env.out(), "usher: %s\n", exec)
+	res, err := exec.Run(ctx, usher, env.options())
+	if res == nil {
+		return nil, err
+	}
+	rep := loadgen.NewReport("usher bench enumerate (seeds 000 and 004)", "")
+	rep.Runs = []loadgen.Run{{Name: "usher", Result: res}}
+	if err != nil {
+		return finishEnumerate(rep, nil, apps, len(answer), cfg), err
+	}
+
+	var ngx *loadgen.Result
+	switch n, nerr := StartNginx(ctx, cfg.Nginx, NFusePath, answer, "text/xml"); {
+	case cfg.Nginx == "":
+		rep.Notes = append(rep.Notes, "nginx: skipped (no binary given).")
+	case errors.Is(nerr, ErrNoNginx):
+		fmt.Fprintf(env.out(), "nginx: %v; skipping the nginx column (Debian: apt-get install nginx-light)\n", nerr)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("nginx: skipped, %v.", nerr))
+	case nerr != nil:
+		return finishEnumerate(rep, nil, apps, len(answer), cfg), fmt.Errorf("nginx: %w", nerr)
+	default:
+		log.Info("nginx serving usher's answer", "url", n.URL)
+		fmt.Fprintf(env.out(), "nginx: %s\n", exec)
+		target := &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: n.URL, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
+		ngx, err = exec.Run(ctx, target, env.options())
+		n.Stop()
+		if ngx != nil {
+			rep.Runs = append(rep.Runs, loadgen.Run{Name: "nginx", Result: ngx})
+		}
+		if err != nil {
+			return finishEnumerate(rep, ngx, apps, len(answer), cfg), err
+		}
+	}
+	return finishEnumerate(rep, ngx, apps, len(answer), cfg), nil
+}
+
+func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, cfg EnumerateConfig) *loadgen.Report {
+	res := rep.Runs[0].Result
+	rep.Tables = append(rep.Tables, EnumerateTable(res, ngx))
+	rep.Tables = append(rep.Tables, loadgen.StepsTable("usher enumerations, in detail", res))
+	if ngx != nil {
+		rep.Tables = append(rep.Tables, loadgen.StepsTable("nginx, the same bytes as a static file, in detail", ngx))
+	}
+	broke := "never"
+	for _, s := range res.Steps {
+		if s.Latency.Avg > Seed004Threshold {
+			broke = "at " + strconv.Itoa(s.Concurrency)
+			break
+		}
+	}
+	var s004 []string
+	for _, r := range Seed004 {
+		s004 = append(s004, fmt.Sprintf("%d vCPU: IMA ~%d, FMA ~%d", r.VCPU, r.IMA, r.FMA))
+	}
+	rep.Notes = append(rep.Notes,
+		machineNote(rep),
+		fmt.Sprintf("Each request is seed 004's RequestAppData with another user's ctx1 credentials; the answer lists %d applications in %d bytes.", apps, size),
+		fmt.Sprintf("Seed 004 (concurrency at which the average passed 5,000 ms; %s; FMA collapsed past ~800 at 16 vCPU): usher's average passed it %s, up to %d.",
+			strings.Join(s004, "; "), broke, res.Steps[len(res.Steps)-1].Concurrency),
+		fmt.Sprintf("Seed 000's broker had 16 vCPU and its LHC database on a RAM disk; %d s steps here, the first %s of each not measured, as WCAT's warm-up.",
+			int(cfg.StepDuration.Seconds()), cfg.Warmup),
+	)
+	var runs []loadgen.Series
+	var avgs []loadgen.Series
+	for _, r := range rep.Runs {
+		t, a := r.Result.LevelSeries(r.Name)
+		runs, avgs = append(runs, t), append(avgs, a)
+	}
+	for k, cpu := range Seed000CPUs {
+		t, a := loadgen.Series{Name: "seed 000 " + cpu}, loadgen.Series{Name: "seed 000 " + cpu}
+		for _, row := range Seed000 {
+			t.X, t.Y = append(t.X, float64(row.Concurrent)), append(t.Y, row.TPS[k])
+			a.X, a.Y = append(a.X, float64(row.Concurrent)), append(a.Y, row.AvgMs[k])
+		}
+		runs, avgs = append(runs, t), append(avgs, a)
+	}
+	if f, err := loadgen.LinePlot("transactions-per-second", "Enumerations per second (higher is better)", "concurrent requests", "transactions/s", runs...); err == nil {
+		rep.Figures = append(rep.Figures, f)
+	}
+	if f, err := loadgen.LinePlot("average-transaction-time", "Average enumeration time (lower is better)", "concurrent requests", "ms", avgs...); err == nil {
+		rep.Figures = append(rep.Figures, f)
+	}
+	return rep
+}
+
+// EnumerateTable puts usher's and nginx's steps beside seed 000's table.
+func EnumerateTable(usher, ngx *loadgen.Result) loadgen.Table {
+	t := loadgen.Table{
+		Title:  "Enumerating 400 applications over NFuse: usher beside nginx (same bytes, static file) and seed 000 (Citrix 7.15 LHC, 16 vCPU)",
+		Header: []string{"concurrent", "usher tx/s", "usher avg ms", "usher p99 ms", "usher errors %"},
+	}
+	if ngx != nil {
+		t.Header = append(t.Header, "nginx tx/s", "nginx avg ms", "usher / nginx")
+	}
+	for _, cpu := range Seed000CPUs {
+		t.Header = append(t.Header, cpu+" tx/s", cpu+" avg ms")
+	}
+	t.Header = append(t.Header, "usher / best seed 000")
+	for i, s := range usher.Steps {
+		row := []string{strconv.Itoa(s.Concurrency), fmtF(s.TPS, 1), fmtF(s.Latency.Avg, 1), fmtF(s.Latency.P99, 1), fmtF(s.ErrorPct, 2)}
+		if ngx != nil {
+			if i < len(ngx.Steps) && ngx.Steps[i].TPS > 0 {
+				n := ngx.Steps[i]
+				row = append(row, fmtF(n.TPS, 1), fmtF(n.Latency.Avg, 1), fmtF(s.TPS/n.TPS, 2))
+			} else {
+				row = append(row, "-", "-", "-")
+			}
+		}
+		if p, ok := seed000At(s.Concurrency); ok {
+			best := 0.0
+			for k := range Seed000CPUs {
+				row = append(row, fmtF(p.TPS[k], 1), fmtF(p.AvgMs[k], 0))
+				best = max(best, p.TPS[k])
+			}
+			row = append(row, fmtF(s.TPS/best, 0)+"x")
+		} else {
+			for range Seed000CPUs {
+				row = append(row, "-", "-")
+			}
+			row = append(row, "-")
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// probeNFuse sends one enumeration and returns the answer and how many
+// applications it lists, or a clear error when the endpoint is missing or
+// refuses the credentials.
+func probeNFuse(ctx context.Context, url string, user loadgen.Credential) ([]byte, int, error) {
+	body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: user, Encoding: loadgen.Ctx1}, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Content-Type", "text/xml")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("NFuse endpoint %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, 0, fmt.Errorf("NFuse endpoint %s: %w", url, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
+		return nil, 0, fmt.Errorf("no NFuse endpoint at %s (HTTP %d): the site does not serve %s; pass --url", url, resp.StatusCode, NFusePath)
+	case resp.StatusCode != http.StatusOK:
+		return nil, 0, fmt.Errorf("NFuse endpoint %s: HTTP %d: %.200s", url, resp.StatusCode, b)
+	case bytes.Contains(b, []byte("<ErrorId>")):
+		return nil, 0, fmt.Errorf("NFuse endpoint %s refused the enumeration: %.300s", url, b)
+	case !bytes.Contains(b, []byte("<ResponseAppData")):
+		return nil, 0, fmt.Errorf("NFuse endpoint %s: no ResponseAppData in the answer: %.200s", url, b)
+	}
+	return b, bytes.Count(b, []byte("<AppData")) - bytes.Count(b, []byte("<AppDataSet")), nil
+}

@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultNginx is where Debian installs nginx.
+const DefaultNginx = "/usr/sbin/nginx"
+
+// ErrNoNginx is returned by StartNginx when the binary is missing.
+var ErrNoNginx = errors.New("nginx is not installed")
+
+// Nginx is an nginx child process serving one file, the yardstick of the
+// enumeration bench: the practical ceiling for answering the same bytes.
+type Nginx struct {
+	URL    string // of the file
+	cmd    *exec.Cmd
+	exited chan error // the result of cmd.Wait
+	dir    string
+	out    bytes.Buffer
+}
+
+// StartNginx runs binary in the foreground with a generated configuration
+// in a temporary directory: it listens on a free 127.0.0.1 port and
+// answers GET and POST of urlPath with body (POST to a static file is
+// answered as GET). It returns ErrNoNginx when binary does not exist.
+func StartNginx(ctx context.Context, binary, urlPath string, body []byte, contentType string) (_ *Nginx, err error) {
+	if _, err := os.Stat(binary); err != nil {
+		return nil, fmt.Errorf("%w (%s)", ErrNoNginx, binary)
+	}
+	dir, err := os.MkdirTemp("", "usher-bench-nginx-*")
+	if err != nil {
+		return nil, err
+	}
+	n := &Nginx{dir: dir}
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	// nginx's workers may run as nobody: they must read the files.
+	www := filepath.Join(dir, "www")
+	file := filepath.Join(www, filepath.FromSlash(strings.TrimPrefix(urlPath, "/")))
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(file, body, 0o644); err != nil {
+		return nil, err
+	}
+	for d := filepath.Dir(file); len(d) >= len(dir); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(nginxConfig(binary, dir, www, port, contentType)), 0o644); err != nil {
+		return nil, err
+	}
+	n.cmd = exec.Command(binary, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.out
+	if err := n.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start nginx: %w", err)
+	}
+	n.exited = make(chan error, 1)
+	go func() { n.exited <- n.cmd.Wait() }()
+	n.URL = fmt.Sprintf("http://127.0.0.1:%d%s", port, urlPath)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-n.exited:
+			n.cmd = nil
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			return nil, fmt.Errorf("nginx exited (%v): %s%s", err, n.out.String(), log)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		resp, err := http.Get(n.URL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return n, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("nginx does not answer at %s: %v", n.URL, err)
+		}
+	}
+}
+
+// Stop ends nginx (SIGTERM, then SIGKILL after 5 s) and removes its
+// directory.
+func (n *Nginx) Stop() {
+	if n.cmd != nil {
+		n.cmd.Process.Signal(syscall.SIGTERM) // fast shutdown: workers go too
+		select {
+		case <-n.exited:
+		case <-time.After(5 * time.Second):
+			n.cmd.Process.Kill()
+			<-n.exited
+		}
+		n.cmd = nil
+	}
+	os.RemoveAll(n.dir)
+}
+
+func nginxConfig(binary, dir, www string, port int, contentType string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "daemon off;\nworker_processes auto;\npid %s;\n", filepath.Join(dir, "nginx.pid"))
+	fmt.Fprintf(&b, "error_log %s warn;\n", filepath.Join(dir, "error.log"))
+	b.WriteString("events { worker_connections 8192; }\nhttp {\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n")
+	b.WriteString("  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n")
+	fmt.Fprintf(&b, "  default_type %s;\n", contentType)
+	// Temporary paths in our directory, for every module built in: the
+	// defaults are under /var/lib/nginx.
+	v, _ := exec.Command(binary, "-V").CombinedOutput()
+	for _, m := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		if m != "client_body" && bytes.Contains(v, []byte("--without-http_"+m+"_module")) {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s_temp_path %s;\n", m, filepath.Join(dir, "tmp-"+m))
+	}
+	fmt.Fprintf(&b, "  server {\n    listen 127.0.0.1:%d;\n    root %s;\n", port, www)
+	b.WriteString("    location / { error_page 405 =200 $uri; }\n  }\n}\n")
+	return b.String()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
