@@ -211,17 +211,15 @@ type answer struct {
 }
 
 // post sends a request body to the handler in process.
-func (f *fixture) post(body string) answer {
-	f.t.Helper()
-	return f.postBytes([]byte(body))
-}
+func (f *fixture) post(body string) answer { return f.postBytes([]byte(body)) }
 
-func (f *fixture) postBytes(body []byte) answer {
-	f.t.Helper()
+func (f *fixture) postBytes(body []byte) answer { return postTo(f.handler, body) }
+
+func postTo(h http.Handler, body []byte) answer {
 	r := httptest.NewRequest("POST", "http://xml.example/scripts/wpnbr.dll", bytes.NewReader(body))
 	r.Header.Set("Content-Type", "text/xml")
 	w := httptest.NewRecorder()
-	f.handler.ServeHTTP(w, r)
+	h.ServeHTTP(w, r)
 	raw, _ := io.ReadAll(w.Result().Body)
 	return answer{w.Code, w.Result().Header, string(raw)}
 }
