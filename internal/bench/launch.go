@@ -81,7 +81,7 @@ func Launch(ctx context.Context, env Env, cfg LaunchConfig) (*loadgen.Report, er
 		"The physical bound for one DB round trip per launch is concurrency / RTT launches per second (seed-tables.md).",
 	)
 	if cfg.Launches != 10_000 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("Run with --launches 10000 for seed 002's size; \"usher est. 10k\" is 10,000 / launches/s."))
+		rep.Notes = append(rep.Notes, "Run with --launches 10000 for seed 002's size; \"usher est. 10k\" is 10,000 / launches/s.")
 	}
 	figs, ferr := launchFigures(res)
 	if ferr != nil {
