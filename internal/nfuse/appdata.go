@@ -264,11 +264,11 @@ func (h *Handler) writeResource(w *xmlw, p *resourceParts, q *appDataQuery) {
 					format = "raw"
 				}
 				w.startAttrs("IconData", "size", strconv.Itoa(size), "bpp", "32", "format", format)
-				w.raw(h.icons.base64(p.icon, size, format == "raw"))
+				w.raw(h.iconOf(p, size, format == "raw"))
 				w.end("IconData")
 			} else {
 				w.start("Icon")
-				w.raw(h.icons.base64(p.icon, defaultIconSize, true))
+				w.raw(h.iconOf(p, defaultIconSize, true))
 				w.end("Icon")
 			}
 		}
@@ -299,6 +299,31 @@ type resourceParts struct {
 	tail     []byte    // <SeqNo/><ServerType/><ClientType/>
 	access   []byte    // <AccessList/>
 	icon     string    // the resource's icon, "builtin:NAME" or a data URI
+
+	// dataIcons caches a data URI icon's renderings with the resource,
+	// rather than in the handler's cache keyed by the (long) URI.
+	mu        sync.Mutex
+	dataIcons map[iconKey]string
+}
+
+// iconOf returns a resource's icon as base64: a builtin one from the
+// handler's cache, a data URI's from the resource's.
+func (h *Handler) iconOf(p *resourceParts, size int, ico bool) string {
+	if !strings.HasPrefix(p.icon, "data:") {
+		return h.icons.base64(p.icon, size, ico)
+	}
+	k := iconKey{size: iconSize(size), ico: ico}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.dataIcons[k]; ok {
+		return s
+	}
+	if p.dataIcons == nil {
+		p.dataIcons = map[iconKey]string{}
+	}
+	s := renderIcon(p.icon, k.size, ico)
+	p.dataIcons[k] = s
+	return s
 }
 
 func renderParts(snap *broker.Snapshot, r *site.Resource) *resourceParts {

@@ -53,7 +53,7 @@ type icons struct {
 }
 
 // maxCachedIcons bounds the cache; icons come from the site configuration,
-// so it is reached only by a site with thousands of distinct data icons.
+// so it is reached only by a site with thousands of builtin icon names.
 const maxCachedIcons = 4096
 
 // base64 returns the icon as base64: a PNG, or an ICO when ico is set.
@@ -65,11 +65,7 @@ func (c *icons) base64(icon string, size int, ico bool) string {
 	if ok {
 		return s
 	}
-	img := iconPNG(icon, k.size)
-	if ico {
-		img = icoOf(img, k.size)
-	}
-	s = base64.StdEncoding.EncodeToString(img)
+	s = renderIcon(icon, k.size, ico)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cache == nil || len(c.cache) >= maxCachedIcons {
@@ -77,6 +73,15 @@ func (c *icons) base64(icon string, size int, ico bool) string {
 	}
 	c.cache[k] = s
 	return s
+}
+
+// renderIcon returns an icon as base64: a PNG, or an ICO when ico is set.
+func renderIcon(icon string, size int, ico bool) string {
+	img := iconPNG(icon, size)
+	if ico {
+		img = icoOf(img, size)
+	}
+	return base64.StdEncoding.EncodeToString(img)
 }
 
 // iconPNG returns the PNG of a resource's icon: the PNG of a data URI as

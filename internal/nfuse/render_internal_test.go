@@ -1,7 +1,10 @@
 package nfuse
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/xml"
+	"image/png"
 	"errors"
 	"io"
 	"strings"
@@ -58,5 +61,42 @@ func TestFragmentsAreWellFormed(t *testing.T) {
 	}
 	if strings.Count(string(w.b), "<AppData>") != 1 {
 		t.Fatalf("answer %s", w.b)
+	}
+}
+
+func TestDataIcons(t *testing.T) {
+	pngData := drawIcon("custom", 48)
+	uri := "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngData)
+	h := &Handler{}
+	p := &resourceParts{icon: uri}
+	if got := h.iconOf(p, 16, false); got != base64.StdEncoding.EncodeToString(pngData) {
+		t.Fatal("a data URI's PNG is not sent as it is")
+	}
+	ico, err := base64.StdEncoding.DecodeString(h.iconOf(p, 32, true))
+	if err != nil || !bytes.Equal(ico[22:], pngData) || ico[6] != 32 {
+		t.Fatalf("ICO of a data URI: %v % x", err, ico[:22])
+	}
+	if len(h.icons.cache) != 0 {
+		t.Fatal("a data URI icon went into the handler's cache")
+	}
+	bad := &resourceParts{icon: "data:image/png;base64,AAAA"}
+	if _, err := png.Decode(base64.NewDecoder(base64.StdEncoding, strings.NewReader(h.iconOf(bad, 16, false)))); err != nil {
+		t.Fatalf("a broken data URI gets no drawn icon: %v", err)
+	}
+}
+
+func TestBuiltinIconsAreDeterministic(t *testing.T) {
+	a, b := drawIcon("mail", 32), drawIcon("mail", 32)
+	if !bytes.Equal(a, b) {
+		t.Fatal("two drawings of one icon differ")
+	}
+	if bytes.Equal(a, drawIcon("chart", 32)) {
+		t.Fatal("two icons look the same")
+	}
+	for _, size := range iconSizes {
+		img, err := png.Decode(bytes.NewReader(drawIcon("mail", size)))
+		if err != nil || img.Bounds().Dx() != size {
+			t.Fatalf("size %d: %v %v", size, err, img.Bounds())
+		}
 	}
 }
