@@ -399,7 +399,8 @@ func (s *Store) Merge(ctx context.Context, name string, n int, full bool) (Versi
 				continue
 			}
 			p := buf[:min(writecache.BlockSize, im.Size-b*writecache.BlockSize)]
-			if err := dev.ReadAt(ctx, p, b*writecache.BlockSize); err == nil {
+			err := dev.ReadAt(ctx, p, b*writecache.BlockSize)
+			if err == nil {
 				err = o.WriteAt(ctx, p, b*writecache.BlockSize, 0)
 			}
 			if err != nil {

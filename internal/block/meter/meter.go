@@ -106,7 +106,6 @@ func (d *Device) Extents(ctx context.Context, off, n int64, dst []block.Extent) 
 type Registry struct {
 	mu     sync.Mutex
 	layers map[string]*Counters
-	extra  []prometheus.Collector
 }
 
 // Layer returns the counters of the layer name, creating them.

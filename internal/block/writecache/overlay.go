@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/meter"
 )
 
 // BlockSize is the unit in which caches track written data.
@@ -37,6 +38,11 @@ type Overlay struct {
 	bits    []atomic.Uint64
 	locks   [256]sync.Mutex // per-block stripes for read-modify-write
 	mapMu   sync.Mutex      // serialises saving the bitmap
+
+	// Disk counts the operations that reach the overlay file (reads
+	// of written blocks, writes, syncs): what the cache costs the disk
+	// under it, as opposed to what the layer receives.
+	Disk meter.Counters
 }
 
 var _ block.Device = (*Overlay)(nil)
@@ -115,6 +121,8 @@ func (o *Overlay) ReadAt(ctx context.Context, p []byte, off int64) error {
 		n := min(int64(len(p)), end-off)
 		var err error
 		if mine {
+			o.Disk.Reads.Add(1)
+			o.Disk.ReadBytes.Add(n)
 			_, err = o.f.ReadAt(p[:n], off)
 		} else {
 			err = o.base.ReadAt(ctx, p[:n], off)
@@ -144,6 +152,7 @@ func (o *Overlay) WriteAt(ctx context.Context, p []byte, off int64, f block.Flag
 			continue
 		}
 		n := int64(len(p)) / BlockSize * BlockSize
+		o.diskWrite(n)
 		if _, err := o.f.WriteAt(p[:n], off); err != nil {
 			return mapNoSpace(err)
 		}
@@ -158,12 +167,18 @@ func (o *Overlay) WriteAt(ctx context.Context, p []byte, off int64, f block.Flag
 	return nil
 }
 
+func (o *Overlay) diskWrite(n int64) {
+	o.Disk.Writes.Add(1)
+	o.Disk.WriteBytes.Add(n)
+}
+
 func (o *Overlay) writePartial(ctx context.Context, b, bo int64, p []byte) error {
 	mu := &o.locks[b%int64(len(o.locks))]
 	mu.Lock()
 	defer mu.Unlock()
 	start := b * BlockSize
 	if o.has(b) {
+		o.diskWrite(int64(len(p)))
 		_, err := o.f.WriteAt(p, start+bo)
 		return mapNoSpace(err)
 	}
@@ -172,6 +187,7 @@ func (o *Overlay) writePartial(ctx context.Context, b, bo int64, p []byte) error
 		return err
 	}
 	copy(buf[bo:], p)
+	o.diskWrite(int64(len(buf)))
 	if _, err := o.f.WriteAt(buf, start); err != nil {
 		return mapNoSpace(err)
 	}
@@ -200,6 +216,8 @@ func (o *Overlay) Zero(ctx context.Context, off, n int64, f block.Flags) error {
 		if full == 0 {
 			full = l
 		}
+		o.Disk.Zeros.Add(1)
+		o.Disk.ZeroBytes.Add(full)
 		if err := unix.Fallocate(int(o.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, full); err != nil {
 			if _, err := o.f.WriteAt(make([]byte, full), off); err != nil {
 				return mapNoSpace(err)
@@ -227,6 +245,7 @@ func (o *Overlay) Trim(ctx context.Context, off, n int64, f block.Flags) error {
 // Flush implements block.Device: the overlay file is synced and, when
 // persistent, the bitmap is saved atomically after it.
 func (o *Overlay) Flush(context.Context) error {
+	o.Disk.Flushes.Add(1)
 	if err := unix.Fdatasync(int(o.f.Fd())); err != nil {
 		return err
 	}

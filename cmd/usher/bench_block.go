@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/usher-vdi/usher/internal/blockbench"
+)
+
+// benchWritecache runs seed 001's write-cache experiment: N targets boot
+// and work through every PVS write-cache mode, and the disk operations
+// under each cache are reported beside seed 001's table.
+func (m *Main) benchWritecache(ctx context.Context, args []string) error {
+	fs := m.flagSet("bench writecache", "[flags]\n\nN targets replay a Windows boot and an hour of steady-state VDI work (scaled down by --scale)\nthrough each write-cache mode; see the package doc of internal/blockbench for the workload.")
+	targets := fs.Int("targets", 8, "targets (each its own write cache)")
+	scale := fs.Int("scale", blockbench.DefaultWorkload().Scale, "divide sizes, operation counts and durations by this (rates and ratios are kept)")
+	modes := fs.String("modes", strings.Join(blockbench.Modes, ","), "write-cache modes to run")
+	out := fs.String("out", filepath.Join("usher-bench", "writecache"), "report directory (result.json)")
+	dir := fs.String("dir", "", "scratch directory for the image store and cache files (default: a temporary one, removed)")
+	seed := fs.Uint64("seed", 1, "workload random seed")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *targets < 1 || *scale < 1 {
+		return usageError{"--targets and --scale must be at least 1"}
+	}
+	w := blockbench.DefaultWorkload()
+	w.Scale = *scale
+	cfg := blockbench.WritecacheConfig{Targets: *targets, Workload: w, Seed: *seed}
+	for _, md := range strings.Split(*modes, ",") {
+		md = strings.TrimSpace(md)
+		if md == "" {
+			continue
+		}
+		known := false
+		for _, k := range blockbench.Modes {
+			known = known || k == md
+		}
+		if !known {
+			return usageError{fmt.Sprintf("--modes: unknown mode %q (%s)", md, strings.Join(blockbench.Modes, ", "))}
+		}
+		cfg.Modes = append(cfg.Modes, md)
+	}
+	scratch := *dir
+	if scratch == "" {
+		d, err := os.MkdirTemp("", "usher-bench-writecache-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		scratch = d
+	} else if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return err
+	}
+	cfg.Dir = scratch
+	res, err := blockbench.RunWritecache(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := res.WriteTable(m.Stdout); err != nil {
+		return err
+	}
+	if err := blockbench.WriteJSON(*out, "result.json", res); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "\nwrote %s\n", filepath.Join(*out, "result.json"))
+	return nil
+}

@@ -1,0 +1,67 @@
+// Package blockbench holds usher's image-streaming experiments: the
+// write-cache experiment of seed 001 (`usher bench writecache`) and the
+// NBD server comparison against nbdkit (`usher bench nbd`). Only
+// cmd/usher imports it.
+//
+// # The write-cache experiment
+//
+// N targets (default 8) boot one image and then work, each through its
+// own write cache, in every PVS write-cache mode:
+//
+//	server-disk          a sparse overlay on the stream server's disk (usher stream --write-cache)
+//	device-ram           device RAM with a fixed budget that holds the working set (usher target --cache ram)
+//	ram-overflow         device RAM with overflow, budget holds the working set (--cache ram-overflow)
+//	ram-overflow-small   device RAM with overflow, budget a quarter of the working set
+//	device-disk          a sparse overlay on the device's disk (usher target --cache disk)
+//
+// The layers are the real ones, stacked in process as `usher stream` and
+// `usher target` stack them, without the NBD hop between them (the
+// `nbd` experiment measures that hop): image store → meter ("image") →
+// server RAM cache → meter ("ramcache") → write cache, where the device
+// modes see the stream read-only as `usher target` does. The operations
+// that reach disk are those the meter counts on the write cache's own
+// file: the overlay file (writecache.Overlay.Disk) or the overflow file.
+// Image-store reads are reported apart: they are shared by every
+// target and absorbed by the server RAM cache.
+//
+// # Workload, at full scale (per target)
+//
+// Derived from the reference figures (block-streaming.md, seed 001):
+//
+//   - Boot: 70,000 reads, "mostly small random I/Os": 90% 4 KiB, 6%
+//     8 KiB, 2% 16 KiB, 2% 64 KiB (5.7 KiB average, so about 400 MB,
+//     inside the quoted 150-600 MB), uniformly random, aligned, over a
+//     320 MiB boot set shared by every target. Interleaved with them,
+//     25 MB of writes (the quoted 20-30 MB): 60% 4 KiB, 20% 8 KiB,
+//     10% 16 KiB, 10% 64 KiB, random in the 64 MiB hot region (page
+//     file, registry, logs, temp). A boot lasts 60 s; the N boots start
+//     evenly over 5 minutes (seed 001's staged boots; PVS booted 500
+//     targets in 5 minutes).
+//   - Steady state, from each target's boot end until 65 minutes after
+//     the first boot (an hour of Login VSI "medium" work): 10 IOPS per
+//     target (seed 001's disk-cache 95th percentile is 7,455 and 4,968
+//     IOPS for 500 XenDesktop users, 15 and 10 per user, boots
+//     included), 90% writes ("steady-state write caches see about 90%
+//     writes"). Writes are 70% 4 KiB, 15% 8 KiB, 10% 16 KiB, 5% 64 KiB;
+//     80% of them land at random in the hot region (rewrites) and 20%
+//     append fresh data (profile, logs, caches). Reads are half of
+//     written hot blocks, half of the image's boot set.
+//   - The write working set is then about 64 MiB + 20% of ~285 MB ≈
+//     120 MiB. RAM budgets: 256 MiB holds it (PVS's sizing for desktop
+//     images, and seed 003's MCS cache of 256 MB); 32 MiB does not.
+//     The server RAM cache is 1 GiB; the image 4 GiB (sparse outside the
+//     boot set).
+//
+// # Scale
+//
+// Every size, operation count and duration is divided by Scale (default
+// 2: a default run of 8 targets takes about 20 s of wall time here and a
+// few hundred MB of scratch disk; --scale 1, the full-scale workload,
+// about 30 s and 2 GB); I/O sizes are kept, so rates (IOPS per target) and
+// ratios (working set to budget, writes to disk operations) are those of
+// the full-scale workload. The run is a replay as fast as the layers
+// go, on a virtual clock: each operation carries its (scaled) time, and
+// the disk operations it causes are counted in the window (30 s full
+// scale) it falls in, so per-target IOPS and their 95th percentile over
+// windows are in full-scale units, comparable to seed 001's.
+package blockbench
