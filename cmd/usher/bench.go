@@ -120,7 +120,7 @@ func (m *Main) benchLaunch(ctx context.Context, args []string) error {
 	fs := m.flagSet("bench launch", "[flags]\n\nSeed 002: launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group.")
 	fs.IntVar(&cfg.Launches, "launches", cfg.Launches, "launches at each concurrency (seed 002: 10000)")
 	conc := fs.String("concurrency", "12,24,36,48,60", "concurrent launches of each step")
-	fs.IntVar(&cfg.LogonConcurrency, "logon-concurrency", cfg.LogonConcurrency, "users logging on at once before the run (untimed)")
+	fs.IntVar(&cfg.LogonConcurrency, "logon-concurrency", cfg.LogonConcurrency, "users logging on at once before the run (untimed; 0: two per CPU)")
 	b.register(fs, "launch")
 	if err := parse(fs, args, 0); err != nil {
 		return err
