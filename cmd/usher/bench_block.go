@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/blockbench"
 )
 
@@ -57,6 +60,62 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 	}
 	cfg.Dir = scratch
 	res, err := blockbench.RunWritecache(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := res.WriteTable(m.Stdout); err != nil {
+		return err
+	}
+	if err := blockbench.WriteJSON(*out, "result.json", res); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "\nwrote %s\n", filepath.Join(*out, "result.json"))
+	return nil
+}
+
+// benchNBD compares usher's NBD server with nbdkit under fio, run by
+// run on the same image.
+func (m *Main) benchNBD(ctx context.Context, args []string) error {
+	fs := m.flagSet("bench nbd", "[flags]\n\nfio (nbd engine, loopback, 1 connection) against usher's NBD server and nbdkit on the same image,\ninterleaved usher, nbdkit, usher, nbdkit: 4 KiB random reads (iodepth 32), 256 KiB sequential reads,\n4 KiB random writes into usher's server-disk write cache and nbdkit's cow filter.")
+	size := fs.String("size", "1GiB", "image size (random data)")
+	runtime := fs.Duration("runtime", 5*time.Second, "length of each fio run")
+	rounds := fs.Int("rounds", 2, "interleaved rounds per test")
+	tests := fs.String("tests", strings.Join(blockbench.NBDTests, ","), "tests to run")
+	workers := fs.Int("workers", 16, "usher stream --workers")
+	ramCache := fs.String("ram-cache", "1GiB", "usher stream --ram-cache")
+	out := fs.String("out", filepath.Join("usher-bench", "nbd"), "report directory (result.json)")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	imgSize, err := block.ParseSize(*size)
+	if err != nil {
+		return usageError{"--size: " + err.Error()}
+	}
+	cache, err := block.ParseSize(*ramCache)
+	if err != nil {
+		return usageError{"--ram-cache: " + err.Error()}
+	}
+	fio, err := exec.LookPath("fio")
+	if err != nil {
+		return fmt.Errorf("fio is needed (apt-get install -y fio): %w", err)
+	}
+	nbdkit, _ := exec.LookPath("nbdkit")
+	if nbdkit == "" {
+		fmt.Fprintln(m.Stderr, "usher bench nbd: nbdkit not found, its columns are skipped (apt-get install -y nbdkit)")
+	}
+	dir, err := os.MkdirTemp("", "usher-bench-nbd-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := blockbench.NBDConfig{Dir: dir, ImageSize: imgSize, Runtime: *runtime, Rounds: *rounds, Fio: fio, Nbdkit: nbdkit,
+		Workers: *workers, RAMCache: cache, Progress: m.Stderr}
+	for _, t := range strings.Split(*tests, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.Tests = append(cfg.Tests, t)
+		}
+	}
+	res, err := blockbench.RunNBD(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,364 @@
+package blockbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/nbd"
+	"github.com/usher-vdi/usher/internal/block/ramcache"
+)
+
+// NBDConfig configures RunNBD.
+type NBDConfig struct {
+	Dir       string        // scratch directory
+	ImageSize int64         // bytes of random data in the image
+	Runtime   time.Duration // each fio run
+	Rounds    int           // A B rounds per test
+	Fio       string        // fio binary
+	Nbdkit    string        // nbdkit binary; "" skips its columns
+	Workers   int           // usher stream --workers
+	RAMCache  int64         // usher stream --ram-cache
+	Tests     []string      // default NBDTests
+	// Progress, when set, receives a line per run.
+	Progress io.Writer
+}
+
+// NBD tests, as fio jobs.
+const (
+	TestRandRead = "randread-4k"
+	TestSeqRead  = "seqread-256k"
+	TestCOWWrite = "cow-randwrite-4k"
+)
+
+// NBDTests lists the tests in order.
+var NBDTests = []string{TestRandRead, TestSeqRead, TestCOWWrite}
+
+// NBDRun is one fio run.
+type NBDRun struct {
+	Server string  `json:"server"`
+	Round  int     `json:"round"`
+	IOPS   float64 `json:"iops"`
+	BW     float64 `json:"bytes_per_second"`
+}
+
+// NBDTest is one test's runs and medians.
+type NBDTest struct {
+	Test         string   `json:"test"`
+	Fio          string   `json:"fio_args"`
+	Runs         []NBDRun `json:"runs"`
+	UsherIOPS    float64  `json:"usher_iops"`
+	UsherBW      float64  `json:"usher_bytes_per_second"`
+	NbdkitIOPS   float64  `json:"nbdkit_iops,omitempty"`
+	NbdkitBW     float64  `json:"nbdkit_bytes_per_second,omitempty"`
+	Ratio        float64  `json:"ratio_usher_nbdkit,omitempty"`
+	NbdkitServer string   `json:"nbdkit_server,omitempty"`
+}
+
+// NBDResult is a whole run of the NBD comparison.
+type NBDResult struct {
+	ImageSize   int64     `json:"image_size"`
+	Runtime     string    `json:"runtime"`
+	Rounds      int       `json:"rounds"`
+	NbdkitNote  string    `json:"nbdkit_note,omitempty"`
+	Tests       []NBDTest `json:"tests"`
+	Environment string    `json:"environment"`
+}
+
+func fioArgs(test string, runtime time.Duration) []string {
+	common := []string{"--ioengine=nbd", "--numjobs=1", "--time_based", fmt.Sprintf("--runtime=%ds", max(1, int(runtime.Seconds()))),
+		"--ramp_time=1s", "--output-format=json", "--verify_state_save=0"}
+	switch test {
+	case TestRandRead:
+		return append(common, "--name=randread", "--rw=randread", "--bs=4k", "--iodepth=32")
+	case TestSeqRead:
+		return append(common, "--name=seqread", "--rw=read", "--bs=256k", "--iodepth=32")
+	case TestCOWWrite:
+		return append(common, "--name=cowwrite", "--rw=randwrite", "--bs=4k", "--iodepth=32")
+	}
+	return nil
+}
+
+// RunNBD runs fio against usher's NBD server (the stack usher stream
+// builds: image store, server RAM cache, and for the copy-on-write test
+// a server-disk write cache per connection, served in process by
+// nbd.Server on loopback TCP) and against nbdkit's file plugin (with
+// --filter=cow for the write test) on the same image, alternating
+// usher and nbdkit run by run.
+func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 2
+	}
+	if cfg.Runtime <= 0 {
+		cfg.Runtime = 5 * time.Second
+	}
+	if len(cfg.Tests) == 0 {
+		cfg.Tests = NBDTests
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	raw := filepath.Join(cfg.Dir, "image.raw")
+	if err := writeRandomFile(raw, cfg.ImageSize); err != nil {
+		return nil, err
+	}
+	st, err := image.Open(filepath.Join(cfg.Dir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Import(ctx, "img", raw); err != nil {
+		return nil, err
+	}
+	res := &NBDResult{ImageSize: cfg.ImageSize, Runtime: cfg.Runtime.String(), Rounds: cfg.Rounds,
+		Environment: "loopback TCP, 1 connection"}
+	if cfg.Nbdkit == "" {
+		res.NbdkitNote = "nbdkit not found: its columns are skipped (apt-get install -y nbdkit)"
+	}
+	wcDir := filepath.Join(cfg.Dir, "writecache")
+	if err := os.MkdirAll(wcDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, test := range cfg.Tests {
+		args := fioArgs(test, cfg.Runtime)
+		if args == nil {
+			return nil, fmt.Errorf("unknown test %q", test)
+		}
+		t := NBDTest{Test: test, Fio: fmt.Sprint(args)}
+		cow := test == TestCOWWrite
+		var u, k []NBDRun
+		for round := 1; round <= cfg.Rounds; round++ {
+			r, err := runUsher(ctx, cfg, st, cow, wcDir, args)
+			if err != nil {
+				return nil, fmt.Errorf("%s usher round %d: %w", test, round, err)
+			}
+			r.Round = round
+			u = append(u, r)
+			t.Runs = append(t.Runs, r)
+			fmt.Fprintf(cfg.Progress, "%-17s round %d usher  %10.0f IOPS %8.1f MiB/s\n", test, round, r.IOPS, r.BW/float64(mib))
+			if cfg.Nbdkit == "" {
+				continue
+			}
+			r, err = runNbdkit(ctx, cfg, raw, cow, args)
+			if err != nil {
+				return nil, fmt.Errorf("%s nbdkit round %d: %w", test, round, err)
+			}
+			r.Round = round
+			k = append(k, r)
+			t.Runs = append(t.Runs, r)
+			fmt.Fprintf(cfg.Progress, "%-17s round %d nbdkit %10.0f IOPS %8.1f MiB/s\n", test, round, r.IOPS, r.BW/float64(mib))
+		}
+		t.UsherIOPS, t.UsherBW = medianRuns(u)
+		if len(k) > 0 {
+			t.NbdkitIOPS, t.NbdkitBW = medianRuns(k)
+			t.NbdkitServer = "nbdkit file"
+			if cow {
+				t.NbdkitServer = "nbdkit --filter=cow file"
+			}
+			if t.NbdkitIOPS > 0 {
+				t.Ratio = t.UsherIOPS / t.NbdkitIOPS
+			}
+		}
+		res.Tests = append(res.Tests, t)
+	}
+	return res, nil
+}
+
+func medianRuns(rs []NBDRun) (iops, bw float64) {
+	a, b := make([]float64, len(rs)), make([]float64, len(rs))
+	for i, r := range rs {
+		a[i], b[i] = r.IOPS, r.BW
+	}
+	return median(a), median(b)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func writeRandomFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	buf := make([]byte, mib)
+	for off := int64(0); off < size; off += mib {
+		for i := 0; i+8 <= len(buf); i += 8 {
+			v := r.Uint64()
+			for j := range 8 {
+				buf[i+j] = byte(v >> (8 * j))
+			}
+		}
+		if _, err := f.Write(buf[:min(mib, size-off)]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// runUsher serves the store as usher stream does and runs fio once.
+func runUsher(ctx context.Context, cfg NBDConfig, st *image.Store, cow bool, wcDir string, args []string) (NBDRun, error) {
+	exports := &image.Exports{Store: st}
+	if cfg.RAMCache > 0 {
+		exports.Cache = ramcache.New(cfg.RAMCache, 0)
+	}
+	if cow {
+		exports.WriteCacheDir = wcDir
+	}
+	defer exports.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return NBDRun{}, err
+	}
+	srv := &nbd.Server{Exports: exports, Workers: cfg.Workers}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	defer func() {
+		srv.Close()
+		<-done
+	}()
+	uri := fmt.Sprintf("nbd://%s/img", ln.Addr())
+	return runFio(ctx, cfg, "usher", uri, args)
+}
+
+// runNbdkit starts nbdkit on a free loopback port, runs fio once and
+// kills nbdkit.
+func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, args []string) (NBDRun, error) {
+	port, err := freePort()
+	if err != nil {
+		return NBDRun{}, err
+	}
+	a := []string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}
+	if cow {
+		a = append(a, "--filter=cow")
+	} else {
+		a = append(a, "-r")
+	}
+	a = append(a, "file", raw)
+	cmd := exec.CommandContext(ctx, cfg.Nbdkit, a...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return NBDRun{}, err
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+		return NBDRun{}, fmt.Errorf("nbdkit did not listen: %w: %s", err, stderr.String())
+	}
+	return runFio(ctx, cfg, "nbdkit", "nbd://"+addr+"/", args)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitListening(ctx context.Context, addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type fioOutput struct {
+	Jobs []struct {
+		Read  fioStats `json:"read"`
+		Write fioStats `json:"write"`
+	} `json:"jobs"`
+}
+
+type fioStats struct {
+	IOPS    float64 `json:"iops"`
+	BWBytes float64 `json:"bw_bytes"`
+}
+
+// runFio runs fio once against uri, bounded by the runtime plus a
+// margin; fio is killed if it overstays.
+func runFio(ctx context.Context, cfg NBDConfig, server, uri string, args []string) (NBDRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Runtime+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.Fio, append(args, "--uri="+uri)...)
+	cmd.Dir = cfg.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return NBDRun{}, fmt.Errorf("fio: %w: %s", err, stderr.String())
+	}
+	// fio may print warnings before the JSON.
+	out := stdout.Bytes()
+	if i := bytes.IndexByte(out, '{'); i > 0 {
+		out = out[i:]
+	}
+	var fo fioOutput
+	if err := json.Unmarshal(out, &fo); err != nil {
+		return NBDRun{}, fmt.Errorf("fio output: %w", err)
+	}
+	if len(fo.Jobs) == 0 {
+		return NBDRun{}, errors.New("fio reported no jobs")
+	}
+	j := fo.Jobs[0]
+	return NBDRun{Server: server, IOPS: j.Read.IOPS + j.Write.IOPS, BW: j.Read.BWBytes + j.Write.BWBytes}, nil
+}
+
+// WriteTable prints the comparison.
+func (r *NBDResult) WriteTable(out io.Writer) error {
+	fmt.Fprintf(out, "usher bench nbd: fio nbd engine, %s, %s per run, %d interleaved rounds (usher, nbdkit, usher, nbdkit, ...), medians\n",
+		r.Environment, r.Runtime, r.Rounds)
+	if r.NbdkitNote != "" {
+		fmt.Fprintln(out, r.NbdkitNote)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "test\tusher IOPS\tusher MiB/s\tnbdkit IOPS\tnbdkit MiB/s\tusher/nbdkit\tnbdkit server\t")
+	for _, t := range r.Tests {
+		kI, kB, ratio := "-", "-", "-"
+		if t.NbdkitIOPS > 0 {
+			kI, kB, ratio = fmt.Sprintf("%.0f", t.NbdkitIOPS), fmt.Sprintf("%.1f", t.NbdkitBW/float64(mib)), fmt.Sprintf("%.2f", t.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t\n", t.Test, t.UsherIOPS, t.UsherBW/float64(mib), kI, kB, ratio, t.NbdkitServer)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nyardsticks on this machine kind (reference): nbdkit file 65-84k IOPS 4 KiB random read, ~1.9 GiB/s 256 KiB sequential; cow filter 26k write IOPS")
+	return nil
+}
