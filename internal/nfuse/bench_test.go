@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/nfuse"
@@ -21,6 +22,11 @@ type discard struct {
 func (d *discard) Header() http.Header         { return d.header }
 func (d *discard) WriteHeader(int)             {}
 func (d *discard) Write(p []byte) (int, error) { d.n += len(p); return len(p), nil }
+
+// SetReadDeadline and SetWriteDeadline do nothing, as net/http's do
+// little: they are there so that the handler finds them.
+func (d *discard) SetReadDeadline(time.Time) error  { return nil }
+func (d *discard) SetWriteDeadline(time.Time) error { return nil }
 
 // benchHandler posts body to the handler b.N times in process, reusing
 // the request, and reports the answer's size.

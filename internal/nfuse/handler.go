@@ -31,6 +31,9 @@ const (
 	// DefaultMaxPendingLaunches bounds the launches kept for RequestTicket
 	// and RequestLaunchRef.
 	DefaultMaxPendingLaunches = 10000
+	// DefaultIOTimeout bounds the reading of a request body and the
+	// writing of its answer (FMA's per-request timeout is 20 s).
+	DefaultIOTimeout = 20 * time.Second
 )
 
 // Config configures a Handler. The farm name, the trust in ID-only
@@ -46,7 +49,14 @@ type Config struct {
 	// MaxPendingLaunches bounds the launches remembered for older clients'
 	// RequestTicket and RequestLaunchRef; 0 means DefaultMaxPendingLaunches.
 	MaxPendingLaunches int
-	Logger             *slog.Logger
+	// IOTimeout bounds the time to read a request body, and separately
+	// the time to write its answer, so that a slow or stalled client
+	// cannot hold a connection; 0 means DefaultIOTimeout, negative no
+	// bound. The deadlines are set on the connection and left for
+	// net/http to clear, which it does before it reads the connection's
+	// next request.
+	IOTimeout time.Duration
+	Logger    *slog.Logger
 	// Observe, when set, is called after each request with its kind, the
 	// ErrorId answered ("" for success) and the time taken.
 	Observe func(kind Kind, errorID string, elapsed time.Duration)
@@ -84,6 +94,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = DefaultIOTimeout
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Handler{cfg: cfg, broker: cfg.Broker, log: cfg.Logger,
@@ -165,6 +178,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
+	dl := deadlinerOf(w)
+	if h.cfg.IOTimeout > 0 {
+		dl.SetReadDeadline(start.Add(h.cfg.IOTimeout))
+	}
 	x := getExchange(r)
 	defer putExchange(x)
 
@@ -181,6 +198,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer = h.serve(r.Context(), x)
 	}
 
+	if h.cfg.IOTimeout > 0 {
+		dl.SetWriteDeadline(time.Now().Add(h.cfg.IOTimeout))
+	}
 	hdr := w.Header()
 	hdr["Content-Type"] = contentType
 	if x.shared {
@@ -196,6 +216,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(x.kind, x.errID, time.Since(start))
 	}
+}
+
+// deadliner sets a connection's deadlines, as net/http's ResponseWriter
+// does.
+type deadliner interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// deadlinerOf returns w itself when it sets deadlines (net/http's does,
+// without the allocation of a ResponseController), else a
+// ResponseController, which finds them behind wrappers.
+func deadlinerOf(w http.ResponseWriter) deadliner {
+	if d, ok := w.(deadliner); ok {
+		return d
+	}
+	return http.NewResponseController(w)
 }
 
 var (

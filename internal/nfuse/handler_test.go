@@ -1,16 +1,20 @@
 package nfuse_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -577,4 +581,56 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+func TestIOTimeout(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, options{handlerConfig: func(c *nfuse.Config) { c.IOTimeout = 300 * time.Millisecond }})
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+	t.Run("a stalled body is cut off", func(t *testing.T) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/xml\r\nContent-Length: 1000\r\n\r\n<NFuseProtocol><RequestAppData>", nfuse.Path)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "<ResponseAppData><ErrorId>unspecified</ErrorId>") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+	t.Run("a kept-alive connection outlives the timeout", func(t *testing.T) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		defer client.CloseIdleConnections()
+		reused := 0
+		for i := range 3 {
+			if i > 0 {
+				time.Sleep(500 * time.Millisecond)
+			}
+			trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+				if c.Reused {
+					reused++
+				}
+			}}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", srv.URL+nfuse.Path, strings.NewReader(request(`<RequestServerFarmData/>`)))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+		if reused != 2 {
+			t.Fatalf("the connection was reused %d times, want 2", reused)
+		}
+	})
 }
