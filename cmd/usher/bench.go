@@ -213,6 +213,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "the start of each level not measured")
 	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
+	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
 	b.register(fs, "enumerate")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -220,6 +221,9 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	var err error
 	if cfg.Concurrency, err = levels("--concurrency", *conc); err != nil {
 		return err
+	}
+	if cfg.Users < 1 {
+		return usageError{"--users must be at least 1"}
 	}
 	if cfg.StepDuration <= cfg.Warmup || cfg.Warmup < 0 {
 		return usageError{"--step-duration must be longer than --warmup"}

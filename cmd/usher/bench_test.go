@@ -100,7 +100,7 @@ func TestBenchEnumerate(t *testing.T) {
 	stub := nfuseAppsStub(t)
 	out := t.TempDir()
 	// nginx runs when installed; the bench says so when it is not.
-	code, stdout, stderr := run(t, "", "bench", "enumerate", "--url", stub.URL+bench.NFusePath, "--concurrency", "2,4",
+	code, stdout, stderr := run(t, "", "bench", "enumerate", "--url", stub.URL+bench.NFusePath, "--concurrency", "2,4", "--users", "50",
 		"--step-duration", "600ms", "--warmup", "100ms", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
@@ -114,8 +114,11 @@ func TestBenchEnumerate(t *testing.T) {
 	if s := rep.Runs[0].Result.Steps; len(s) != 2 || s[0].Requests == 0 || s[0].Errors != 0 {
 		t.Errorf("usher steps: %+v", s)
 	}
+	if cold := rep.Runs[1]; cold.Name != "usher cold" || cold.Result.Steps[0].Requests != 50 {
+		t.Errorf("cold run: %+v", cold)
+	}
 	if _, err := os.Stat(bench.DefaultNginx); err == nil {
-		if len(rep.Runs) != 2 || rep.Runs[1].Result.Steps[1].Requests == 0 || rep.Runs[1].Result.Steps[1].Errors != 0 {
+		if len(rep.Runs) != 3 || rep.Runs[2].Name != "nginx" || rep.Runs[2].Result.Steps[1].Requests == 0 || rep.Runs[2].Result.Steps[1].Errors != 0 {
 			t.Errorf("nginx run: %+v", rep.Runs[1:])
 		}
 		if !strings.Contains(stdout, "usher / nginx") {
@@ -127,7 +130,7 @@ func TestBenchEnumerate(t *testing.T) {
 
 	// The site's own endpoint: enumerated, or, while the site has none,
 	// a clear error.
-	code, stdout, stderr = run(t, "", "bench", "enumerate", "--nginx", "", "--concurrency", "1", "--step-duration", "300ms", "--warmup", "0s", "--out", "")
+	code, stdout, stderr = run(t, "", "bench", "enumerate", "--nginx", "", "--users", "10", "--concurrency", "1", "--step-duration", "300ms", "--warmup", "0s", "--out", "")
 	switch {
 	case code == 0 && !strings.Contains(stdout, "answers 400 applications"):
 		t.Errorf("the site's endpoint:\n%s", stdout)
