@@ -137,3 +137,21 @@ func CheckWrite(d Device, off, n int64) error {
 	}
 	return nil
 }
+
+// MemReader is implemented by devices that can sometimes serve a read
+// from memory without blocking (a RAM cache hit). TryReadAt fills p
+// with the bytes at off and returns true, or returns false, leaving p's
+// content undefined, when it cannot do so without I/O or the range is
+// not within the device; the caller then calls ReadAt. It never blocks
+// on I/O, so a server may run it on its request-reading goroutine.
+type MemReader interface {
+	TryReadAt(p []byte, off int64) bool
+}
+
+// TryReadAt is d's TryReadAt, or false when d is not a MemReader.
+func TryReadAt(d Device, p []byte, off int64) bool {
+	if m, ok := d.(MemReader); ok {
+		return m.TryReadAt(p, off)
+	}
+	return false
+}

@@ -47,8 +47,9 @@ type Device struct {
 }
 
 var (
-	_ block.Device   = (*Device)(nil)
-	_ block.Extenter = (*Device)(nil)
+	_ block.Device    = (*Device)(nil)
+	_ block.Extenter  = (*Device)(nil)
+	_ block.MemReader = (*Device)(nil)
 )
 
 // Wrap returns d counted into c. Closing the result closes d.
@@ -73,6 +74,17 @@ func (d *Device) WriteAt(ctx context.Context, p []byte, off int64, f block.Flags
 	d.c.Writes.Add(1)
 	d.c.WriteBytes.Add(int64(len(p)))
 	return d.count(d.Device.WriteAt(ctx, p, off, f))
+}
+
+// TryReadAt implements block.MemReader, counting a read when the
+// device under it serves one from memory.
+func (d *Device) TryReadAt(p []byte, off int64) bool {
+	if !block.TryReadAt(d.Device, p, off) {
+		return false
+	}
+	d.c.Reads.Add(1)
+	d.c.ReadBytes.Add(int64(len(p)))
+	return true
 }
 
 // Zero implements block.Device.

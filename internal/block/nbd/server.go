@@ -251,6 +251,8 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
+func (n noClose) TryReadAt(p []byte, off int64) bool { return block.TryReadAt(n.Device, p, off) }
+
 func (n noClose) Extents(ctx context.Context, off, length int64, dst []block.Extent) ([]block.Extent, error) {
 	return block.Extents(ctx, n.Device, off, length, dst)
 }

@@ -85,6 +85,7 @@ func (c *conn) transmit(ctx context.Context, dev block.Device, info ExportInfo) 
 	err := t.readLoop(jobs)
 	close(jobs)
 	wg.Wait() // every request received gets its reply before we close
+	t.flush()
 	c.bw.Flush()
 	return err
 }
@@ -119,10 +120,52 @@ func (t *tx) readLoop(jobs chan<- job) error {
 		case cmdRead:
 			if r.length <= MaxPayload {
 				j.buf = getBuf(int(r.length))
+				if t.tryRead(r, j.buf) {
+					putBuf(j.buf)
+					// Replies to reads served from memory wait until no
+					// further request is buffered: one write answers
+					// them all.
+					if br.Buffered() < requestSize {
+						t.flush()
+					}
+					continue
+				}
 			}
 		}
+		t.flush()
 		jobs <- j
 	}
+}
+
+// tryRead serves a read from memory on the reading goroutine, with no
+// hand-off to a worker, and queues its reply; it reports false when the
+// device cannot (a cache miss), and the read goes to a worker.
+func (t *tx) tryRead(r request, buf *[]byte) bool {
+	allowed, _ := allowedFlags(cmdRead, t.c.structured)
+	if r.flags&^allowed != 0 || r.length == 0 || r.length > maxQueued || r.offset > 1<<62 {
+		return false
+	}
+	if !block.TryReadAt(t.dev, (*buf)[hdrRoom:], int64(r.offset)) {
+		return false
+	}
+	t.wmu.Lock()
+	if t.werr == nil {
+		t.pending = append(t.pending, readReplyFrame(t.c.structured, r, *buf)...)
+	}
+	t.wmu.Unlock()
+	return true
+}
+
+// flush writes the queued replies unless a writer is at work (it will
+// write them).
+func (t *tx) flush() {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.writing || len(t.pending) == 0 || t.werr != nil {
+		return
+	}
+	t.writing = true
+	t.drain()
 }
 
 // send queues b as one reply and returns once it is written or queued
@@ -158,6 +201,12 @@ func (t *tx) send(b []byte) {
 		}
 		t.writing = true
 	}
+	t.drain()
+}
+
+// drain writes the queue until it is empty, then gives up the writer's
+// role. Called with wmu held and writing set.
+func (t *tx) drain() {
 	for len(t.pending) > 0 && t.werr == nil {
 		out := t.pending
 		t.pending = t.spare[:0]
@@ -338,22 +387,28 @@ func putChunkHeader(b []byte, flags, typ uint16, cookie uint64, length uint32) {
 
 // readReply sends buf[hdrRoom:] as the data of a successful read.
 func (w *worker) readReply(r request, buf []byte) {
-	if !w.t.c.structured {
+	if w.t.c.structured && r.length == 0 {
+		w.ok(r)
+		return
+	}
+	w.t.send(readReplyFrame(w.t.c.structured, r, buf))
+}
+
+// readReplyFrame writes the reply header in front of the data in
+// buf[hdrRoom:] and returns header and data (r.length > 0 when
+// structured).
+func readReplyFrame(structured bool, r request, buf []byte) []byte {
+	if !structured {
 		h := buf[hdrRoom-16:]
 		binary.BigEndian.PutUint32(h, magicSimple)
 		binary.BigEndian.PutUint32(h[4:], 0)
 		binary.BigEndian.PutUint64(h[8:], r.cookie)
-		w.t.send(h)
-		return
-	}
-	if r.length == 0 {
-		w.ok(r)
-		return
+		return h
 	}
 	h := buf[hdrRoom-28:]
 	putChunkHeader(h, replyFlagDone, replyTypeOffsetData, r.cookie, 8+r.length)
 	binary.BigEndian.PutUint64(h[20:], r.offset)
-	w.t.send(h)
+	return h
 }
 
 func (w *worker) ok(r request) {

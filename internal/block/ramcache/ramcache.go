@@ -122,8 +122,9 @@ type Device struct {
 }
 
 var (
-	_ block.Device   = (*Device)(nil)
-	_ block.Extenter = (*Device)(nil)
+	_ block.Device    = (*Device)(nil)
+	_ block.Extenter  = (*Device)(nil)
+	_ block.MemReader = (*Device)(nil)
 )
 
 // Wrap returns a cached view of d, which must not change while cached
@@ -158,6 +159,20 @@ func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
 		p, off = p[n:], off+n
 	}
 	return nil
+}
+
+// TryReadAt implements block.MemReader: a read within one cached block
+// is served from memory.
+func (d *Device) TryReadAt(p []byte, off int64) bool {
+	bs := d.c.blockSize
+	if off < 0 || int64(len(p)) > d.Size()-off || off/bs != (off+int64(len(p))-1)/bs || len(p) == 0 {
+		return false
+	}
+	if !d.c.get(key{d.id, off / bs}, p, off%bs) {
+		return false
+	}
+	d.c.Hits.Add(1)
+	return true
 }
 
 // Extents implements block.Extenter.
