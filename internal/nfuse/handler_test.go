@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
@@ -633,4 +634,51 @@ func TestIOTimeout(t *testing.T) {
 			t.Fatalf("the connection was reused %d times, want 2", reused)
 		}
 	})
+}
+
+// TestLenientRequests sends what real clients send, in every form the
+// brokers accept, for a user whose password is not ASCII.
+func TestLenientRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, options{})
+	const user, password = "user0999", "Grüße 1"
+	setPassword(t, f, user, password)
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"ISO-8859-1 with a declaration", latin1("<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?>\r\n<!DOCTYPE NFuseProtocol SYSTEM \"NFuse.dtd\">\r\n<NFuseProtocol version=\"5.0\"><RequestValidateCredentials><Credentials><UserName>user0999</UserName><Password encoding=\"cleartext\">Grüße 1</Password><Domain type=\"NT\">DEMO</Domain></Credentials></RequestValidateCredentials></NFuseProtocol>\r\n")},
+		{"ISO-8859-1 without a declaration", latin1("<NFuseProtocol><RequestValidateCredentials><Credentials><UserName>DEMO\\user0999</UserName><Password>Grüße 1</Password></Credentials></RequestValidateCredentials></NFuseProtocol>")},
+		{"UTF-8 without a declaration", []byte("<NFuseProtocol><RequestValidateCredentials><Credentials><UserName>user0999@demo</UserName><Password>Grüße 1</Password></Credentials></RequestValidateCredentials></NFuseProtocol>")},
+		{"lower case and character references", []byte(`<nfuseprotocol version="1.1"><requestvalidatecredentials><credentials><username>user0999</username><password encoding="cleartext">Gr&#252;&#xDF;e&#32;1</password><domain type="nt">demo</domain></credentials></requestvalidatecredentials></nfuseprotocol>`)},
+		{"upper case, Nil placeholders and unknown elements", []byte(`<NFUSEPROTOCOL VERSION="9.9"><NIL/><REQUESTVALIDATECREDENTIALS><FUTURE a="b"><X/></FUTURE><CREDENTIALS><USERNAME>user0999</USERNAME><PASSWORD ENCODING="CTX1">` + nfuse.EncodeCtx1(password) + `</PASSWORD><DOMAIN><NIL /></DOMAIN></CREDENTIALS><CLIENTNAME><NIL/></CLIENTNAME></REQUESTVALIDATECREDENTIALS></NFUSEPROTOCOL>`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantAnswer(t, f.postBytes(tc.body), "ResponseValidateCredentials", "")
+		})
+	}
+}
+
+// setPassword gives a user a new password in the site DB.
+func setPassword(t testing.TB, f *fixture, name, password string) {
+	t.Helper()
+	ctx := context.Background()
+	hash, err := auth.HashPassword(password, cheap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.store.Update(ctx, func(tx site.Tx) error {
+		u, err := tx.Users().Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		u.PasswordHash = hash
+		return tx.Users().Update(ctx, u)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.broker.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
