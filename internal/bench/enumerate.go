@@ -159,10 +159,10 @@ func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, c
 		}
 		runs, avgs = append(runs, t), append(avgs, a)
 	}
-	if f, err := loadgen.LinePlot("transactions-per-second", "Enumerations per second (higher is better)", "concurrent requests", "transactions/s", runs...); err == nil {
+	if f, err := loadgen.LogLinePlot("transactions-per-second", "Enumerations per second (higher is better; log scale)", "concurrent requests", "transactions/s", runs...); err == nil {
 		rep.Figures = append(rep.Figures, f)
 	}
-	if f, err := loadgen.LinePlot("average-transaction-time", "Average enumeration time (lower is better)", "concurrent requests", "ms", avgs...); err == nil {
+	if f, err := loadgen.LogLinePlot("average-transaction-time", "Average enumeration time (lower is better; log scale)", "concurrent requests", "ms", avgs...); err == nil {
 		rep.Figures = append(rep.Figures, f)
 	}
 	return rep

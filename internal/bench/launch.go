@@ -139,11 +139,11 @@ func launchFigures(res *loadgen.Result) ([]loadgen.Figure, error) {
 			seedAvg.X, seedAvg.Y = append(seedAvg.X, float64(r.Concurrent)), append(seedAvg.Y, r.AvgSeconds)
 		}
 	}
-	f1, err := loadgen.LinePlot("launches-per-second", "Launches per second (higher is better)", "concurrent requests", "launches/s", tps, seedTPS)
+	f1, err := loadgen.LogLinePlot("launches-per-second", "Launches per second (higher is better; log scale)", "concurrent requests", "launches/s", tps, seedTPS)
 	if err != nil {
 		return nil, err
 	}
-	f2, err := loadgen.LinePlot("average-response", "Average launch response (lower is better)", "concurrent requests", "seconds", avg, seedAvg)
+	f2, err := loadgen.LogLinePlot("average-response", "Average launch response (lower is better; log scale)", "concurrent requests", "seconds", avg, seedAvg)
 	if err != nil {
 		return nil, err
 	}

@@ -163,8 +163,9 @@ func (r *run) do(ctx context.Context, st *stepState, w int, i int64, intended ti
 	if !intended.IsZero() {
 		at = intended
 	}
-	if !st.measured(at) || ctx.Err() != nil { // a stopped run is no fault of the target's
-
+	// Warm-up and cool-down are not measured, nor are transactions cut
+	// short by a stopped run: that is no fault of the target's.
+	if !st.measured(at) || ctx.Err() != nil {
 		st.excluded.Add(1)
 		return
 	}

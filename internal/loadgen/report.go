@@ -186,11 +186,36 @@ type Figure struct {
 
 // LinePlot draws series as lines with points, against a shared X axis.
 func LinePlot(name, title, xLabel, yLabel string, series ...Series) (Figure, error) {
+	return linePlot(name, title, xLabel, yLabel, false, series)
+}
+
+// LogLinePlot is LinePlot with a logarithmic Y axis, for series that
+// differ by orders of magnitude (usher beside seed 000). Points at or
+// below zero are left out.
+func LogLinePlot(name, title, xLabel, yLabel string, series ...Series) (Figure, error) {
+	return linePlot(name, title, xLabel, yLabel, true, series)
+}
+
+func linePlot(name, title, xLabel, yLabel string, logY bool, series []Series) (Figure, error) {
+	if logY {
+		positive := false
+		for _, s := range series {
+			for _, y := range s.Y {
+				positive = positive || y > 0
+			}
+		}
+		logY = positive // a log axis needs a point above zero
+	}
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = yLabel
-	p.Y.Min = 0
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else {
+		p.Y.Min = 0
+	}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	palette := []color.RGBA{{0xd6, 0x27, 0x28, 255}, {0x1f, 0x77, 0xb4, 255}, {0x2c, 0xa0, 0x2c, 255},
@@ -198,7 +223,7 @@ func LinePlot(name, title, xLabel, yLabel string, series ...Series) (Figure, err
 	for k, s := range series {
 		xys := make(plotter.XYs, 0, len(s.X))
 		for i := range s.X {
-			if i < len(s.Y) {
+			if i < len(s.Y) && (!logY || s.Y[i] > 0) {
 				xys = append(xys, plotter.XY{X: s.X[i], Y: s.Y[i]})
 			}
 		}
