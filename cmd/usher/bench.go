@@ -42,6 +42,9 @@ Experiments:
                (seed 004's RequestAppData, ctx1 credentials) at each
                --concurrency (10,20,40,60,100), beside nginx serving the
                same bytes as a static file (when /usr/sbin/nginx exists).
+  writecache   seed 001: targets through every PVS write-cache mode, with
+               the disk operations under each (internal/blockbench).
+  nbd          usher's NBD server beside nbdkit under fio.
 
 Run 'usher bench EXPERIMENT -h' for its flags.`
 
@@ -49,7 +52,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
 		if len(args) == 0 {
-			return usageError{"which experiment? launch, logon-storm or enumerate"}
+			return usageError{"which experiment? launch, logon-storm, enumerate, writecache or nbd"}
 		}
 		return flag.ErrHelp
 	}
@@ -60,8 +63,12 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchLogonStorm(ctx, args[1:])
 	case "enumerate":
 		return m.benchEnumerate(ctx, args[1:])
+	case "writecache":
+		return m.benchWritecache(ctx, args[1:])
+	case "nbd":
+		return m.benchNBD(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm or enumerate", args[0])}
+	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache or nbd", args[0])}
 }
 
 // benchFlags are every experiment's.

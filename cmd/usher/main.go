@@ -53,7 +53,7 @@ func commands() []command {
 		{"export", "write the site configuration as YAML", (*Main).export},
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
 		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
-		{"bench", "run a seed experiment end to end and report beside the published figures (launch, logon-storm, enumerate)", (*Main).bench},
+		{"bench", "run a seed experiment end to end and report beside the published figures (launch, logon-storm, enumerate, ...)", (*Main).bench},
 		{"load", "drive load at an NFuse, REST or HTTP endpoint and report per step (--target, --executor)", (*Main).load},
 		{"stream", "serve disk images over NBD with versions, a RAM cache and server-side write caches", (*Main).stream},
 		{"target", "device-side NBD proxy with a write cache (RAM, RAM+overflow, disk) in front of a stream", (*Main).target},
