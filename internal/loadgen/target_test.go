@@ -253,3 +253,33 @@ func TestRESTFlow(t *testing.T) {
 		}
 	}
 }
+
+func TestNFuseLaunchTarget(t *testing.T) {
+	var mu sync.Mutex
+	var apps []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		app := regexp.MustCompile(`<AppName>([^<]*)</AppName>`).FindSubmatch(b)
+		mu.Lock()
+		apps = append(apps, string(app[1]))
+		mu.Unlock()
+		inner := `<ServerAddress addresstype="dot-port">10.1.2.14:1494</ServerAddress><TicketTag>ABC</TicketTag>`
+		if string(app[1]) == "full" {
+			inner = `<ErrorId>no-available-workstation</ErrorId>`
+		}
+		fmt.Fprintf(w, `<?xml version="1.0"?><NFuseProtocol version="5.9"><ResponseAddress>%s</ResponseAddress></NFuseProtocol>`, inner)
+	}))
+	defer srv.Close()
+	n := &NFuse{URL: srv.URL, Body: AddressRequest, Users: Users{{User: "u", Password: "p"}}, Apps: []string{"writer", "R&D <tool>", "full"},
+		Expect: "<TicketTag>"}
+	var kinds []string
+	for i := range int64(3) {
+		kinds = append(kinds, KindOf(n.Do(context.Background(), i)))
+	}
+	if want := []string{"", "", "nfuse-no-available-workstation"}; fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Errorf("kinds %q, want %q", kinds, want)
+	}
+	if want := []string{"writer", "R&amp;D &lt;tool&gt;", "full"}; fmt.Sprint(apps) != fmt.Sprint(want) {
+		t.Errorf("applications sent %q, want %q", apps, want)
+	}
+}
