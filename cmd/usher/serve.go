@@ -18,6 +18,7 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/vda"
@@ -39,6 +40,8 @@ type serveFlags struct {
 	logs         logFlags
 	// Broker timing.
 	heartbeatInterval, heartbeatTimeout time.Duration
+	// nfuseListen is the NFuse endpoint's own listener, "" for none.
+	nfuseListen string
 	// simVDAs runs that many simulated VDAs in-process, for the first
 	// machines of the site; sim sets how they behave.
 	simVDAs                         int
@@ -54,6 +57,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&f.demoPassword, "demo-password", "", "password of the demo users and of the admin account (default: random, printed)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.StringVar(&f.nfuseListen, "nfuse-listen", "", "also serve the NFuse XML service (POST /scripts/wpnbr.dll) on its own listener, e.g. :8080 or :80")
 	fs.IntVar(&f.simVDAs, "sim-vdas", 0, "run this many simulated VDAs in-process, for the site's first machines (-1: all of them)")
 	fs.DurationVar(&f.simLogonDelay, "sim-logon-delay", vda.DefaultLogonDelay, "simulated VDAs: time from launch to the simulated user's logon")
 	fs.DurationVar(&f.simSessionLength, "sim-session-length", 0, "simulated VDAs: how long a simulated user stays (0: until logged off)")
@@ -101,6 +105,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, log *slog.Logger) err
 // command, and the site that usher bench measures.
 type runningSite struct {
 	Addr         string // the HTTP listener, host:port
+	NFuseAddr    string // the --nfuse-listen listener, "" when none
 	DataDir      string
 	SecretPath   string // the enrolment secret's file
 	Secret       string
@@ -237,12 +242,48 @@ func (m *Main) startSite(ctx context.Context, f serveFlags, log *slog.Logger) (_
 	})
 	mux.HandleFunc("GET /{$}", indexPage(store, log))
 
+	nf, err := nfuse.New(nfuse.Config{Broker: brk, Logger: log.With("component", "nfuse"), Observe: func(k nfuse.Kind, errorID string, d time.Duration) {
+		metrics.ObserveXML(k.String(), errorID, d)
+	}})
+	if err != nil {
+		return nil, err
+	}
+	// The NFuse path is matched in any case, as Citrix clients spell it variously.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if nfuse.IsPath(req.URL.Path) {
+			nf.ServeHTTP(w, req)
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})
+
+	if f.nfuseListen != "" {
+		nln, err := net.Listen("tcp", f.nfuseListen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s (--nfuse-listen): %w", f.nfuseListen, err)
+		}
+		nsrv := &http.Server{Handler: nf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		r.NFuseAddr = nln.Addr().String()
+		log.Info("NFuse listening", "addr", r.NFuseAddr)
+		nfDone := make(chan struct{})
+		go func() { defer close(nfDone); nsrv.Serve(nln) }()
+		r.cleanup = append(r.cleanup, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if nsrv.Shutdown(sctx) != nil {
+				nsrv.Close()
+			}
+			<-nfDone
+		})
+	}
+
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	r.srv = &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -303,6 +344,7 @@ func (m *Main) printBanner(addr, data, secretPath string, isDemo bool, password 
 	fmt.Fprintf(m.Stdout, "  Admin API:    %s/api/v1/admin/  (HTTP basic or bearer token)\n", base)
 	fmt.Fprintf(m.Stdout, "  OpenAPI:      %s/api/openapi.json\n", base)
 	fmt.Fprintf(m.Stdout, "  User API:     %s/api/v1/login, /api/v1/resources\n", base)
+	fmt.Fprintf(m.Stdout, "  NFuse XML:    %s/scripts/wpnbr.dll\n", base)
 	fmt.Fprintf(m.Stdout, "  Metrics:      %s/metrics\n", base)
 	fmt.Fprintf(m.Stdout, "  Health:       %s/healthz  %s/readyz\n", base, base)
 	fmt.Fprintf(m.Stdout, "  VDA enrolment secret: %s\n", secretPath)

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -20,6 +21,11 @@ type VerifiedCache struct {
 	max int
 	now func() time.Time
 
+	// hashing bounds the argon2id computations running at once to one per
+	// CPU: each takes ~19 MiB and a core for tens of milliseconds, and more
+	// at once only makes every logon slower.
+	hashing chan struct{}
+
 	mu      sync.Mutex
 	entries map[[32]byte]time.Time // key -> expiry
 	byName  map[string][][32]byte
@@ -33,7 +39,7 @@ func NewVerifiedCache(ttl time.Duration, max int) *VerifiedCache {
 	if _, err := rand.Read(key); err != nil {
 		panic("auth: crypto/rand failed: " + err.Error())
 	}
-	return &VerifiedCache{key: key, ttl: ttl, max: max, now: time.Now,
+	return &VerifiedCache{key: key, ttl: ttl, max: max, now: time.Now, hashing: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		entries: map[[32]byte]time.Time{}, byName: map[string][][32]byte{}}
 }
 
@@ -59,7 +65,9 @@ func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) 
 	if ok && now.Before(exp) {
 		return true, nil
 	}
+	c.hashing <- struct{}{}
 	match, err := VerifyPassword(storedHash, password)
+	<-c.hashing
 	if err != nil || !match {
 		return false, err
 	}

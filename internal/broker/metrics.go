@@ -32,6 +32,8 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	reconnects prometheus.Counter
 	refused    prometheus.Counter
+	xmlTotal   *prometheus.CounterVec
+	xmlTime    *prometheus.HistogramVec
 	state      *stateCollector
 }
 
@@ -59,6 +61,15 @@ func NewMetrics() *Metrics {
 			Name: "usher_broker_refused_transactions_total",
 			Help: "Transactions refused at once because the broker was at its concurrency bound (answered retry-required).",
 		}),
+		xmlTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "usher_nfuse_transactions_total",
+			Help: "NFuse XML Service requests answered, by request type and ErrorId (\"\" for success); Citrix: Citrix XML Service - Transactions/sec.",
+		}, []string{"request", "error_id"}),
+		xmlTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "usher_nfuse_transaction_duration_seconds",
+			Help:    "Time to answer an NFuse XML Service request, by request type (Citrix: Avg. Transaction Time).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"request"}),
 		state: &stateCollector{
 			machines: prometheus.NewDesc("usher_machines", "Machines by registration state (registered, unregistered, maintenance).", []string{"state"}, nil),
 			load:     prometheus.NewDesc("usher_machine_load_index", "A machine's load index, 0 idle to 10000 full.", []string{"machine", "delivery_group"}, nil),
@@ -70,7 +81,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.state} {
+	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.xmlTotal, m.xmlTime, m.state} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -112,6 +123,13 @@ func (m *Metrics) Observe(op string, start time.Time, err error) {
 	}
 	m.total.WithLabelValues(op, result).Inc()
 	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// ObserveXML records an NFuse XML Service request answered with errorID
+// ("" for success).
+func (m *Metrics) ObserveXML(request, errorID string, d time.Duration) {
+	m.xmlTotal.WithLabelValues(request, errorID).Inc()
+	m.xmlTime.WithLabelValues(request).Observe(d.Seconds())
 }
 
 // stateCollector reports machine and session state at scrape time.
