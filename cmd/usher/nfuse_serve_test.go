@@ -47,4 +47,3 @@ func TestServeNFuse(t *testing.T) {
 		t.Error("/metrics does not count the two NFuse enumerations")
 	}
 }
-
