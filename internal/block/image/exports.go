@@ -47,10 +47,9 @@ type Exports struct {
 	Meters        *meter.Registry // nil: not metered
 	Logger        *slog.Logger
 
-	mu      sync.Mutex
-	shared  map[string]block.Device // "image@n" -> cached read-only chain
-	writers map[string]bool
-	seq     atomic.Int64
+	mu     sync.Mutex
+	shared map[string]block.Device // "image@n" -> cached read-only chain
+	seq    atomic.Int64
 }
 
 var _ nbd.Exporter = (*Exports)(nil)
@@ -130,24 +129,16 @@ func (e *Exports) Open(ctx context.Context, name, remote string) (block.Device, 
 	info := e.info(name, im, v)
 	key := fmt.Sprintf("%s@%d", im.Name, v.Number)
 	if v.State == Maintenance {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.writers[key] {
+		detach, err := e.Store.attachWriter(im.Name, v.Number)
+		if err != nil {
 			return nil, info, fmt.Errorf("%w: %s has a writer", nbd.ErrExportBusy, key)
 		}
 		d, err := e.Store.chain(im, v.Number, true)
 		if err != nil {
+			detach()
 			return nil, info, err
 		}
-		if e.writers == nil {
-			e.writers = make(map[string]bool)
-		}
-		e.writers[key] = true
-		return &private{Device: meter.Wrap(d, e.counters(LayerPrivate)), release: func() {
-			e.mu.Lock()
-			delete(e.writers, key)
-			e.mu.Unlock()
-		}}, info, nil
+		return &private{Device: meter.Wrap(d, e.counters(LayerPrivate)), release: detach}, info, nil
 	}
 	shared, err := e.sharedVersion(im, v.Number, key)
 	if err != nil {

@@ -87,9 +87,22 @@ func TestLifeCycle(t *testing.T) {
 	}
 	must(t, w.WriteAt(ctx, []byte("UPDATED!"), 4096, 0))
 	must(t, w.WriteAt(ctx, []byte("xy"), 10, 0))
+	if _, err := st.Promote(ctx, "win11", v1.Number); !errors.Is(err, image.ErrBusy) {
+		t.Fatalf("promote with the writer attached: %v, want ErrBusy", err)
+	}
 	must(t, w.Close())
-	if _, err := st.Promote(ctx, "win11", v1.Number); err != nil { // test
-		t.Fatal(err)
+	// The server lets the writer go once it has flushed; until then the
+	// version cannot be promoted.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := st.Promote(ctx, "win11", v1.Number) // test
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, image.ErrBusy) || time.Now().After(deadline) {
+			t.Fatalf("promote after the writer left: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if _, err := st.Promote(ctx, "win11", v1.Number); err != nil { // production
 		t.Fatal(err)

@@ -81,7 +81,35 @@ func (im Image) Version(n int) (Version, bool) {
 // Store is a directory of images. Methods are safe for concurrent use.
 type Store struct {
 	dir string
-	mu  sync.Mutex // serialises changes to image.json files
+	mu  sync.Mutex // serialises changes to image.json files, and guards writers
+	// writers are the maintenance versions ("NAME@N") with a private-mode
+	// writer attached. Such a version cannot be promoted: its writes are
+	// only complete once the writer has flushed and gone.
+	writers map[string]bool
+}
+
+// ErrBusy is returned for a maintenance version that already has a writer,
+// or that cannot be promoted because its writer is still attached.
+var ErrBusy = errors.New("image: version has a writer attached")
+
+// attachWriter marks version n of name as written in private mode; ErrBusy
+// if it already is. detach undoes it.
+func (s *Store) attachWriter(name string, n int) (detach func(), err error) {
+	key := fmt.Sprintf("%s@%d", name, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writers[key] {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, key)
+	}
+	if s.writers == nil {
+		s.writers = map[string]bool{}
+	}
+	s.writers[key] = true
+	return func() {
+		s.mu.Lock()
+		delete(s.writers, key)
+		s.mu.Unlock()
+	}, nil
 }
 
 // Open opens (creating) the store in dir.
@@ -246,6 +274,9 @@ func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) 
 		}
 		switch v.State {
 		case Maintenance:
+			if s.writers[fmt.Sprintf("%s@%d", name, n)] {
+				return Version{}, fmt.Errorf("%w: version %d of %q; disconnect it before promoting", ErrBusy, n, name)
+			}
 			v.State = Test
 		case Test:
 			v.State = Production
