@@ -40,11 +40,7 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 		return doc.Annotate(err)
 	}
 
-	dir, err := openDataDir(*data, false)
-	if err != nil {
-		return err
-	}
-	store, err := dir.openStore(ctx, sqlitestore.Options{})
+	store, err := openSiteDB(ctx, *data)
 	if err != nil {
 		return err
 	}
@@ -108,11 +104,7 @@ func (m *Main) export(ctx context.Context, args []string) error {
 	if _, err := os.Stat(filepath.Join(*data, siteDBFile)); err != nil {
 		return fmt.Errorf("no site DB in %s (run 'usher apply' or 'usher serve' first): %w", *data, unwrapPath(err))
 	}
-	dir, err := openDataDir(*data, false)
-	if err != nil {
-		return err
-	}
-	store, err := dir.openStore(ctx, sqlitestore.Options{})
+	store, err := openSiteDB(ctx, *data)
 	if err != nil {
 		return err
 	}
@@ -133,6 +125,17 @@ func (m *Main) export(ctx context.Context, args []string) error {
 		return err
 	}
 	return writeFileAtomic(*out, buf.Bytes(), 0o600)
+}
+
+// openSiteDB opens the site DB of a data directory for a one-shot command
+// (apply, export, admin), beside a running usher serve if there is one:
+// SQLite's WAL lets both use it.
+func openSiteDB(ctx context.Context, data string) (*sqlitestore.Store, error) {
+	dir, err := openDataDir(data, false)
+	if err != nil {
+		return nil, err
+	}
+	return dir.openStore(ctx, sqlitestore.Options{})
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames
@@ -186,11 +189,7 @@ func (m *Main) admin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := openDataDir(*data, false)
-	if err != nil {
-		return err
-	}
-	store, err := dir.openStore(ctx, sqlitestore.Options{})
+	store, err := openSiteDB(ctx, *data)
 	if err != nil {
 		return err
 	}
