@@ -240,7 +240,7 @@ func (m *Main) startSite(ctx context.Context, f serveFlags, log *slog.Logger) (_
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /{$}", indexPage(store, log))
+	mux.HandleFunc("GET /{$}", indexPage(brk))
 
 	nf, err := nfuse.New(nfuse.Config{Broker: brk, Logger: log.With("component", "nfuse"), Observe: func(k nfuse.Kind, errorID string, d time.Duration) {
 		metrics.ObserveXML(k.String(), errorID, d)
@@ -431,35 +431,24 @@ code{background:#f3f3f3;padding:0 .3em}table{border-collapse:collapse}td{padding
 <p>The user portal and the console arrive with later releases.</p>
 </body></html>`))
 
-func indexPage(store site.Store, log *slog.Logger) http.HandlerFunc {
+// indexPage describes the site from the broker's in-memory snapshot: the
+// page is public, so it must not cost a site DB read.
+func indexPage(brk *broker.Broker) http.HandlerFunc {
 	type count struct {
 		Kind string
 		N    int
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		var data struct {
+		snap := brk.Snapshot()
+		data := struct {
 			Name, Domain string
 			Version      int64
 			Counts       []count
-		}
-		err := store.View(r.Context(), func(tx site.Tx) error {
-			cfg, err := site.LoadConfig(r.Context(), tx)
-			if err != nil {
-				return err
-			}
-			data.Name, data.Domain = cfg.Settings.Name, cfg.Settings.Domain
-			data.Version, err = tx.ConfigVersion(r.Context())
-			n := cfg.ObjectCount()
-			for _, k := range []site.Kind{site.KindZone, site.KindCatalog, site.KindMachine, site.KindDeliveryGroup,
-				site.KindApplication, site.KindDesktop, site.KindUser, site.KindGroup, site.KindEntitlement} {
-				data.Counts = append(data.Counts, count{string(k) + "s", n[k]})
-			}
-			return err
-		})
-		if err != nil {
-			log.Error("index page", "err", err)
-			http.Error(w, "site DB unavailable", http.StatusServiceUnavailable)
-			return
+		}{Name: snap.Settings.Name, Domain: snap.Settings.Domain, Version: snap.Version}
+		n := snap.Counts()
+		for _, k := range []site.Kind{site.KindZone, site.KindCatalog, site.KindMachine, site.KindDeliveryGroup,
+			site.KindApplication, site.KindDesktop, site.KindUser, site.KindGroup, site.KindEntitlement} {
+			data.Counts = append(data.Counts, count{string(k) + "s", n[k]})
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		indexTemplate.Execute(w, data)

@@ -41,6 +41,9 @@ type Snapshot struct {
 	// resolution depends on more than their groups.
 	named map[string]bool
 
+	// counts are the configuration's object counts, for summaries.
+	counts map[site.Kind]int
+
 	mu       sync.Mutex
 	resolved map[string]*Entitlements
 }
@@ -54,7 +57,7 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 		machines: map[string]*site.Machine{}, machinesOf: map[string][]*site.Machine{},
 		groupOf: map[string]string{}, grants: map[string][]*site.Entitlement{},
 		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
-		resolved: map[string]*Entitlements{},
+		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
 	}
 	for i := range c.Users {
 		s.users[c.Users[i].Name] = &c.Users[i]
@@ -246,3 +249,6 @@ func (s *Snapshot) MachineNames() []string {
 	slices.Sort(names)
 	return names
 }
+
+// Counts returns how many objects of each kind the configuration holds.
+func (s *Snapshot) Counts() map[site.Kind]int { return s.counts }
