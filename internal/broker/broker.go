@@ -503,14 +503,18 @@ func randomToken(n int) string {
 
 func newID() string { return strings.ToLower(randomToken(12)) }
 
-// endSession marks a session logged off and gives its slot back. It is a
-// no-op for a session already ended.
+// endSession marks a session on machine logged off and gives its slot
+// back. It is a no-op for a session already ended, and EForbidden for a
+// session on another machine.
 func (b *Broker) endSession(ctx context.Context, id, machine string) error {
 	var wasPending, changed bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
 		sess, err := tx.Sessions().Get(ctx, id)
 		if err != nil {
 			return err
+		}
+		if sess.Machine != machine {
+			return site.Errorf(site.EForbidden, "session %q is not on machine %q", id, machine)
 		}
 		if sess.State == site.SessionLoggedOff {
 			return nil

@@ -138,8 +138,7 @@ func (b *Broker) SessionEvent(ctx context.Context, ev vdaproto.SessionEvent) err
 		return errNotRegistered
 	}
 	if ev.Event == vdaproto.EventLogoff {
-		err := b.endSessionOn(ctx, ev.SessionID, ev.Machine)
-		return err
+		return b.endSession(ctx, ev.SessionID, ev.Machine)
 	}
 	var next site.SessionState
 	switch ev.Event {
@@ -184,22 +183,6 @@ func (b *Broker) SessionEvent(ctx context.Context, ev vdaproto.SessionEvent) err
 		b.machines.loggedOn(ev.Machine)
 	}
 	return err
-}
-
-func (b *Broker) endSessionOn(ctx context.Context, id, machine string) error {
-	var onMachine string
-	err := b.store.View(ctx, func(tx site.Tx) error {
-		s, err := tx.Sessions().Get(ctx, id)
-		onMachine = s.Machine
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if onMachine != machine {
-		return site.Errorf(site.EForbidden, "session %q is not on machine %q", id, machine)
-	}
-	return b.endSession(ctx, id, machine)
 }
 
 // expireMachines unregisters machines whose heartbeats stopped.
