@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,15 +74,17 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 
 // benchFlags are every experiment's.
 type benchFlags struct {
-	out, data string
-	timeout   time.Duration
-	logs      logFlags
+	out, data  string
+	cpuProfile string
+	timeout    time.Duration
+	logs       logFlags
 }
 
 func (b *benchFlags) register(fs *flag.FlagSet, experiment string) {
 	fs.StringVar(&b.out, "out", filepath.Join("usher-bench", experiment), "report directory")
 	fs.StringVar(&b.data, "data", "", "data directory of the bench site (default: a temporary one, removed at the end)")
 	fs.DurationVar(&b.timeout, "timeout", loadgen.DefaultTimeout, "bound of each transaction")
+	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator and bench site) to this file, for go tool pprof")
 	b.logs.register(fs)
 	fs.Lookup("log-level").DefValue = "error"
 	fs.Set("log-level", "error")
@@ -101,9 +104,21 @@ func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
 		}
 		cleanup = func() { os.RemoveAll(root) }
 	}
+	stopProfile := func() {}
+	if b.cpuProfile != "" {
+		f, err := os.Create(b.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			cleanup()
+			return bench.Env{}, nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
 	progress := m.progressLine()
 	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update}
-	return env, sync.OnceFunc(func() { progress.clear(); cleanup() }), nil
+	return env, sync.OnceFunc(func() { stopProfile(); progress.clear(); cleanup() }), nil
 }
 
 // benchReport prints a report's tables and writes its directory.
@@ -221,6 +236,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps, usher's then nginx's, this many times and report each level's median round")
 	b.register(fs, "enumerate")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -231,6 +247,9 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	}
 	if cfg.Users < 1 {
 		return usageError{"--users must be at least 1"}
+	}
+	if cfg.Rounds < 1 {
+		return usageError{"--rounds must be at least 1"}
 	}
 	if cfg.StepDuration <= cfg.Warmup || cfg.Warmup < 0 {
 		return usageError{"--step-duration must be longer than --warmup"}

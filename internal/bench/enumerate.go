@@ -34,6 +34,10 @@ type EnumerateConfig struct {
 	// check costs an argon2id verification, later ones hit the verified-
 	// credential cache. That pass is reported on its own, as cold.
 	Users int
+	// Rounds repeats the steps, usher's then nginx's, so that both meet
+	// the same moments of a shared, noisy machine; each level reports
+	// the round with the median throughput. 0 means 1.
+	Rounds int
 }
 
 // DefaultEnumerateConfig takes about two minutes: five levels of 10 s on
@@ -77,51 +81,114 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 		return nil, fmt.Errorf("cold enumerations: %w", err)
 	}
 
-	exec := loadgen.Stepped{Levels: cfg.Concurrency, StepDuration: cfg.StepDuration, Warmup: cfg.Warmup}
-	fmt.Fprintf(env.out(), "usher: %s\n", exec)
-	res, err := exec.Run(ctx, usher, env.options())
-	if res == nil {
-		return nil, err
-	}
-	rep := loadgen.NewReport("usher bench enumerate (seeds 000 and 004)", "")
-	rep.Runs = []loadgen.Run{{Name: "usher", Result: res}, {Name: "usher cold", Result: cold}}
-	if err != nil {
-		return finishEnumerate(rep, nil, apps, len(answer), cfg), err
-	}
-
-	var ngx *loadgen.Result
+	var ngx *Nginx
+	var skipNote string
+	var target *loadgen.NFuse
 	switch n, nerr := StartNginx(ctx, cfg.Nginx, NFusePath, answer, "text/xml"); {
 	case cfg.Nginx == "":
-		rep.Notes = append(rep.Notes, "nginx: skipped (no binary given).")
+		skipNote = "nginx: skipped (no binary given)."
 	case errors.Is(nerr, ErrNoNginx):
 		fmt.Fprintf(env.out(), "nginx: %v; skipping the nginx column (Debian: apt-get install nginx-light)\n", nerr)
-		rep.Notes = append(rep.Notes, fmt.Sprintf("nginx: skipped, %v.", nerr))
+		skipNote = fmt.Sprintf("nginx: skipped, %v.", nerr)
 	case nerr != nil:
-		return finishEnumerate(rep, nil, apps, len(answer), cfg), fmt.Errorf("nginx: %w", nerr)
+		return nil, fmt.Errorf("nginx: %w", nerr)
 	default:
+		ngx = n
+		defer n.Stop()
 		log.Info("nginx serving usher's answer", "url", n.URL)
-		fmt.Fprintf(env.out(), "nginx: %s\n", exec)
-		target := &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: n.URL, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
-		ngx, err = exec.Run(ctx, target, env.options())
-		n.Stop()
-		if ngx != nil {
-			rep.Runs = append(rep.Runs, loadgen.Run{Name: "nginx", Result: ngx})
-		}
-		if err != nil {
-			return finishEnumerate(rep, ngx, apps, len(answer), cfg), err
-		}
+		target = &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: n.URL, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
 	}
-	return finishEnumerate(rep, ngx, apps, len(answer), cfg), nil
+
+	exec := loadgen.Stepped{Levels: cfg.Concurrency, StepDuration: cfg.StepDuration, Warmup: cfg.Warmup}
+	rounds := max(cfg.Rounds, 1)
+	var ushers, nginxes []*loadgen.Result
+	var runErr error
+	for r := 1; r <= rounds && runErr == nil; r++ {
+		fmt.Fprintf(env.out(), "usher%s: %s\n", roundOf(r, rounds), exec)
+		res, err := exec.Run(ctx, usher, env.options())
+		if res != nil {
+			ushers = append(ushers, res)
+		}
+		if runErr = err; err != nil || ngx == nil {
+			continue
+		}
+		fmt.Fprintf(env.out(), "nginx%s: %s\n", roundOf(r, rounds), exec)
+		res, err = exec.Run(ctx, target, env.options())
+		if res != nil {
+			nginxes = append(nginxes, res)
+		}
+		runErr = err
+	}
+	if len(ushers) == 0 {
+		return nil, runErr
+	}
+	rep := loadgen.NewReport("usher bench enumerate (seeds 000 and 004)", "")
+	rep.Runs = []loadgen.Run{{Name: "usher", Result: loadgen.MedianSteps(ushers...)}, {Name: "usher cold", Result: cold}}
+	if skipNote != "" {
+		rep.Notes = append(rep.Notes, skipNote)
+	}
+	ngxMedian := loadgen.MedianSteps(nginxes...)
+	if ngxMedian != nil {
+		rep.Runs = append(rep.Runs, loadgen.Run{Name: "nginx", Result: ngxMedian})
+	}
+	if rounds > 1 {
+		rep.Tables = append(rep.Tables, RoundsTable(ushers, nginxes))
+	}
+	return finishEnumerate(rep, ngxMedian, apps, len(answer), cfg), runErr
+}
+
+func roundOf(r, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(", round %d of %d", r, n)
+}
+
+// RoundsTable lists each round's throughput per level, usher's and
+// nginx's, to show the spread behind the medians.
+func RoundsTable(ushers, nginxes []*loadgen.Result) loadgen.Table {
+	t := loadgen.Table{Title: "Throughput of each round (tx/s); the tables above take the median round of each level",
+		Header: []string{"concurrent"}}
+	for i := range ushers {
+		t.Header = append(t.Header, fmt.Sprintf("usher #%d", i+1))
+	}
+	for i := range nginxes {
+		t.Header = append(t.Header, fmt.Sprintf("nginx #%d", i+1))
+	}
+	for i, s := range ushers[0].Steps {
+		row := []string{strconv.Itoa(s.Concurrency)}
+		for _, rs := range [][]*loadgen.Result{ushers, nginxes} {
+			for _, r := range rs {
+				if i < len(r.Steps) {
+					row = append(row, fmtF(r.Steps[i].TPS, 1))
+				} else {
+					row = append(row, "-")
+				}
+			}
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
 }
 
 func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, cfg EnumerateConfig) *loadgen.Report {
 	res, cold := rep.Runs[0].Result, rep.Runs[1].Result
-	rep.Tables = append(rep.Tables, EnumerateTable(res, ngx))
+	rep.Tables = append([]loadgen.Table{EnumerateTable(res, ngx)}, rep.Tables...)
 	rep.Tables = append(rep.Tables, loadgen.StepsTable("usher enumerations, in detail", res))
 	rep.Tables = append(rep.Tables, loadgen.StepsTable(fmt.Sprintf("usher cold: each of %d users' first enumeration (an argon2id verification; later ones hit the verified-credential cache)",
 		cfg.Users), cold))
 	if ngx != nil {
 		rep.Tables = append(rep.Tables, loadgen.StepsTable("nginx, the same bytes as a static file, in detail", ngx))
+	}
+	peak := res.Steps[0]
+	for _, s := range res.Steps {
+		if s.TPS > peak.TPS {
+			peak = s
+		}
+	}
+	if last := res.Steps[len(res.Steps)-1]; peak.TPS > 0 && last.Concurrency != peak.Concurrency {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("usher's peak: %.0f tx/s at %d; at %d: %.0f tx/s, %.0f%% of the peak, %.2f%% errors.",
+			peak.TPS, peak.Concurrency, last.Concurrency, last.TPS, 100*last.TPS/peak.TPS, last.ErrorPct))
 	}
 	broke := "never"
 	for _, s := range res.Steps {

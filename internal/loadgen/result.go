@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -125,4 +126,45 @@ func (s *Step) fill(m merged, window time.Duration) {
 		s.Uncorrected = &u
 	}
 	s.Phases = m.phases
+}
+
+// MedianSteps combines rounds of the same plan into one result: each step
+// is the round's step with the median throughput at that position (the
+// lower of the two middle ones for an even count), kept whole so that its
+// latencies are ones that were measured together. Rounds that did not
+// reach a step (an interrupted run) do not vote for it. It returns nil
+// when rs holds no result.
+func MedianSteps(rs ...*Result) *Result {
+	var first *Result
+	n := 0
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		if first == nil {
+			first = r
+		}
+		n = max(n, len(r.Steps))
+	}
+	if first == nil {
+		return nil
+	}
+	out := *first
+	out.Steps = make([]Step, 0, n)
+	for i := range n {
+		var votes []Step
+		for _, r := range rs {
+			if r != nil && i < len(r.Steps) {
+				votes = append(votes, r.Steps[i])
+			}
+		}
+		slices.SortStableFunc(votes, func(a, b Step) int { return cmp.Compare(a.TPS, b.TPS) })
+		out.Steps = append(out.Steps, votes[(len(votes)-1)/2])
+	}
+	for _, r := range rs {
+		if r != nil && r.Interrupted {
+			out.Interrupted = true
+		}
+	}
+	return &out
 }
