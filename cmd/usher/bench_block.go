@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -84,6 +85,7 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", 16, "usher stream --workers")
 	ramCache := fs.String("ram-cache", "1GiB", "usher stream --ram-cache")
 	out := fs.String("out", filepath.Join("usher-bench", "nbd"), "report directory (result.json)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of usher's side (fio and nbdkit are other processes) to this file, for go tool pprof")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -114,6 +116,17 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Tests = append(cfg.Tests, t)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := blockbench.RunNBD(ctx, cfg)
 	if err != nil {

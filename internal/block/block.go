@@ -155,3 +155,24 @@ func TryReadAt(d Device, p []byte, off int64) bool {
 	}
 	return false
 }
+
+// InlineWriter is implemented by devices that can sometimes take a
+// write without waiting for a disk or the network: a copy into memory,
+// or a buffered write into the page cache of a local file. TryWriteAt
+// writes all of p at off and returns true, with the same effect as
+// WriteAt without flags; or it returns false when it cannot do so
+// quickly, when the range is not within the device, or on any failure,
+// and the caller then calls WriteAt with the same p (TryWriteAt may
+// have written part of it). A server may run it on its
+// request-reading goroutine.
+type InlineWriter interface {
+	TryWriteAt(p []byte, off int64) bool
+}
+
+// TryWriteAt is d's TryWriteAt, or false when d is not an InlineWriter.
+func TryWriteAt(d Device, p []byte, off int64) bool {
+	if w, ok := d.(InlineWriter); ok {
+		return w.TryWriteAt(p, off)
+	}
+	return false
+}

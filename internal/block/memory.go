@@ -20,8 +20,9 @@ type Memory struct {
 }
 
 var (
-	_ Device   = (*Memory)(nil)
-	_ Extenter = (*Memory)(nil)
+	_ Device       = (*Memory)(nil)
+	_ Extenter     = (*Memory)(nil)
+	_ InlineWriter = (*Memory)(nil)
 )
 
 // NewMemory returns a zeroed, writable in-memory device of size bytes.
@@ -85,6 +86,11 @@ func (m *Memory) WriteAt(_ context.Context, p []byte, off int64, _ Flags) error 
 		p, off = p[n:], off+n
 	}
 	return nil
+}
+
+// TryWriteAt implements InlineWriter: a write to memory never waits.
+func (m *Memory) TryWriteAt(p []byte, off int64) bool {
+	return m.WriteAt(context.Background(), p, off, 0) == nil
 }
 
 // Zero implements Device; whole chunks are freed.

@@ -119,6 +119,49 @@ func Run(t *testing.T, open func(t *testing.T) block.Device) {
 			pos += e.Length
 		}
 	})
+	t.Run("InlineWrites", func(t *testing.T) {
+		d := open(t)
+		defer d.Close()
+		if _, ok := d.(block.InlineWriter); !ok {
+			t.Skip("not a block.InlineWriter")
+		}
+		model := make([]byte, Size)
+		r := rand.New(rand.NewPCG(3, 4))
+		inline := 0
+		for i := range 400 {
+			off, n := r.Int64N(Size/4096)*4096, 4096*(1+r.Int64N(4))
+			if i%4 == 3 { // unaligned
+				off, n = r.Int64N(Size-1), 1+r.Int64N(9000)
+			}
+			n = min(n, Size-off)
+			p := make([]byte, n)
+			for j := range p {
+				p[j] = byte(r.Uint32())
+			}
+			if block.TryWriteAt(d, p, off) {
+				inline++
+			} else {
+				must(t, d.WriteAt(ctx, p, off, 0))
+			}
+			copy(model[off:], p)
+			q := make([]byte, n)
+			must(t, d.ReadAt(ctx, q, off))
+			if !bytes.Equal(p, q) {
+				t.Fatalf("step %d: read at %d len %d differs from what was written", i, off, n)
+			}
+		}
+		if inline == 0 {
+			t.Fatal("TryWriteAt took no write, not even whole blocks")
+		}
+		got := make([]byte, Size)
+		must(t, d.ReadAt(ctx, got, 0))
+		if !bytes.Equal(got, model) {
+			t.Fatal("whole device differs from what was written")
+		}
+		if block.TryWriteAt(d, make([]byte, 4096), Size-2048) {
+			t.Fatal("TryWriteAt past the end returned true")
+		}
+	})
 	t.Run("Concurrent", func(t *testing.T) {
 		d := open(t)
 		defer d.Close()

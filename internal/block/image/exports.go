@@ -199,6 +199,8 @@ func (noClose) Close() error { return nil }
 
 func (n noClose) TryReadAt(p []byte, off int64) bool { return block.TryReadAt(n.Device, p, off) }
 
+func (n noClose) TryWriteAt(p []byte, off int64) bool { return block.TryWriteAt(n.Device, p, off) }
+
 func (n noClose) Extents(ctx context.Context, off, length int64, dst []block.Extent) ([]block.Extent, error) {
 	return block.Extents(ctx, n.Device, off, length, dst)
 }

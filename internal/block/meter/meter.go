@@ -47,9 +47,10 @@ type Device struct {
 }
 
 var (
-	_ block.Device    = (*Device)(nil)
-	_ block.Extenter  = (*Device)(nil)
-	_ block.MemReader = (*Device)(nil)
+	_ block.Device       = (*Device)(nil)
+	_ block.Extenter     = (*Device)(nil)
+	_ block.MemReader    = (*Device)(nil)
+	_ block.InlineWriter = (*Device)(nil)
 )
 
 // Wrap returns d counted into c. Closing the result closes d.
@@ -84,6 +85,17 @@ func (d *Device) TryReadAt(p []byte, off int64) bool {
 	}
 	d.c.Reads.Add(1)
 	d.c.ReadBytes.Add(int64(len(p)))
+	return true
+}
+
+// TryWriteAt implements block.InlineWriter, counting a write when the
+// device under it takes one inline.
+func (d *Device) TryWriteAt(p []byte, off int64) bool {
+	if !block.TryWriteAt(d.Device, p, off) {
+		return false
+	}
+	d.c.Writes.Add(1)
+	d.c.WriteBytes.Add(int64(len(p)))
 	return true
 }
 

@@ -473,3 +473,26 @@ func FuzzNegotiate(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkWrite4K runs 4 KiB writes, 32 in flight, from the package's
+// client through the server into an in-memory device (which takes them
+// inline on the server's reading goroutine) over loopback TCP.
+func BenchmarkWrite4K(b *testing.B) {
+	const size = 64 << 20
+	addr := startServer(b, Devices{"": block.NewMemory(size)})
+	c := dial(b, addr, "")
+	defer c.Close()
+	b.SetBytes(4096)
+	b.SetParallelism(32 / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		p := make([]byte, 4096)
+		var i int64
+		for pb.Next() {
+			i = (i + 7919) % (size / 4096)
+			if err := c.WriteAt(context.Background(), p, i*4096, 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

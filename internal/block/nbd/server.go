@@ -8,7 +8,11 @@
 // STARTTLS), then READ, WRITE, FLUSH, TRIM, WRITE_ZEROES (FAST_ZERO,
 // NO_HOLE), CACHE, BLOCK_STATUS and DISC with FUA. A connection runs
 // many requests at once on a pool of workers; replies go out as each
-// finishes, matched by cookie. Payloads are bounded by MaxPayload.
+// finishes, matched by cookie. Reads a device serves from memory
+// (block.MemReader) and writes it takes without waiting
+// (block.InlineWriter) run on the connection's reading goroutine
+// instead, and their replies go out together once no further request
+// is buffered. Payloads are bounded by MaxPayload.
 //
 // Only cmd/usher and the block layers' tests import this package.
 package nbd
@@ -252,6 +256,8 @@ func (s *Server) serveConn(nc net.Conn) {
 }
 
 func (n noClose) TryReadAt(p []byte, off int64) bool { return block.TryReadAt(n.Device, p, off) }
+
+func (n noClose) TryWriteAt(p []byte, off int64) bool { return block.TryWriteAt(n.Device, p, off) }
 
 func (n noClose) Extents(ctx context.Context, off, length int64, dst []block.Extent) ([]block.Extent, error) {
 	return block.Extents(ctx, n.Device, off, length, dst)

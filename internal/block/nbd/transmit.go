@@ -112,7 +112,31 @@ func (t *tx) readLoop(jobs chan<- job) error {
 			if r.length > MaxPayload {
 				return fmt.Errorf("write of %d bytes exceeds the %d-byte maximum", r.length, MaxPayload)
 			}
-			j.buf = getBuf(int(r.length))
+			n := int(r.length)
+			if n > 0 && n <= br.Size() {
+				// The payload is taken in place from the read buffer:
+				// a device that can write it inline does so here, with
+				// no hand-off to a worker.
+				if br.Buffered() < n {
+					t.flush() // about to wait for the client
+				}
+				p, err := br.Peek(n)
+				if err != nil {
+					return fmt.Errorf("read write payload: %w", err)
+				}
+				if t.tryWrite(r, p) {
+					br.Discard(n)
+					if br.Buffered() < requestSize {
+						t.flush()
+					}
+					continue
+				}
+				j.buf = getBuf(n)
+				copy((*j.buf)[hdrRoom:], p)
+				br.Discard(n)
+				break
+			}
+			j.buf = getBuf(n)
 			if _, err := io.ReadFull(br, (*j.buf)[hdrRoom:]); err != nil {
 				putBuf(j.buf)
 				return fmt.Errorf("read write payload: %w", err)
@@ -154,6 +178,37 @@ func (t *tx) tryRead(r request, buf *[]byte) bool {
 	}
 	t.wmu.Unlock()
 	return true
+}
+
+// tryWrite runs a write on the reading goroutine when the device can
+// take it inline (block.InlineWriter) and queues its reply; it reports
+// false when the write must go to a worker: a flag such as FUA, a
+// read-only export, or a device that would wait.
+func (t *tx) tryWrite(r request, p []byte) bool {
+	if r.flags != 0 || t.info.ReadOnly || r.offset > 1<<62 {
+		return false
+	}
+	if !block.TryWriteAt(t.dev, p, int64(r.offset)) {
+		return false
+	}
+	t.wmu.Lock()
+	if t.werr == nil {
+		t.pending = appendOK(t.pending, t.c.structured, r.cookie)
+	}
+	t.wmu.Unlock()
+	return true
+}
+
+// appendOK appends a successful reply without data.
+func appendOK(b []byte, structured bool, cookie uint64) []byte {
+	if !structured {
+		b = binary.BigEndian.AppendUint32(b, magicSimple)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		return binary.BigEndian.AppendUint64(b, cookie)
+	}
+	var h [20]byte
+	putChunkHeader(h[:], replyFlagDone, replyTypeNone, cookie, 0)
+	return append(b, h[:]...)
 }
 
 // flush writes the queued replies unless a writer is at work (it will
@@ -412,17 +467,7 @@ func readReplyFrame(structured bool, r request, buf []byte) []byte {
 }
 
 func (w *worker) ok(r request) {
-	if !w.t.c.structured {
-		h := w.scratch[:16]
-		binary.BigEndian.PutUint32(h, magicSimple)
-		binary.BigEndian.PutUint32(h[4:], 0)
-		binary.BigEndian.PutUint64(h[8:], r.cookie)
-		w.t.send(h)
-		return
-	}
-	h := w.scratch[:20]
-	putChunkHeader(h, replyFlagDone, replyTypeNone, r.cookie, 0)
-	w.t.send(h)
+	w.t.send(appendOK(w.scratch[:0], w.t.c.structured, r.cookie))
 }
 
 func (w *worker) fail(r request, code uint32, msg string) {

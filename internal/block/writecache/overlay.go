@@ -45,7 +45,10 @@ type Overlay struct {
 	Disk meter.Counters
 }
 
-var _ block.Device = (*Overlay)(nil)
+var (
+	_ block.Device       = (*Overlay)(nil)
+	_ block.InlineWriter = (*Overlay)(nil)
+)
 
 // OpenOverlay opens the overlay file at path over base. If persist is
 // set and a bitmap from an earlier run (path + ".map") matches, the
@@ -165,6 +168,24 @@ func (o *Overlay) WriteAt(ctx context.Context, p []byte, off int64, f block.Flag
 		return o.Flush(ctx)
 	}
 	return nil
+}
+
+// TryWriteAt implements block.InlineWriter: whole blocks go to the
+// overlay file with one buffered write, as WriteAt does; a partial block
+// not yet written needs a read of the base, and is left to WriteAt.
+func (o *Overlay) TryWriteAt(p []byte, off int64) bool {
+	n := int64(len(p))
+	if n == 0 || off < 0 || off%BlockSize != 0 || n%BlockSize != 0 || off > o.size-n {
+		return false
+	}
+	o.diskWrite(n)
+	if _, err := o.f.WriteAt(p, off); err != nil {
+		return false
+	}
+	for b := off / BlockSize; b < (off+n)/BlockSize; b++ {
+		o.set(b)
+	}
+	return true
 }
 
 func (o *Overlay) diskWrite(n int64) {

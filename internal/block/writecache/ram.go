@@ -60,7 +60,10 @@ type RAM struct {
 	lastLog                 atomic.Int64
 }
 
-var _ block.Device = (*RAM)(nil)
+var (
+	_ block.Device       = (*RAM)(nil)
+	_ block.InlineWriter = (*RAM)(nil)
+)
 
 // NewRAM returns a RAM write cache over base.
 func NewRAM(base block.Device, opt RAMOptions) *RAM {
@@ -141,6 +144,45 @@ func (r *RAM) WriteAt(ctx context.Context, p []byte, off int64, _ block.Flags) e
 		p, off = p[n:], off+n
 	}
 	return nil
+}
+
+// TryWriteAt implements block.InlineWriter: the write is taken when it
+// needs neither the base (a partial block not in RAM) nor the overflow
+// device (the budget is used).
+func (r *RAM) TryWriteAt(p []byte, off int64) bool {
+	if len(p) == 0 || off < 0 || off > r.size-int64(len(p)) {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.blocks == nil { // closed
+		return false
+	}
+	end := off + int64(len(p))
+	need := r.used
+	for b := off / BlockSize; b*BlockSize < end; b++ {
+		rb := r.blocks[b]
+		if rb != nil && rb.data != nil {
+			continue
+		}
+		if (b*BlockSize < off || (b+1)*BlockSize > end) && rb == nil {
+			return false // partial: the old content is in the base or overflow
+		}
+		if need += BlockSize; need > r.opt.Budget {
+			return false
+		}
+	}
+	for len(p) > 0 {
+		b, bo := off/BlockSize, off%BlockSize
+		n := min(int64(len(p)), BlockSize-bo)
+		rb, err := r.block(context.Background(), b, n < BlockSize)
+		if err != nil {
+			return false // not reached: room and old content were checked
+		}
+		copy(rb.data[bo:], p[:n])
+		p, off = p[n:], off+n
+	}
+	return true
 }
 
 // block returns block b in RAM with its data allocated, making room and

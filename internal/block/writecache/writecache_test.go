@@ -62,6 +62,34 @@ func TestRAMFullFailsCleanly(t *testing.T) {
 	}
 }
 
+func TestRAMInlineWritesNeedNoIO(t *testing.T) {
+	ctx := context.Background()
+	base := block.NewMemory(1 << 20)
+	base.WriteAt(ctx, bytes.Repeat([]byte{9}, 1<<20), 0, 0)
+	base.SetReadOnly(true)
+	c := writecache.NewRAM(base, writecache.RAMOptions{Budget: 2 * 4096})
+	if c.TryWriteAt([]byte("partial"), 100) {
+		t.Fatal("a partial block not in RAM was written inline (it needs a read of the base)")
+	}
+	if !c.TryWriteAt(make([]byte, 2*4096), 0) {
+		t.Fatal("whole blocks within the budget were not written inline")
+	}
+	if !c.TryWriteAt([]byte("partial"), 100) {
+		t.Fatal("a partial write into a block in RAM was not taken inline")
+	}
+	if c.TryWriteAt(make([]byte, 4096), 8192) {
+		t.Fatal("a write past the budget was taken inline")
+	}
+	if err := c.WriteAt(ctx, make([]byte, 4096), 8192, 0); !errors.Is(err, block.ErrNoSpace) {
+		t.Fatalf("write past the budget: %v, want ErrNoSpace", err)
+	}
+	p := make([]byte, 8)
+	c.ReadAt(ctx, p, 99)
+	if got, want := string(p), "\x00partial"; got != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+}
+
 func TestOverflowFullKeepsData(t *testing.T) {
 	ctx := context.Background()
 	of, _ := block.CreateFile(filepath.Join(t.TempDir(), "overflow"), 2*writecache.SegmentBlocks*4096)
