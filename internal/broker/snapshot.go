@@ -7,9 +7,11 @@ package broker
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -151,8 +153,11 @@ type Entitlements struct {
 	// through, in name order.
 	groups map[string][]string
 
+	// rendered holds the answers cached by Rendered. Every enumeration
+	// reads it, so reads take no lock: a miss copies the map under
+	// renderMu and publishes the copy.
 	renderMu sync.Mutex
-	rendered map[string][]byte
+	rendered atomic.Pointer[map[string][]byte]
 }
 
 // Groups returns the delivery groups through which the resource may be
@@ -163,17 +168,32 @@ func (e *Entitlements) Groups(resource string) []string { return e.groups[resour
 // on first use. Transports use it to pre-render enumeration answers once
 // per entitlement set and snapshot.
 func (e *Entitlements) Rendered(key string, render func() []byte) []byte {
+	if m := e.rendered.Load(); m != nil {
+		if b, ok := (*m)[key]; ok {
+			return b
+		}
+	}
 	e.renderMu.Lock()
 	defer e.renderMu.Unlock()
-	if b, ok := e.rendered[key]; ok {
-		return b
-	}
-	if e.rendered == nil {
-		e.rendered = map[string][]byte{}
+	old := e.rendered.Load()
+	if old != nil {
+		if b, ok := (*old)[key]; ok {
+			return b
+		}
 	}
 	b := render()
-	e.rendered[key] = b
+	m := make(map[string][]byte, 1+len(ptrMap(old)))
+	maps.Copy(m, ptrMap(old))
+	m[key] = b
+	e.rendered.Store(&m)
 	return b
+}
+
+func ptrMap(m *map[string][]byte) map[string][]byte {
+	if m == nil {
+		return nil
+	}
+	return *m
 }
 
 // EntitlementsOf resolves what a user may use. A user may use a resource
