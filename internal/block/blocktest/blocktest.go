@@ -211,6 +211,9 @@ func RunReadOnly(t *testing.T, d block.Device) {
 	if err := d.Trim(ctx, 0, 1, 0); !errors.Is(err, block.ErrReadOnly) {
 		t.Fatalf("Trim: %v, want ErrReadOnly", err)
 	}
+	if block.TryWriteAt(d, make([]byte, 4096), 0) {
+		t.Fatal("TryWriteAt took a write")
+	}
 }
 
 func must(t *testing.T, err error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
@@ -156,6 +157,7 @@ func TestLifeCycle(t *testing.T) {
 		must(t, err)
 		d, err := st.OpenVersion(ctx, "win11", mv.Number, false)
 		must(t, err)
+		blocktest.RunReadOnly(t, d)
 		if !bytes.Equal(read(t, d, 0, 4<<20), want) {
 			t.Fatalf("merge (full %v) content differs", full)
 		}

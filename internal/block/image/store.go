@@ -339,6 +339,12 @@ func (v *version) WriteAt(ctx context.Context, p []byte, off int64, f block.Flag
 	return v.Overlay.WriteAt(ctx, p, off, f)
 }
 
+// TryWriteAt refuses every write of a read-only version; the overlay's
+// own would bypass the check.
+func (v *version) TryWriteAt(p []byte, off int64) bool {
+	return !v.readOnly && v.Overlay.TryWriteAt(p, off)
+}
+
 func (v *version) Zero(ctx context.Context, off, n int64, f block.Flags) error {
 	if v.readOnly {
 		return block.ErrReadOnly
