@@ -99,13 +99,17 @@ func nfuseAppsStub(t *testing.T) *httptest.Server {
 func TestBenchEnumerate(t *testing.T) {
 	stub := nfuseAppsStub(t)
 	out := t.TempDir()
+	profile := filepath.Join(t.TempDir(), "cpu.prof")
 	// nginx runs when installed; the bench says so when it is not.
 	code, stdout, stderr := run(t, "", "bench", "enumerate", "--url", stub.URL+bench.NFusePath, "--concurrency", "2,4", "--users", "50",
-		"--step-duration", "600ms", "--warmup", "100ms", "--out", out)
+		"--step-duration", "400ms", "--warmup", "100ms", "--rounds", "2", "--cpuprofile", profile, "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
-	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best seed 000"} {
+	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
+		t.Errorf("no CPU profile written: %v", err)
+	}
+	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best seed 000", "round 2 of 2", "usher #2", "of the peak"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -147,6 +151,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"logon-storm", "--rate", "0"}, "--rate must be positive"},
 		{[]string{"logon-storm", "--ramp", "10,fast"}, "--ramp"},
 		{[]string{"enumerate", "--concurrency", "20,10"}, "must rise"},
+		{[]string{"enumerate", "--rounds", "0"}, "--rounds must be at least 1"},
 		{[]string{"enumerate", "--concurrency", "10:0:100"}, "START:STEP:MAX"},
 		{[]string{"enumerate", "--url", "localhost:1"}, "not an http://"},
 	} {

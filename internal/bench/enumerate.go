@@ -186,7 +186,7 @@ func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, c
 			peak = s
 		}
 	}
-	if last := res.Steps[len(res.Steps)-1]; peak.TPS > 0 && last.Concurrency != peak.Concurrency {
+	if last := res.Steps[len(res.Steps)-1]; peak.TPS > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("usher's peak: %.0f tx/s at %d; at %d: %.0f tx/s, %.0f%% of the peak, %.2f%% errors.",
 			peak.TPS, peak.Concurrency, last.Concurrency, last.TPS, 100*last.TPS/peak.TPS, last.ErrorPct))
 	}
@@ -206,8 +206,8 @@ func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, c
 		fmt.Sprintf("Each request is seed 004's RequestAppData with another user's ctx1 credentials; the answer lists %d applications in %d bytes.", apps, size),
 		fmt.Sprintf("Seed 004 (concurrency at which the average passed 5,000 ms; %s; FMA collapsed past ~800 at 16 vCPU): usher's average passed it %s, up to %d.",
 			strings.Join(s004, "; "), broke, res.Steps[len(res.Steps)-1].Concurrency),
-		fmt.Sprintf("Seed 000's broker had 16 vCPU and its LHC database on a RAM disk; %d s steps here, the first %s of each not measured, as WCAT's warm-up.",
-			int(cfg.StepDuration.Seconds()), cfg.Warmup),
+		fmt.Sprintf("Seed 000's broker had 16 vCPU and its LHC database on a RAM disk; %s steps here, the first %s of each not measured, as WCAT's warm-up.",
+			cfg.StepDuration, cfg.Warmup),
 	)
 	var runs []loadgen.Series
 	var avgs []loadgen.Series
