@@ -48,6 +48,7 @@ type Overlay struct {
 var (
 	_ block.Device       = (*Overlay)(nil)
 	_ block.InlineWriter = (*Overlay)(nil)
+	_ block.Extenter     = (*Overlay)(nil)
 )
 
 // OpenOverlay opens the overlay file at path over base. If persist is

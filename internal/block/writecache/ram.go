@@ -63,6 +63,7 @@ type RAM struct {
 var (
 	_ block.Device       = (*RAM)(nil)
 	_ block.InlineWriter = (*RAM)(nil)
+	_ block.Extenter     = (*RAM)(nil)
 )
 
 // NewRAM returns a RAM write cache over base.
