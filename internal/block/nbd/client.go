@@ -16,14 +16,20 @@ import (
 )
 
 // Client is a block.Device served by a remote NBD server. It negotiates
-// fixed newstyle with NBD_OPT_GO (simple replies) and keeps any number
-// of requests in flight on its one connection. Reads larger than
-// MaxPayload are split.
+// fixed newstyle: structured replies and the base:allocation metadata
+// context when the server offers them (Extents then asks the server),
+// then NBD_OPT_GO; it keeps any number of requests in flight on its one
+// connection. Reads larger than MaxPayload are split.
 type Client struct {
 	nc       net.Conn
 	size     int64
 	flags    uint16
 	readOnly bool
+
+	// Negotiated: structured replies, and the base:allocation context.
+	structured bool
+	hasMeta    bool
+	metaID     uint32
 
 	wmu sync.Mutex // serialises requests on the wire
 	bw  *bufio.Writer
@@ -35,7 +41,10 @@ type Client struct {
 	done    chan struct{}
 }
 
-var _ block.Device = (*Client)(nil)
+var (
+	_ block.Device   = (*Client)(nil)
+	_ block.Extenter = (*Client)(nil)
+)
 
 // ErrProtocol is returned for a reply the client cannot make sense of.
 var ErrProtocol = errors.New("nbd: protocol error")
@@ -61,7 +70,10 @@ func (e *RemoteError) Unwrap() error {
 }
 
 type call struct {
-	buf  []byte // where a read's data goes
+	buf  []byte          // where a read's data goes
+	off  int64           // a read's offset
+	got  int64           // bytes of buf the read's chunks covered
+	ext  *[]block.Extent // where a block status request's extents go
 	err  error
 	done chan struct{}
 }
@@ -129,35 +141,51 @@ func (c *Client) handshake(br *bufio.Reader, export string) error {
 	var cf [4]byte
 	binary.BigEndian.PutUint32(cf[:], flagFixedNewstyle|flagNoZeroes&uint32(binary.BigEndian.Uint16(hs[16:])))
 	c.bw.Write(cf[:])
+
+	// Structured replies, then base:allocation: both optional, so a
+	// refusal only leaves Extents reporting everything as data.
+	if err := c.option(optStructuredReply, nil); err != nil {
+		return err
+	}
+	typ, _, err := readOptReply(br, optStructuredReply)
+	if err != nil {
+		return err
+	}
+	c.structured = typ == repAck
+	if c.structured {
+		data := binary.BigEndian.AppendUint32(nil, uint32(len(export)))
+		data = append(data, export...)
+		data = binary.BigEndian.AppendUint32(data, 1)
+		data = binary.BigEndian.AppendUint32(data, uint32(len(metaAllocation)))
+		data = append(data, metaAllocation...)
+		if err := c.option(optSetMetaContext, data); err != nil {
+			return err
+		}
+		for {
+			typ, body, err := readOptReply(br, optSetMetaContext)
+			if err != nil {
+				return err
+			}
+			if typ == repMetaContext && len(body) > 4 && string(body[4:]) == metaAllocation {
+				c.metaID, c.hasMeta = binary.BigEndian.Uint32(body), true
+			}
+			if typ == repAck || typ&(1<<31) != 0 {
+				break
+			}
+		}
+	}
+
 	// NBD_OPT_GO with the export name and a request for block sizes.
 	data := binary.BigEndian.AppendUint32(nil, uint32(len(export)))
 	data = append(data, export...)
 	data = binary.BigEndian.AppendUint16(data, 1)
 	data = binary.BigEndian.AppendUint16(data, infoBlockSize)
-	var oh [16]byte
-	binary.BigEndian.PutUint64(oh[:], magicOpt)
-	binary.BigEndian.PutUint32(oh[8:], optGo)
-	binary.BigEndian.PutUint32(oh[12:], uint32(len(data)))
-	c.bw.Write(oh[:])
-	c.bw.Write(data)
-	if err := c.bw.Flush(); err != nil {
+	if err := c.option(optGo, data); err != nil {
 		return err
 	}
 	for {
-		var rh [20]byte
-		if _, err := io.ReadFull(br, rh[:]); err != nil {
-			return err
-		}
-		if binary.BigEndian.Uint64(rh[:]) != magicOptReply {
-			return fmt.Errorf("%w: bad option reply magic", ErrProtocol)
-		}
-		typ := binary.BigEndian.Uint32(rh[12:])
-		n := binary.BigEndian.Uint32(rh[16:])
-		if n > maxOptionLength {
-			return fmt.Errorf("%w: option reply of %d bytes", ErrProtocol, n)
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
+		typ, body, err := readOptReply(br, optGo)
+		if err != nil {
 			return err
 		}
 		switch {
@@ -180,38 +208,65 @@ func (c *Client) handshake(br *bufio.Reader, export string) error {
 	}
 }
 
+// option sends one negotiation option.
+func (c *Client) option(opt uint32, data []byte) error {
+	var oh [16]byte
+	binary.BigEndian.PutUint64(oh[:], magicOpt)
+	binary.BigEndian.PutUint32(oh[8:], opt)
+	binary.BigEndian.PutUint32(oh[12:], uint32(len(data)))
+	c.bw.Write(oh[:])
+	c.bw.Write(data)
+	return c.bw.Flush()
+}
+
+// readOptReply reads one option reply to opt: its type and data.
+func readOptReply(br *bufio.Reader, opt uint32) (uint32, []byte, error) {
+	var rh [20]byte
+	if _, err := io.ReadFull(br, rh[:]); err != nil {
+		return 0, nil, err
+	}
+	if binary.BigEndian.Uint64(rh[:]) != magicOptReply {
+		return 0, nil, fmt.Errorf("%w: bad option reply magic", ErrProtocol)
+	}
+	if got := binary.BigEndian.Uint32(rh[8:]); got != opt {
+		return 0, nil, fmt.Errorf("%w: reply to option %d, want %d", ErrProtocol, got, opt)
+	}
+	typ := binary.BigEndian.Uint32(rh[12:])
+	n := binary.BigEndian.Uint32(rh[16:])
+	if n > maxOptionLength {
+		return 0, nil, fmt.Errorf("%w: option reply of %d bytes", ErrProtocol, n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return 0, nil, err
+	}
+	return typ, body, nil
+}
+
 // readReplies matches replies to calls until the connection fails.
 func (c *Client) readReplies(br *bufio.Reader) {
-	var h [16]byte
+	var h [20]byte
 	var err error
 	for {
-		if _, err = io.ReadFull(br, h[:]); err != nil {
+		if _, err = io.ReadFull(br, h[:4]); err != nil {
 			break
 		}
-		if binary.BigEndian.Uint32(h[:]) != magicSimple {
-			err = fmt.Errorf("%w: bad reply magic %#x", ErrProtocol, binary.BigEndian.Uint32(h[:]))
-			break
-		}
-		code := binary.BigEndian.Uint32(h[4:])
-		cookie := binary.BigEndian.Uint64(h[8:])
-		c.mu.Lock()
-		cl := c.pending[cookie]
-		delete(c.pending, cookie)
-		c.mu.Unlock()
-		if cl == nil {
-			err = fmt.Errorf("%w: reply to unknown cookie %d", ErrProtocol, cookie)
-			break
-		}
-		if code != 0 {
-			cl.err = &RemoteError{Code: code}
-		} else if cl.buf != nil {
-			if _, err = io.ReadFull(br, cl.buf); err != nil {
-				cl.err = err
-				cl.done <- struct{}{}
-				break
+		switch m := binary.BigEndian.Uint32(h[:]); m {
+		case magicSimple:
+			if _, err = io.ReadFull(br, h[4:16]); err == nil {
+				err = c.simpleReply(br, binary.BigEndian.Uint32(h[4:]), binary.BigEndian.Uint64(h[8:]))
 			}
+		case magicStructured:
+			if _, err = io.ReadFull(br, h[4:20]); err == nil {
+				err = c.chunk(br, binary.BigEndian.Uint16(h[4:]), binary.BigEndian.Uint16(h[6:]),
+					binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]))
+			}
+		default:
+			err = fmt.Errorf("%w: bad reply magic %#x", ErrProtocol, m)
 		}
-		cl.done <- struct{}{}
+		if err != nil {
+			break
+		}
 	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		err = block.ErrClosed
@@ -227,11 +282,167 @@ func (c *Client) readReplies(br *bufio.Reader) {
 	close(c.done)
 }
 
+// take returns the call waiting for cookie, removing it when the reply
+// is its last.
+func (c *Client) take(cookie uint64, last bool) (*call, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.pending[cookie]
+	if cl == nil {
+		return nil, fmt.Errorf("%w: reply to unknown cookie %d", ErrProtocol, cookie)
+	}
+	if last {
+		delete(c.pending, cookie)
+	}
+	return cl, nil
+}
+
+func (c *Client) simpleReply(br *bufio.Reader, code uint32, cookie uint64) error {
+	cl, err := c.take(cookie, true)
+	if err != nil {
+		return err
+	}
+	switch {
+	case code != 0:
+		cl.err = &RemoteError{Code: code}
+	case cl.ext != nil:
+		err = fmt.Errorf("%w: simple reply to a block status request", ErrProtocol)
+	case cl.buf != nil:
+		_, err = io.ReadFull(br, cl.buf)
+	}
+	if err != nil {
+		cl.err = err
+	}
+	cl.done <- struct{}{}
+	return err
+}
+
+// maxStatusChunk bounds the block status chunk the client accepts.
+const maxStatusChunk = 4 + 8*(1<<17)
+
+// chunk handles one structured reply chunk of length bytes. A protocol
+// violation fails the connection (and the call, when the chunk was its
+// last).
+func (c *Client) chunk(br *bufio.Reader, flags, typ uint16, cookie uint64, length uint32) error {
+	last := flags&replyFlagDone != 0
+	cl, err := c.take(cookie, last)
+	if err != nil {
+		return err
+	}
+	err = c.chunkBody(br, cl, typ, length)
+	if err == nil && last && cl.err == nil && cl.buf != nil && cl.got != int64(len(cl.buf)) {
+		err = fmt.Errorf("%w: read reply covers %d of %d bytes", ErrProtocol, cl.got, len(cl.buf))
+	}
+	if err == nil && last && cl.err == nil && cl.ext != nil && len(*cl.ext) == 0 {
+		err = fmt.Errorf("%w: block status reply without extents", ErrProtocol)
+	}
+	if err != nil {
+		cl.err = err
+		if !last {
+			c.mu.Lock()
+			delete(c.pending, cookie)
+			c.mu.Unlock()
+		}
+		cl.done <- struct{}{}
+		return err
+	}
+	if last {
+		cl.done <- struct{}{}
+	}
+	return nil
+}
+
+func (c *Client) chunkBody(br *bufio.Reader, cl *call, typ uint16, length uint32) error {
+	var b [12]byte
+	switch typ {
+	case replyTypeNone:
+		if length != 0 {
+			return fmt.Errorf("%w: NBD_REPLY_TYPE_NONE with %d bytes", ErrProtocol, length)
+		}
+		return nil
+	case replyTypeOffsetData, replyTypeOffsetHole:
+		if cl.buf == nil || length < 8 || (typ == replyTypeOffsetHole && length != 12) {
+			return fmt.Errorf("%w: unexpected read chunk of %d bytes", ErrProtocol, length)
+		}
+		if _, err := io.ReadFull(br, b[:8]); err != nil {
+			return err
+		}
+		n := int64(length) - 8
+		if typ == replyTypeOffsetHole {
+			if _, err := io.ReadFull(br, b[8:12]); err != nil {
+				return err
+			}
+			n = int64(binary.BigEndian.Uint32(b[8:]))
+		}
+		rel := int64(binary.BigEndian.Uint64(b[:])) - cl.off
+		if rel < 0 || n > int64(len(cl.buf)) || rel > int64(len(cl.buf))-n {
+			return fmt.Errorf("%w: read chunk outside the request", ErrProtocol)
+		}
+		p := cl.buf[rel : rel+n]
+		if typ == replyTypeOffsetHole {
+			clear(p)
+		} else if _, err := io.ReadFull(br, p); err != nil {
+			return err
+		}
+		cl.got += n
+		return nil
+	case replyTypeBlockStatus:
+		if cl.ext == nil || length < 12 || (length-4)%8 != 0 || length > maxStatusChunk {
+			return fmt.Errorf("%w: unexpected block status chunk of %d bytes", ErrProtocol, length)
+		}
+		if _, err := io.ReadFull(br, b[:4]); err != nil {
+			return err
+		}
+		if id := binary.BigEndian.Uint32(b[:]); !c.hasMeta || id != c.metaID {
+			return fmt.Errorf("%w: block status for context %d", ErrProtocol, id)
+		}
+		for range (length - 4) / 8 {
+			if _, err := io.ReadFull(br, b[:8]); err != nil {
+				return err
+			}
+			l := int64(binary.BigEndian.Uint32(b[:]))
+			f := block.ExtentFlags(binary.BigEndian.Uint32(b[4:])) & (block.Hole | block.Zeroed)
+			if l == 0 {
+				return fmt.Errorf("%w: block status extent of length 0", ErrProtocol)
+			}
+			*cl.ext = append(*cl.ext, block.Extent{Length: l, Flags: f})
+		}
+		return nil
+	}
+	if typ&(1<<15) == 0 {
+		return fmt.Errorf("%w: unknown reply chunk type %d", ErrProtocol, typ)
+	}
+	// An error chunk: code, message length, message (and for
+	// NBD_REPLY_TYPE_ERROR_OFFSET an offset), which is discarded.
+	if length < 6 || length > 6+maxString+8 {
+		return fmt.Errorf("%w: error chunk of %d bytes", ErrProtocol, length)
+	}
+	if _, err := io.ReadFull(br, b[:6]); err != nil {
+		return err
+	}
+	if _, err := br.Discard(int(length) - 6); err != nil {
+		return err
+	}
+	code := binary.BigEndian.Uint32(b[:])
+	if code == 0 {
+		code = errIO // an error chunk must carry an error
+	}
+	if cl.err == nil {
+		cl.err = &RemoteError{Code: code}
+	}
+	return nil
+}
+
 // do sends one request with an optional payload and waits for its reply;
 // a read's data lands in rbuf.
 func (c *Client) do(ctx context.Context, typ, flags uint16, off int64, length uint32, payload, rbuf []byte) error {
+	return c.doCall(ctx, typ, flags, off, length, payload, rbuf, nil)
+}
+
+// doCall is do with a block status request's destination.
+func (c *Client) doCall(ctx context.Context, typ, flags uint16, off int64, length uint32, payload, rbuf []byte, ext *[]block.Extent) error {
 	cl := callPool.Get().(*call)
-	cl.buf, cl.err = rbuf, nil
+	cl.buf, cl.off, cl.got, cl.ext, cl.err = rbuf, off, 0, ext, nil
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -265,7 +476,7 @@ func (c *Client) do(ctx context.Context, typ, flags uint16, off int64, length ui
 		return ctx.Err()
 	}
 	err = cl.err
-	cl.buf = nil
+	cl.buf, cl.ext = nil, nil
 	callPool.Put(cl)
 	return err
 }
@@ -353,6 +564,39 @@ func (c *Client) ranged(ctx context.Context, typ, flags uint16, off, n int64) er
 	}
 	return nil
 }
+
+// Extents implements block.Extenter with NBD_CMD_BLOCK_STATUS when the
+// server agreed to base:allocation; otherwise the whole range is
+// reported as data. Like the server it asks, it may stop early.
+func (c *Client) Extents(ctx context.Context, off, n int64, dst []block.Extent) ([]block.Extent, error) {
+	if err := block.CheckRange(c, off, n); err != nil {
+		return dst, err
+	}
+	if n == 0 {
+		return dst, nil
+	}
+	if !c.hasMeta {
+		return append(dst, block.Extent{Length: n}), nil
+	}
+	l := min(n, 1<<30)
+	var ext []block.Extent
+	if err := c.doCall(ctx, cmdBlockStatus, 0, off, uint32(l), nil, nil, &ext); err != nil {
+		return dst, err
+	}
+	// A server may describe more than was asked: clip to the range.
+	for _, e := range ext {
+		e.Length = min(e.Length, l)
+		dst = append(dst, e)
+		if l -= e.Length; l == 0 {
+			break
+		}
+	}
+	return dst, nil
+}
+
+// HasBlockStatus reports whether the server agreed to base:allocation,
+// so that Extents reports its holes.
+func (c *Client) HasBlockStatus() bool { return c.hasMeta }
 
 // Flush implements block.Device.
 func (c *Client) Flush(ctx context.Context) error {

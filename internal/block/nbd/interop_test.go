@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
 )
@@ -232,4 +235,95 @@ func TestFio(t *testing.T) {
 		t.Fatalf("fio measured nothing:\n%s", out)
 	}
 	t.Logf("fio 4k random read, iodepth 32: %s IOPS", fmt.Sprint(int(res.Jobs[0].Read.IOPS)))
+}
+
+// wantTestImageExtents are the extents of testImage: data, hole, data,
+// hole.
+var wantTestImageExtents = []block.Extent{
+	{Length: 4 << 20}, {Length: 4 << 20, Flags: block.Hole | block.Zeroed},
+	{Length: 1 << 20}, {Length: 7 << 20, Flags: block.Hole | block.Zeroed},
+}
+
+// allExtents asks d for the extents of [0, size) until they cover it,
+// merging runs with the same flags.
+func allExtents(t *testing.T, d block.Device) []block.Extent {
+	t.Helper()
+	var all []block.Extent
+	for off := int64(0); off < d.Size(); {
+		ext, err := block.Extents(context.Background(), d, off, d.Size()-off, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ext {
+			if k := len(all) - 1; k >= 0 && all[k].Flags == e.Flags {
+				all[k].Length += e.Length
+			} else {
+				all = append(all, e)
+			}
+			off += e.Length
+		}
+	}
+	return all
+}
+
+// TestClientAgainstQemuNbd runs the client against qemu-nbd, which
+// answers reads of holes with NBD_REPLY_TYPE_OFFSET_HOLE chunks and
+// block status with base:allocation.
+func TestClientAgainstQemuNbd(t *testing.T) {
+	need(t, "qemu-nbd", "qemu-utils")
+	path, data := testImage(t)
+	sock := filepath.Join(t.TempDir(), "qemu.sock")
+	cmd := exec.Command("qemu-nbd", "-f", "raw", "-r", "-t", "-x", "disk", "-k", sock, path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var c *Client
+	for i := 0; ; i++ {
+		var err error
+		if c, err = DialURI(context.Background(), "nbd+unix:///disk?socket="+sock); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer c.Close()
+	if !c.HasBlockStatus() {
+		t.Fatal("qemu-nbd offers base:allocation but the client did not negotiate it")
+	}
+	if got := allExtents(t, c); !reflect.DeepEqual(got, wantTestImageExtents) {
+		t.Fatalf("extents from qemu-nbd %v, want %v", got, wantTestImageExtents)
+	}
+	got := make([]byte, len(data))
+	if err := c.ReadAt(context.Background(), got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("content read from qemu-nbd differs")
+	}
+	// A read straddling data and a hole.
+	p := bytes.Repeat([]byte{0xff}, 1<<20)
+	if err := c.ReadAt(context.Background(), p, 4<<20-4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, data[4<<20-4096:5<<20-4096]) {
+		t.Fatal("read across data and a hole differs")
+	}
+}
+
+func TestClientBlockStatusFromUsher(t *testing.T) {
+	uri, _, _ := serveFile(t, true)
+	c, err := DialURI(context.Background(), uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := allExtents(t, c); !reflect.DeepEqual(got, wantTestImageExtents) {
+		t.Fatalf("extents %v, want %v", got, wantTestImageExtents)
+	}
+	if _, err := c.Extents(context.Background(), 16<<20-10, 20, nil); !errors.Is(err, block.ErrOutOfRange) {
+		t.Fatalf("extents past the end: %v, want ErrOutOfRange", err)
+	}
 }

@@ -109,7 +109,7 @@ func TestOutOfRangeErrors(t *testing.T) {
 		{"write past the end", cmdWrite, 1 << 20, 4, []byte{1, 2, 3, 4}, errNoSpc},
 		{"trim past the end", cmdTrim, 1 << 20, 4096, nil, errInval},
 		{"zeroes past the end", cmdWriteZeroes, 1 << 20, 4096, nil, errNoSpc},
-		{"block status without a context", cmdBlockStatus, 0, 4096, nil, errInval},
+		{"block status of length zero", cmdBlockStatus, 0, 0, nil, errInval},
 		{"unknown command", 42, 0, 0, nil, errInval},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

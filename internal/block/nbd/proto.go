@@ -75,6 +75,7 @@ const (
 	replyFlagDone        = 1 << 0
 	replyTypeNone        = 0
 	replyTypeOffsetData  = 1
+	replyTypeOffsetHole  = 2
 	replyTypeBlockStatus = 5
 	replyTypeError       = 1<<15 + 1
 
