@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/nbd"
 )
 
 // startRole runs a long-running usher command in-process and returns the
@@ -101,4 +107,95 @@ func TestStreamAndTarget(t *testing.T) {
 	}
 	// The target's writes stayed in its cache: the stream still serves the image.
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", uri, raw)
+}
+
+// TestBlockStatusThroughCaches checks with nbdinfo --map and qemu-img
+// map that a sparse image's holes show through the
+// server-disk write cache and through a target's RAM cache (whose
+// upstream is asked with NBD_CMD_BLOCK_STATUS), and that blocks written
+// into a hole are reported as data.
+func TestBlockStatusThroughCaches(t *testing.T) {
+	needTool(t, "nbdinfo", "libnbd-bin")
+	needTool(t, "qemu-img", "qemu-utils")
+	needTool(t, "qemu-io", "qemu-utils")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "sparse.raw")
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Data in [0, 1M) and [3M, 4M), a hole between.
+	f.WriteAt(bytes.Repeat([]byte{0xaa}, 1<<20), 0)
+	f.WriteAt(bytes.Repeat([]byte{0xbb}, 1<<20), 3<<20)
+	f.Close()
+	store := filepath.Join(dir, "store")
+	if code, out, stderr := run(t, "", "image", "import", "sparse", raw, "--store", store); code != 0 {
+		t.Fatalf("image import: exit %d\n%s%s", code, out, stderr)
+	}
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
+	uri := "nbd://" + addr + "/sparse"
+	base := "0 1048576 0 data|1048576 2097152 3 hole,zero|3145728 1048576 0 data"
+	if got := nbdinfoMap(t, uri); got != base {
+		t.Fatalf("nbdinfo --map of the write-cache export:\n%s\nwant\n%s", got, base)
+	}
+	// Written into the hole on one connection (its own write cache),
+	// the blocks are data to that connection.
+	ctx := context.Background()
+	c, err := nbd.DialURI(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteAt(ctx, bytes.Repeat([]byte{0x77}, 64<<10), 1536<<10, 0); err != nil {
+		t.Fatal(err)
+	}
+	ext, err := c.Extents(ctx, 1<<20, 2<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hz := block.Hole | block.Zeroed
+	if want := []block.Extent{{Length: 512 << 10, Flags: hz}, {Length: 64 << 10}, {Length: 1472 << 10, Flags: hz}}; !reflect.DeepEqual(ext, want) {
+		t.Fatalf("block status of the written hole %v, want %v", ext, want)
+	}
+
+	sock := filepath.Join(dir, "t.sock")
+	startRole(t, "nbd", "target", "--upstream", uri, "--cache", "ram-overflow", "--ram", "1MiB",
+		"--overflow", filepath.Join(dir, "overflow.bin"), "--listen", "unix:"+sock)
+	local := "nbd+unix:///?socket=" + sock
+	if got := nbdinfoMap(t, local); got != base {
+		t.Fatalf("nbdinfo --map through the target:\n%s\nwant\n%s", got, base)
+	}
+	runTool(t, "qemu-io", "-f", "raw", local, "-c", "write -P 0x77 1536k 64k")
+	written := "0 1048576 0 data|1048576 524288 3 hole,zero|1572864 65536 0 data|1638400 1507328 3 hole,zero|3145728 1048576 0 data"
+	if got := nbdinfoMap(t, local); got != written {
+		t.Fatalf("nbdinfo --map through the target after a write:\n%s\nwant\n%s", got, written)
+	}
+	js := runTool(t, "qemu-img", "map", "--output=json", "-f", "raw", local)
+	var m []struct {
+		Start, Length int64
+		Data, Zero    bool
+	}
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatalf("qemu-img map: %v\n%s", err, js)
+	}
+	var data []string
+	for _, e := range m {
+		if e.Data {
+			data = append(data, fmt.Sprintf("%d+%d", e.Start, e.Length))
+		}
+	}
+	if got, want := strings.Join(data, " "), "0+1048576 1572864+65536 3145728+1048576"; got != want {
+		t.Fatalf("qemu-img map data ranges %q, want %q\n%s", got, want, js)
+	}
+}
+
+// nbdinfoMap runs nbdinfo --map and returns its lines with single
+// spaces, joined by "|".
+func nbdinfoMap(t *testing.T, uri string) string {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(runTool(t, "nbdinfo", "--map", uri)), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return strings.Join(lines, "|")
 }

@@ -90,7 +90,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("--cache %q is not ram, ram-overflow or disk", *mode)}
 	}
 	defer dev.Close()
-	log.Info("target cache ready", "upstream", *upstream, "cache", *mode, "size", up.Size())
+	log.Info("target cache ready", "upstream", *upstream, "cache", *mode, "size", up.Size(), "block_status", up.HasBlockStatus())
 	// One cache per target: a second local connection would share it,
 	// so the export is coherent.
 	return m.serveNBD(ctx, log, *listen, *metricsListen, 16, nbd.Devices{"": dev}, &reg)
@@ -101,3 +101,9 @@ func (m *Main) target(ctx context.Context, args []string) error {
 type readOnly struct{ block.Device }
 
 func (readOnly) ReadOnly() bool { return true }
+
+// Extents passes block status through: the upstream's holes stay holes
+// under the cache when it negotiated base:allocation.
+func (r readOnly) Extents(ctx context.Context, off, n int64, dst []block.Extent) ([]block.Extent, error) {
+	return block.Extents(ctx, r.Device, off, n, dst)
+}
