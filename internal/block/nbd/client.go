@@ -3,6 +3,7 @@ package nbd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,7 +17,8 @@ import (
 )
 
 // Client is a block.Device served by a remote NBD server. It negotiates
-// fixed newstyle: structured replies and the base:allocation metadata
+// fixed newstyle: TLS first when dialled with it (NBD_OPT_STARTTLS, no
+// fallback to plaintext), structured replies and the base:allocation metadata
 // context when the server offers them (Extents then asks the server),
 // then NBD_OPT_GO; it keeps any number of requests in flight on its one
 // connection. Reads larger than MaxPayload are split.
@@ -80,35 +82,60 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// DialURI connects to an NBD URI: nbd://host[:port]/export or
-// nbd+unix:///export?socket=/path.
+// Dialer connects to NBD servers. The zero value dials without TLS
+// unless a URI asks for it.
+type Dialer struct {
+	// TLS, when set, upgrades every connection with NBD_OPT_STARTTLS as
+	// the first option; a server that refuses fails the dial, with no
+	// fallback to plaintext. An empty ServerName is taken from the
+	// address.
+	TLS *tls.Config
+}
+
+// DialURI connects to an NBD URI: nbd://host[:port]/export,
+// nbd+unix:///export?socket=/path, or their TLS forms nbds:// and
+// nbds+unix:// (which use d.TLS, or the system's roots when it is nil).
 func DialURI(ctx context.Context, uri string) (*Client, error) {
+	return (&Dialer{}).DialURI(ctx, uri)
+}
+
+// Dial connects to export on an NBD server at addr, without TLS.
+func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
+	return (&Dialer{}).Dial(ctx, network, addr, export)
+}
+
+// DialURI is DialURI with the dialer's TLS configuration.
+func (d *Dialer) DialURI(ctx context.Context, uri string) (*Client, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return nil, fmt.Errorf("nbd uri %q: %w", uri, err)
 	}
 	export := strings.TrimPrefix(u.Path, "/")
+	dd := *d
+	if strings.HasPrefix(u.Scheme, "nbds") && dd.TLS == nil {
+		dd.TLS = &tls.Config{}
+	}
 	switch u.Scheme {
-	case "nbd":
+	case "nbd", "nbds":
 		host := u.Host
 		if u.Port() == "" {
 			host = net.JoinHostPort(u.Hostname(), fmt.Sprint(DefaultPort))
 		}
-		return Dial(ctx, "tcp", host, export)
-	case "nbd+unix":
+		return dd.Dial(ctx, "tcp", host, export)
+	case "nbd+unix", "nbds+unix":
 		sock := u.Query().Get("socket")
 		if sock == "" {
 			return nil, fmt.Errorf("nbd uri %q: no socket= parameter", uri)
 		}
-		return Dial(ctx, "unix", sock, export)
+		return dd.Dial(ctx, "unix", sock, export)
 	}
-	return nil, fmt.Errorf("nbd uri %q: scheme is not nbd or nbd+unix", uri)
+	return nil, fmt.Errorf("nbd uri %q: scheme is not nbd, nbds, nbd+unix or nbds+unix", uri)
 }
 
 // Dial connects to export on an NBD server at addr.
-func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, network, addr)
+func (d *Dialer) Dial(ctx context.Context, network, addr, export string) (*Client, error) {
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -118,38 +145,80 @@ func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
+	raw := nc
 	c := &Client{nc: nc, pending: make(map[uint64]*call), done: make(chan struct{})}
 	br := bufio.NewReaderSize(nc, 256<<10)
 	c.bw = bufio.NewWriterSize(nc, 256<<10)
-	if err := c.handshake(br, export); err != nil {
-		nc.Close()
+	var cfg *tls.Config
+	if d.TLS != nil {
+		cfg = d.TLS.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil || network == "unix" {
+				host = "localhost"
+			}
+			cfg.ServerName = host
+		}
+	}
+	if br, err = c.handshake(ctx, br, export, cfg); err != nil {
+		c.nc.Close()
 		return nil, fmt.Errorf("nbd handshake with %s: %w", addr, err)
 	}
-	nc.SetDeadline(timeZero)
+	raw.SetDeadline(timeZero)
 	go c.readReplies(br)
 	return c, nil
 }
 
-func (c *Client) handshake(br *bufio.Reader, export string) error {
+// handshake negotiates up to transmission: TLS first when tlsConfig is
+// set, then structured replies, base:allocation and the export. It
+// returns the reader the replies come on (a new one after TLS).
+func (c *Client) handshake(ctx context.Context, br *bufio.Reader, export string, tlsConfig *tls.Config) (*bufio.Reader, error) {
 	var hs [18]byte
 	if _, err := io.ReadFull(br, hs[:]); err != nil {
-		return err
+		return br, err
 	}
 	if binary.BigEndian.Uint64(hs[:]) != magicNBD || binary.BigEndian.Uint64(hs[8:]) != magicOpt {
-		return fmt.Errorf("%w: not a newstyle NBD server", ErrProtocol)
+		return br, fmt.Errorf("%w: not a newstyle NBD server", ErrProtocol)
 	}
+	hflags := binary.BigEndian.Uint16(hs[16:])
 	var cf [4]byte
-	binary.BigEndian.PutUint32(cf[:], flagFixedNewstyle|flagNoZeroes&uint32(binary.BigEndian.Uint16(hs[16:])))
+	binary.BigEndian.PutUint32(cf[:], flagFixedNewstyle|flagNoZeroes&uint32(hflags))
 	c.bw.Write(cf[:])
+
+	if tlsConfig != nil {
+		if hflags&flagFixedNewstyle == 0 {
+			return br, errors.New("server cannot do TLS: no fixed newstyle negotiation")
+		}
+		if err := c.option(optStartTLS, nil); err != nil {
+			return br, err
+		}
+		typ, body, err := readOptReply(br, optStartTLS)
+		if err != nil {
+			return br, err
+		}
+		if typ != repAck {
+			return br, fmt.Errorf("server refused TLS (%#x): %s", typ, body)
+		}
+		if br.Buffered() != 0 {
+			return br, fmt.Errorf("%w: data after the STARTTLS reply", ErrProtocol)
+		}
+		tc := tls.Client(c.nc, tlsConfig)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return br, fmt.Errorf("tls handshake: %w", err)
+		}
+		c.nc = tc
+		br = bufio.NewReaderSize(tc, 256<<10)
+		c.bw = bufio.NewWriterSize(tc, 256<<10)
+	}
 
 	// Structured replies, then base:allocation: both optional, so a
 	// refusal only leaves Extents reporting everything as data.
 	if err := c.option(optStructuredReply, nil); err != nil {
-		return err
+		return br, err
 	}
 	typ, _, err := readOptReply(br, optStructuredReply)
 	if err != nil {
-		return err
+		return br, err
 	}
 	c.structured = typ == repAck
 	if c.structured {
@@ -159,12 +228,12 @@ func (c *Client) handshake(br *bufio.Reader, export string) error {
 		data = binary.BigEndian.AppendUint32(data, uint32(len(metaAllocation)))
 		data = append(data, metaAllocation...)
 		if err := c.option(optSetMetaContext, data); err != nil {
-			return err
+			return br, err
 		}
 		for {
 			typ, body, err := readOptReply(br, optSetMetaContext)
 			if err != nil {
-				return err
+				return br, err
 			}
 			if typ == repMetaContext && len(body) > 4 && string(body[4:]) == metaAllocation {
 				c.metaID, c.hasMeta = binary.BigEndian.Uint32(body), true
@@ -181,29 +250,31 @@ func (c *Client) handshake(br *bufio.Reader, export string) error {
 	data = binary.BigEndian.AppendUint16(data, 1)
 	data = binary.BigEndian.AppendUint16(data, infoBlockSize)
 	if err := c.option(optGo, data); err != nil {
-		return err
+		return br, err
 	}
 	for {
 		typ, body, err := readOptReply(br, optGo)
 		if err != nil {
-			return err
+			return br, err
 		}
 		switch {
 		case typ == repAck:
 			if c.flags&tfHasFlags == 0 {
-				return fmt.Errorf("%w: no export info before ack", ErrProtocol)
+				return br, fmt.Errorf("%w: no export info before ack", ErrProtocol)
 			}
-			return nil
+			return br, nil
 		case typ == repInfo && len(body) >= 12 && binary.BigEndian.Uint16(body) == infoExport:
 			c.size = int64(binary.BigEndian.Uint64(body[2:]))
 			c.flags = binary.BigEndian.Uint16(body[10:])
 			c.readOnly = c.flags&tfReadOnly != 0
 		case typ == repErrUnknown:
-			return fmt.Errorf("%w %q: %s", ErrUnknownExport, export, body)
+			return br, fmt.Errorf("%w %q: %s", ErrUnknownExport, export, body)
 		case typ == repErrPolicy:
-			return fmt.Errorf("%w %q: %s", ErrExportBusy, export, body)
+			return br, fmt.Errorf("%w %q: %s", ErrExportBusy, export, body)
+		case typ == repErrTLSReqd:
+			return br, fmt.Errorf("server requires TLS (an nbds:// URI): %s", body)
 		case typ&(1<<31) != 0:
-			return fmt.Errorf("server refused export %q (%#x): %s", export, typ, body)
+			return br, fmt.Errorf("server refused export %q (%#x): %s", export, typ, body)
 		}
 	}
 }

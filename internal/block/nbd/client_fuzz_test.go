@@ -1,6 +1,7 @@
 package nbd
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 
@@ -38,7 +39,7 @@ func FuzzClientHandshake(f *testing.F) {
 	f.Add(optReplyBytes(plain, optGo, repErrUnknown, []byte("no")))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &Client{bw: newWriter(), pending: make(map[uint64]*call)}
-		if err := c.handshake(newReader(in), "disk"); err == nil && c.flags&tfHasFlags == 0 {
+		if _, err := c.handshake(context.Background(), newReader(in), "disk", nil); err == nil && c.flags&tfHasFlags == 0 {
 			t.Fatal("handshake succeeded without export info")
 		}
 	})

@@ -3,6 +3,7 @@ package nbd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -455,10 +456,22 @@ func FuzzNegotiate(f *testing.F) {
 	f.Add(opt(opt(opt(seed, optStructuredReply, nil), optSetMetaContext, metaData("d", metaAllocation)), optInfo, goData("d")))
 	f.Add(opt(opt(seed, optList, nil), optExportName, []byte("d")))
 	f.Add(opt(seed, optListMetaContext, []byte{0, 0, 0, 1, 'd', 0xff, 0xff, 0xff, 0xff}))
+	f.Add(opt(opt(seed, optStartTLS, nil), optGo, goData("d")))
+	f.Add(opt(opt(seed, optList, nil), optStartTLS, nil))
 	exports := Devices{"d": block.NewMemory(4096)}
+	servers := []*Server{
+		{Exports: exports, Logger: slog.New(slog.DiscardHandler)},
+		{Exports: exports, Logger: slog.New(slog.DiscardHandler), TLS: &tls.Config{}},
+		{Exports: exports, Logger: slog.New(slog.DiscardHandler), TLS: &tls.Config{}, RequireTLS: true},
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 {
+			return
+		}
 		c := &conn{
-			s:   &Server{Exports: exports, Logger: slog.New(slog.DiscardHandler)},
+			// The last byte picks the server: no TLS, TLS offered, or
+			// TLS required.
+			s:   servers[int(in[len(in)-1])%len(servers)],
 			nc:  fakeConn{},
 			log: slog.New(slog.DiscardHandler),
 		}

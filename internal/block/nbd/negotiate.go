@@ -3,6 +3,7 @@ package nbd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type conn struct {
 	structured bool
 	metaExport string // export the meta contexts were set for
 	metaAlloc  bool   // base:allocation selected
+	tls        bool   // upgraded with STARTTLS
 }
 
 // negotiate runs the handshake until the client picks an export (which
@@ -86,6 +88,15 @@ func negotiateOn(ctx context.Context, c *conn) (block.Device, ExportInfo, error)
 		data = slices.Grow(data[:0], int(n))[:n]
 		if _, err := io.ReadFull(c.br, data); err != nil {
 			return nil, ExportInfo{}, fmt.Errorf("read option data: %w", err)
+		}
+		if c.s.RequireTLS && !c.tls && opt != optStartTLS && opt != optAbort {
+			if opt == optExportName { // it cannot be refused with an error
+				return nil, ExportInfo{}, errors.New("NBD_OPT_EXPORT_NAME before STARTTLS")
+			}
+			if err := c.optReply(opt, repErrTLSReqd, []byte("TLS is required: send NBD_OPT_STARTTLS first")); err != nil {
+				return nil, ExportInfo{}, err
+			}
+			continue
 		}
 		dev, info, done, err := c.option(ctx, opt, data)
 		if err != nil || done {
@@ -206,9 +217,41 @@ func (c *conn) option(ctx context.Context, opt uint32, data []byte) (dev block.D
 		}
 		return nil, info, false, c.optReply(opt, repAck, nil)
 
-	default: // STARTTLS included: this server has no TLS.
+	case optStartTLS:
+		switch {
+		case c.s.TLS == nil:
+			return nil, info, false, c.optReply(opt, repErrUnsup, []byte("this server has no TLS"))
+		case c.tls:
+			return nil, info, false, c.optReply(opt, repErrInvalid, []byte("TLS is already running"))
+		case len(data) != 0:
+			return nil, info, false, c.optReply(opt, repErrInvalid, []byte("NBD_OPT_STARTTLS takes no data"))
+		case c.br.Buffered() != 0:
+			// Bytes sent before our ACK cannot belong to the TLS
+			// handshake the ACK starts.
+			return nil, info, true, errors.New("client sent data after NBD_OPT_STARTTLS before the reply")
+		}
+		if err := c.optReply(opt, repAck, nil); err != nil {
+			return nil, info, true, err
+		}
+		return nil, info, false, c.startTLS(ctx)
+
+	default:
 		return nil, info, false, c.optReply(opt, repErrUnsup, []byte("option not supported"))
 	}
+}
+
+// startTLS runs the server side of the TLS handshake after an ACK to
+// NBD_OPT_STARTTLS; everything after goes over TLS. A failed handshake
+// ends the connection: the ACK cannot be taken back.
+func (c *conn) startTLS(ctx context.Context) error {
+	tc := tls.Server(c.nc, c.s.TLS)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("tls handshake: %w", err)
+	}
+	c.nc, c.tls = tc, true
+	c.br = bufio.NewReaderSize(tc, 64<<10)
+	c.bw = bufio.NewWriterSize(tc, 4<<10)
+	return nil
 }
 
 func (c *conn) exportError(opt uint32, name string, err error) error {

@@ -38,6 +38,7 @@ const (
 	repErrPolicy   = 1<<31 + 2
 	repErrInvalid  = 1<<31 + 3
 	repErrPlatform = 1<<31 + 4
+	repErrTLSReqd  = 1<<31 + 5
 	repErrUnknown  = 1<<31 + 6
 	repErrShutdown = 1<<31 + 7
 	repErrTooBig   = 1<<31 + 9

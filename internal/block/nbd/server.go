@@ -4,8 +4,9 @@
 // The server follows doc/proto.md of the NetworkBlockDevice project:
 // fixed newstyle negotiation (OPT_GO, OPT_INFO, OPT_LIST, OPT_ABORT,
 // OPT_EXPORT_NAME, OPT_STRUCTURED_REPLY, OPT_LIST/SET_META_CONTEXT with
-// base:allocation; anything else gets NBD_REP_ERR_UNSUP, including
-// STARTTLS), then READ, WRITE, FLUSH, TRIM, WRITE_ZEROES (FAST_ZERO,
+// base:allocation, and OPT_STARTTLS when the server has a TLS
+// configuration, optionally required; anything else gets
+// NBD_REP_ERR_UNSUP), then READ, WRITE, FLUSH, TRIM, WRITE_ZEROES (FAST_ZERO,
 // NO_HOLE), CACHE, BLOCK_STATUS and DISC with FUA. A connection runs
 // many requests at once on a pool of workers; replies go out as each
 // finishes, matched by cookie. Reads a device serves from memory
@@ -19,6 +20,7 @@ package nbd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,6 +120,14 @@ type Server struct {
 	Workers int
 	// HandshakeTimeout bounds negotiation (default 30s).
 	HandshakeTimeout time.Duration
+	// TLS, when set, lets a client upgrade its connection with
+	// NBD_OPT_STARTTLS; without it STARTTLS gets NBD_REP_ERR_UNSUP.
+	TLS *tls.Config
+	// RequireTLS (with TLS) refuses every option but STARTTLS and ABORT
+	// with NBD_REP_ERR_TLS_REQD until the client has upgraded, and
+	// drops a client that sends NBD_OPT_EXPORT_NAME before (the spec's
+	// FORCEDTLS mode).
+	RequireTLS bool
 
 	once   sync.Once
 	ctx    context.Context
