@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,7 +32,14 @@ func (m *Main) stream(ctx context.Context, args []string) error {
 	writeCache := fs.String("write-cache", "", "directory for per-target server-disk write caches; empty: exports are read-only (targets cache on the device)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
 	workers := fs.Int("workers", 16, "requests in progress per connection")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) for NBD_OPT_STARTTLS; with --tls-key")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	tlsMode := fs.String("tls", "", "off, on (clients may upgrade with STARTTLS) or require (refuse every option before STARTTLS); default on with --tls-cert, else off")
 	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	tlsConfig, requireTLS, err := serverTLS(*tlsCert, *tlsKey, *tlsMode)
+	if err != nil {
 		return err
 	}
 	if *store == "" {
@@ -60,21 +68,49 @@ func (m *Main) stream(ctx context.Context, args []string) error {
 		exports.Cache = ramcache.New(cacheSize, 0)
 	}
 	defer exports.Close()
-	return m.serveNBD(ctx, log, *listen, *metricsListen, *workers, exports, &reg)
+	srv := &nbd.Server{Exports: exports, Logger: log, Workers: *workers, TLS: tlsConfig, RequireTLS: requireTLS}
+	return m.serveNBD(ctx, log, *listen, *metricsListen, srv, &reg)
 }
 
-// serveNBD serves exports on listen (and /metrics on metricsListen)
+// serverTLS loads the stream server's TLS configuration from the flags.
+func serverTLS(cert, key, mode string) (*tls.Config, bool, error) {
+	if mode == "" {
+		mode = "off"
+		if cert != "" {
+			mode = "on"
+		}
+	}
+	switch mode {
+	case "off":
+		if cert != "" || key != "" {
+			return nil, false, usageError{"--tls off with --tls-cert or --tls-key"}
+		}
+		return nil, false, nil
+	case "on", "require":
+	default:
+		return nil, false, usageError{fmt.Sprintf("--tls %q is not off, on or require", mode)}
+	}
+	if cert == "" || key == "" {
+		return nil, false, usageError{"--tls " + mode + " needs --tls-cert and --tls-key"}
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("tls certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, mode == "require", nil
+}
+
+// serveNBD runs srv on listen (and /metrics on metricsListen)
 // until ctx is done.
-func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, workers int, exports nbd.Exporter, reg *meter.Registry) error {
+func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, srv *nbd.Server, reg *meter.Registry) error {
 	ln, err := nbd.Listen(listen)
 	if err != nil {
 		return err
 	}
-	srv := &nbd.Server{Exports: exports, Logger: log, Workers: workers}
 	if m.Listening != nil {
 		m.Listening("nbd", ln.Addr().String())
 	}
-	log.Info("nbd server listening", "addr", ln.Addr().String())
+	log.Info("nbd server listening", "addr", ln.Addr().String(), "tls", srv.TLS != nil, "require_tls", srv.RequireTLS)
 	var hs *http.Server
 	if metricsListen != "" {
 		mln, err := net.Listen("tcp", metricsListen)

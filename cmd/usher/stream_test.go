@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 )
 
@@ -198,4 +199,38 @@ func nbdinfoMap(t *testing.T, uri string) string {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	return strings.Join(lines, "|")
+}
+
+// TestStreamTLS runs usher stream with --tls require and reaches it over
+// TLS from nbdinfo (libnbd, GnuTLS) and from usher target (--tls-ca),
+// while a plaintext client is refused.
+func TestStreamTLS(t *testing.T) {
+	needTool(t, "nbdinfo", "libnbd-bin")
+	needTool(t, "qemu-img", "qemu-utils")
+	dir := t.TempDir()
+	certs := blocktest.WriteCerts(t)
+	raw := filepath.Join(dir, "base.raw")
+	if err := os.WriteFile(raw, bytes.Repeat([]byte("usher-tls-image!"), 1<<20/16), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "store")
+	if code, out, stderr := run(t, "", "image", "import", "golden", raw, "--store", store); code != 0 {
+		t.Fatalf("image import: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, _, stderr := run(t, "", "stream", "--store", store, "--tls", "require"); code == 0 || !strings.Contains(stderr, "--tls-cert") {
+		t.Fatalf("--tls require without a certificate: exit %d: %s", code, stderr)
+	}
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--tls", "require",
+		"--tls-cert", filepath.Join(certs.Dir, "server-cert.pem"), "--tls-key", filepath.Join(certs.Dir, "server-key.pem"))
+	out := runTool(t, "nbdinfo", "nbds://"+addr+"/golden?tls-certificates="+certs.Dir)
+	if !strings.Contains(out, "with TLS") || !strings.Contains(out, "export-size: 1048576") {
+		t.Fatalf("nbdinfo over TLS:\n%s", out)
+	}
+	if out, err := exec.Command("nbdinfo", "nbd://"+addr+"/golden").CombinedOutput(); err == nil {
+		t.Fatalf("a plaintext client got in:\n%s", out)
+	}
+	sock := filepath.Join(dir, "t.sock")
+	startRole(t, "nbd", "target", "--upstream", "nbds://"+addr+"/golden", "--tls-ca", filepath.Join(certs.Dir, "ca-cert.pem"),
+		"--cache", "ram", "--ram", "1MiB", "--listen", "unix:"+sock)
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", "nbd+unix:///?socket="+sock, raw)
 }

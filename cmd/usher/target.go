@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 
@@ -25,7 +27,9 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	fs := m.flagSet("target", "--upstream nbd://HOST:PORT/IMAGE --cache ram|ram-overflow|disk [flags]")
 	var lf logFlags
 	lf.register(fs)
-	upstream := fs.String("upstream", "", "upstream export: nbd://HOST[:PORT]/IMAGE or nbd+unix:///IMAGE?socket=PATH (required)")
+	upstream := fs.String("upstream", "", "upstream export: nbd://HOST[:PORT]/IMAGE or nbd+unix:///IMAGE?socket=PATH, nbds:// or nbds+unix:// for TLS (required)")
+	tlsCA := fs.String("tls-ca", "", "PEM CA certificates that sign the upstream's certificate (implies TLS; default for nbds://: the system's roots)")
+	tlsServerName := fs.String("tls-server-name", "", "name to verify in the upstream's certificate (default: the upstream host)")
 	mode := fs.String("cache", "ram-overflow", "write cache: ram, ram-overflow or disk")
 	ramSize := fs.String("ram", "512MiB", "RAM budget of the write cache (ram, ram-overflow)")
 	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk)")
@@ -47,7 +51,21 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	up, err := nbd.DialURI(ctx, *upstream)
+	var dialer nbd.Dialer
+	if *tlsCA != "" || *tlsServerName != "" {
+		dialer.TLS = &tls.Config{ServerName: *tlsServerName, MinVersion: tls.VersionTLS12}
+		if *tlsCA != "" {
+			pem, err := os.ReadFile(*tlsCA)
+			if err != nil {
+				return fmt.Errorf("--tls-ca: %w", err)
+			}
+			dialer.TLS.RootCAs = x509.NewCertPool()
+			if !dialer.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return usageError{"--tls-ca: no PEM certificate in " + *tlsCA}
+			}
+		}
+	}
+	up, err := dialer.DialURI(ctx, *upstream)
 	if err != nil {
 		return err
 	}
@@ -93,7 +111,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	log.Info("target cache ready", "upstream", *upstream, "cache", *mode, "size", up.Size(), "block_status", up.HasBlockStatus())
 	// One cache per target: a second local connection would share it,
 	// so the export is coherent.
-	return m.serveNBD(ctx, log, *listen, *metricsListen, 16, nbd.Devices{"": dev}, &reg)
+	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: nbd.Devices{"": dev}, Logger: log}, &reg)
 }
 
 // readOnly hides the upstream's writability: targets never write to
