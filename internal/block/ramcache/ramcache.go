@@ -30,10 +30,19 @@ type entry struct {
 }
 
 type shard struct {
-	mu    sync.Mutex
-	items map[key]*list.Element
-	lru   list.List // front = most recent
-	bytes int64
+	mu       sync.Mutex
+	items    map[key]*list.Element
+	inflight map[key]*flight // misses being read
+	lru      list.List       // front = most recent
+	bytes    int64
+}
+
+// flight is one read of a missing block that concurrent readers of the
+// same block wait for instead of reading it again.
+type flight struct {
+	done chan struct{}
+	data []byte
+	err  error
 }
 
 // Cache is a RAM cache of fixed-size blocks of any number of read-only
@@ -45,8 +54,10 @@ type Cache struct {
 	shards    [shards]shard
 	nextID    atomic.Uint64
 
-	// Hits and Misses count block lookups.
-	Hits, Misses atomic.Int64
+	// Hits and Misses count block lookups; Shared counts the misses
+	// that waited for another reader's read of the same block rather
+	// than reading it again.
+	Hits, Misses, Shared atomic.Int64
 }
 
 // New returns a cache of at most capacity bytes of blockSize blocks
@@ -58,6 +69,7 @@ func New(capacity, blockSize int64) *Cache {
 	c := &Cache{blockSize: blockSize, perShard: capacity / shards, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].items = make(map[key]*list.Element)
+		c.shards[i].inflight = make(map[key]*flight)
 	}
 	return c
 }
@@ -93,13 +105,11 @@ func (c *Cache) get(k key, p []byte, o int64) bool {
 	return true
 }
 
-func (c *Cache) put(k key, data []byte) {
+// putLocked keeps data as block k; called with s.mu held.
+func (c *Cache) putLocked(s *shard, k key, data []byte) {
 	if c.perShard < int64(len(data)) {
 		return
 	}
-	s := c.shard(k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.items[k]; ok {
 		return
 	}
@@ -147,18 +157,68 @@ func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
 		if d.c.get(k, p[:n], o) {
 			d.c.Hits.Add(1)
 		} else {
-			d.c.Misses.Add(1)
-			start := b * bs
-			data := make([]byte, min(bs, d.Size()-start))
-			if err := d.Device.ReadAt(ctx, data, start); err != nil {
+			data, err := d.fill(ctx, k)
+			if err != nil {
 				return err
 			}
 			copy(p[:n], data[o:])
-			d.c.put(k, data)
 		}
 		p, off = p[n:], off+n
 	}
 	return nil
+}
+
+// fill returns block k after a miss: read from the device and kept, or
+// read by a concurrent reader that missed first (a singleflight, so a
+// boot storm of targets reads each block of the image once). Cached
+// data is never modified, so it is copied from without the lock.
+func (d *Device) fill(ctx context.Context, k key) ([]byte, error) {
+	s := d.c.shard(k)
+	s.mu.Lock()
+	if el, ok := s.items[k]; ok { // filled since get looked
+		s.lru.MoveToFront(el)
+		s.mu.Unlock()
+		d.c.Hits.Add(1)
+		return el.Value.(*entry).data, nil
+	}
+	d.c.Misses.Add(1)
+	if f := s.inflight[k]; f != nil {
+		s.mu.Unlock()
+		d.c.Shared.Add(1)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if f.err == nil {
+			return f.data, nil
+		}
+		// The first reader failed (its context may have ended): this
+		// one reads for itself.
+		return d.read(ctx, k)
+	}
+	f := &flight{done: make(chan struct{})}
+	s.inflight[k] = f
+	s.mu.Unlock()
+	f.data, f.err = d.read(ctx, k)
+	s.mu.Lock()
+	delete(s.inflight, k)
+	if f.err == nil {
+		d.c.putLocked(s, k, f.data)
+	}
+	s.mu.Unlock()
+	close(f.done)
+	return f.data, f.err
+}
+
+// read reads block k from the device.
+func (d *Device) read(ctx context.Context, k key) ([]byte, error) {
+	start := k.block * d.c.blockSize
+	data := make([]byte, min(d.c.blockSize, d.Size()-start))
+	if err := d.Device.ReadAt(ctx, data, start); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // TryReadAt implements block.MemReader: a read within one cached block

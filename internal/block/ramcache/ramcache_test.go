@@ -3,8 +3,11 @@ package ramcache_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/meter"
@@ -58,5 +61,84 @@ func TestCapacityBounded(t *testing.T) {
 	}
 	if got := c.Bytes(); got > 4<<20 {
 		t.Fatalf("cache holds %d bytes, over its 4 MiB capacity", got)
+	}
+}
+
+// gated is a device whose reads wait for release and are counted.
+type gated struct {
+	block.Device
+	release chan struct{}
+	reads   atomic.Int64
+}
+
+func (g *gated) ReadAt(ctx context.Context, p []byte, off int64) error {
+	g.reads.Add(1)
+	<-g.release
+	return g.Device.ReadAt(ctx, p, off)
+}
+
+func TestConcurrentMissesReadOnce(t *testing.T) {
+	ctx := context.Background()
+	img := block.NewMemory(1 << 20)
+	img.WriteAt(ctx, bytes.Repeat([]byte("boot"), 1<<18), 0, 0)
+	img.SetReadOnly(true)
+	g := &gated{Device: img, release: make(chan struct{})}
+	c := ramcache.New(64<<20, 0)
+	dev := c.Wrap(g)
+	const readers = 16
+	errs := make(chan error, readers)
+	for i := range readers {
+		go func() {
+			p := make([]byte, 4096)
+			err := dev.ReadAt(ctx, p, int64(i)*4096) // all in block 0
+			if err == nil && !bytes.Equal(p, bytes.Repeat([]byte("boot"), 1024)) {
+				err = errors.New("read differs")
+			}
+			errs <- err
+		}()
+	}
+	// Wait until every reader has missed: one reads, the rest wait.
+	for c.Misses.Load() < readers {
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.reads.Load(); got != 1 {
+		t.Fatalf("%d reads of the image for one block missed by %d readers, want 1", got, readers)
+	}
+	if got := c.Shared.Load(); got != readers-1 {
+		t.Fatalf("Shared = %d, want %d", got, readers-1)
+	}
+}
+
+// failing fails its first read and succeeds after.
+type failing struct {
+	block.Device
+	failed atomic.Bool
+}
+
+func (f *failing) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if !f.failed.Swap(true) {
+		return errors.New("transient")
+	}
+	return f.Device.ReadAt(ctx, p, off)
+}
+
+func TestFailedFillIsNotCached(t *testing.T) {
+	ctx := context.Background()
+	img := block.NewMemory(1 << 20)
+	img.WriteAt(ctx, []byte("data"), 0, 0)
+	img.SetReadOnly(true)
+	dev := ramcache.New(64<<20, 0).Wrap(&failing{Device: img})
+	p := make([]byte, 4)
+	if err := dev.ReadAt(ctx, p, 0); err == nil {
+		t.Fatal("the first read did not fail")
+	}
+	if err := dev.ReadAt(ctx, p, 0); err != nil || string(p) != "data" {
+		t.Fatalf("read after a failure: %q, %v", p, err)
 	}
 }
