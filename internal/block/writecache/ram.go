@@ -1,10 +1,12 @@
 package writecache
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +106,15 @@ func (r *RAM) ReadAt(ctx context.Context, p []byte, off int64) error {
 				copy(p[:n], rb.data[bo:])
 			}
 		} else if at, ok := r.ofIndex[b]; ok {
+			// Blocks evicted together lie in order in the overflow
+			// file: a run of them is one read.
+			for next := b + 1; n < int64(len(p)); next++ {
+				nat, ok := r.ofIndex[next]
+				if !ok || nat != at+(next-b)*BlockSize || r.blocks[next] != nil {
+					break
+				}
+				n = min(int64(len(p)), n+BlockSize)
+			}
 			if err := r.opt.Overflow.ReadAt(ctx, p[:n], at+bo); err != nil {
 				return err
 			}
@@ -262,6 +273,8 @@ func (r *RAM) evict(ctx context.Context) error {
 	if len(victims) == 0 {
 		return r.full("write cache RAM is full of zero blocks", nil)
 	}
+	// In block order, neighbours evicted together are read back in one.
+	slices.SortFunc(victims, func(a, b *ramBlock) int { return cmp.Compare(a.n, b.n) })
 	seg := r.segment[:len(victims)*BlockSize]
 	if r.ofEnd+int64(len(seg)) > r.opt.Overflow.Size() {
 		return r.full("overflow file is full", nil)

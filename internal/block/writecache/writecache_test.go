@@ -165,3 +165,41 @@ func TestOverlayPersists(t *testing.T) {
 		t.Fatalf("after reopening: %q", p)
 	}
 }
+
+func TestOverflowReadsRuns(t *testing.T) {
+	ctx := context.Background()
+	of, err := block.CreateFile(filepath.Join(t.TempDir(), "overflow"), 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var disk meter.Counters
+	// A budget of 256 blocks (1 MiB, one segment): of 2 MiB written,
+	// the first MiB written moves to the overflow file in one segment.
+	c := writecache.NewRAM(readOnlyBase(4<<20), writecache.RAMOptions{Budget: 256 * 4096, Overflow: meter.Wrap(of, &disk)})
+	defer c.Close()
+	want := make([]byte, 2<<20)
+	for i := range want {
+		want[i] = byte(i / 4096)
+	}
+	// Written backwards, so that least recently written is not block
+	// order: the segment is sorted by block.
+	for off := int64(len(want)) - 4096; off >= 0; off -= 4096 {
+		if err := c.WriteAt(ctx, want[off:off+4096], off, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := disk.Snapshot().Reads
+	got := make([]byte, len(want))
+	if err := c.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("read back differs")
+	}
+	if got := c.Evicted.Load(); got != 256 {
+		t.Fatalf("%d blocks evicted, want 256", got)
+	}
+	if reads := disk.Snapshot().Reads - before; reads != 1 {
+		t.Fatalf("%d overflow reads for one segment of neighbouring blocks, want 1", reads)
+	}
+}
