@@ -160,12 +160,15 @@ func (r *RAM) WriteAt(ctx context.Context, p []byte, off int64, _ block.Flags) e
 
 // TryWriteAt implements block.InlineWriter: the write is taken when it
 // needs neither the base (a partial block not in RAM) nor the overflow
-// device (the budget is used).
+// device (the budget is used), and when no read holds the cache (a read
+// of the base may wait for the network).
 func (r *RAM) TryWriteAt(p []byte, off int64) bool {
 	if len(p) == 0 || off < 0 || off > r.size-int64(len(p)) {
 		return false
 	}
-	r.mu.Lock()
+	if !r.mu.TryLock() {
+		return false
+	}
 	defer r.mu.Unlock()
 	if r.blocks == nil { // closed
 		return false
