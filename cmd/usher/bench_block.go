@@ -77,7 +77,7 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 // benchNBD compares usher's NBD server with nbdkit under fio, run by
 // run on the same image.
 func (m *Main) benchNBD(ctx context.Context, args []string) error {
-	fs := m.flagSet("bench nbd", "[flags]\n\nfio (nbd engine, loopback, 1 connection) against usher's NBD server and nbdkit on the same image,\ninterleaved usher, nbdkit, usher, nbdkit: 4 KiB random reads (iodepth 32), 256 KiB sequential reads,\n4 KiB random writes into usher's server-disk write cache and nbdkit's cow filter.")
+	fs := m.flagSet("bench nbd", "[flags]\n\nfio (nbd engine, loopback, 1 connection) against usher's NBD server and nbdkit on the same image,\ninterleaved usher, nbdkit, usher, nbdkit: 4 KiB random reads (iodepth 32), 256 KiB sequential reads,\n4 KiB random writes into usher's server-disk write cache and nbdkit's cow filter (both in 4 KiB blocks\nwhen the nbdkit installed takes cow-block-size).")
 	size := fs.String("size", "1GiB", "image size (random data)")
 	runtime := fs.Duration("runtime", 5*time.Second, "length of each fio run")
 	rounds := fs.Int("rounds", 2, "interleaved rounds per test")

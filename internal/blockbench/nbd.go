@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
+	"github.com/usher-vdi/usher/internal/block/writecache"
 )
 
 // NBDConfig configures RunNBD.
@@ -128,6 +130,15 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 	if cfg.Nbdkit == "" {
 		res.NbdkitNote = "nbdkit not found: its columns are skipped (apt-get install -y nbdkit)"
 	}
+	// nbdkit's cow filter works in 64 KiB blocks unless told otherwise;
+	// it is given usher's write-cache block size when it can take it,
+	// so that both copy on write at the same granularity.
+	cowArgs := []string{"--filter=cow"}
+	if cfg.Nbdkit != "" {
+		if out, _ := exec.CommandContext(ctx, cfg.Nbdkit, "--filter=cow", "null", "--help").CombinedOutput(); bytes.Contains(out, []byte("cow-block-size")) {
+			cowArgs = append(cowArgs, fmt.Sprintf("cow-block-size=%d", writecache.BlockSize))
+		}
+	}
 	wcDir := filepath.Join(cfg.Dir, "writecache")
 	if err := os.MkdirAll(wcDir, 0o755); err != nil {
 		return nil, err
@@ -152,7 +163,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			if cfg.Nbdkit == "" {
 				continue
 			}
-			r, err = runNbdkit(ctx, cfg, raw, cow, args)
+			r, err = runNbdkit(ctx, cfg, raw, cow, cowArgs, args)
 			if err != nil {
 				return nil, fmt.Errorf("%s nbdkit round %d: %w", test, round, err)
 			}
@@ -166,7 +177,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			t.NbdkitIOPS, t.NbdkitBW = medianRuns(k)
 			t.NbdkitServer = "nbdkit file"
 			if cow {
-				t.NbdkitServer = "nbdkit --filter=cow file"
+				t.NbdkitServer = strings.Join(append([]string{"nbdkit --filter=cow file"}, cowArgs[1:]...), " ")
 			}
 			if t.NbdkitIOPS > 0 {
 				t.Ratio = t.UsherIOPS / t.NbdkitIOPS
@@ -245,18 +256,18 @@ func runUsher(ctx context.Context, cfg NBDConfig, st *image.Store, cow bool, wcD
 
 // runNbdkit starts nbdkit on a free loopback port, runs fio once and
 // kills nbdkit.
-func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, args []string) (NBDRun, error) {
+func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, cowArgs, args []string) (NBDRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return NBDRun{}, err
 	}
 	a := []string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}
 	if cow {
-		a = append(a, "--filter=cow")
+		a = append(a, "--filter=cow", "file", raw)
+		a = append(a, cowArgs[1:]...)
 	} else {
-		a = append(a, "-r")
+		a = append(a, "-r", "file", raw)
 	}
-	a = append(a, "file", raw)
 	cmd := exec.CommandContext(ctx, cfg.Nbdkit, a...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
