@@ -70,3 +70,56 @@ func TestReadsServedFromMemory(t *testing.T) {
 		t.Fatal("no read was served from memory")
 	}
 }
+
+// TestLargeRepliesBesideQueuedOnes mixes replies too large to queue
+// (written straight from the worker's buffer) with small ones queued
+// at the same time by the reading goroutine (memory reads, inline
+// writes) and by workers: every reply must arrive intact.
+func TestLargeRepliesBesideQueuedOnes(t *testing.T) {
+	ctx := context.Background()
+	const size = 4 << 20
+	mem := &memReader{Memory: block.NewMemory(size)}
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*7 + i>>12)
+	}
+	if err := mem.WriteAt(ctx, want, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, startServer(t, Devices{"disk": mem}), "disk")
+	defer c.Close()
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			big := make([]byte, 1<<20)
+			small := make([]byte, 4096)
+			for i := range 150 {
+				var err error
+				var p []byte
+				var off int64
+				switch g % 3 {
+				case 0:
+					p, off = big, int64((g+i)%4)<<20
+					err = c.ReadAt(ctx, p, off)
+				case 1:
+					p, off = small, int64((g*150+i)%1024)*4096
+					err = c.ReadAt(ctx, p, off)
+				case 2: // rewrite what is there: inline writes queue replies
+					off = int64((g*150+i)%1024) * 4096
+					err = c.WriteAt(ctx, want[off:off+4096], off, 0)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if p != nil && !bytes.Equal(p, want[off:off+int64(len(p))]) {
+					t.Errorf("read of %d bytes at %d: wrong data", len(p), off)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -240,11 +240,16 @@ func (t *tx) send(b []byte) {
 			return
 		}
 		t.writing = true
-		bufs := net.Buffers{t.pending, b}
-		t.pending = t.pending[:0]
+		// What is queued goes out with b; the queue takes the spare
+		// buffer, as replies queued meanwhile must not land in memory
+		// being written.
+		out := t.pending
+		t.pending = t.spare[:0]
+		bufs := net.Buffers{out, b}
 		t.wmu.Unlock()
 		_, err := bufs.WriteTo(t.c.nc)
 		t.wmu.Lock()
+		t.spare = out[:0]
 		t.fail(err)
 	} else {
 		if t.werr != nil {
