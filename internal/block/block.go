@@ -176,3 +176,23 @@ func TryWriteAt(d Device, p []byte, off int64) bool {
 	}
 	return false
 }
+
+// SliceReader is implemented by devices that keep data in memory they
+// never modify or reuse (a RAM cache of a read-only image), so that a
+// server can send it without copying it first. TrySlices appends to dst
+// slices of that memory which, concatenated, are the n bytes at off,
+// and returns true; or it returns false, leaving dst's new elements
+// undefined, when any of the bytes is not in memory or the range is not
+// within the device. It never blocks on I/O. Callers must not modify
+// the slices.
+type SliceReader interface {
+	TrySlices(off, n int64, dst [][]byte) ([][]byte, bool)
+}
+
+// TrySlices is d's TrySlices, or false when d is not a SliceReader.
+func TrySlices(d Device, off, n int64, dst [][]byte) ([][]byte, bool) {
+	if s, ok := d.(SliceReader); ok {
+		return s.TrySlices(off, n, dst)
+	}
+	return dst, false
+}

@@ -201,6 +201,10 @@ func (n noClose) TryReadAt(p []byte, off int64) bool { return block.TryReadAt(n.
 
 func (n noClose) TryWriteAt(p []byte, off int64) bool { return block.TryWriteAt(n.Device, p, off) }
 
+func (n noClose) TrySlices(off, length int64, dst [][]byte) ([][]byte, bool) {
+	return block.TrySlices(n.Device, off, length, dst)
+}
+
 func (n noClose) Extents(ctx context.Context, off, length int64, dst []block.Extent) ([]block.Extent, error) {
 	return block.Extents(ctx, n.Device, off, length, dst)
 }

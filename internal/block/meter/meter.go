@@ -51,6 +51,7 @@ var (
 	_ block.Extenter     = (*Device)(nil)
 	_ block.MemReader    = (*Device)(nil)
 	_ block.InlineWriter = (*Device)(nil)
+	_ block.SliceReader  = (*Device)(nil)
 )
 
 // Wrap returns d counted into c. Closing the result closes d.
@@ -86,6 +87,17 @@ func (d *Device) TryReadAt(p []byte, off int64) bool {
 	d.c.Reads.Add(1)
 	d.c.ReadBytes.Add(int64(len(p)))
 	return true
+}
+
+// TrySlices implements block.SliceReader, counting a read when the
+// device under it serves one from memory.
+func (d *Device) TrySlices(off, n int64, dst [][]byte) ([][]byte, bool) {
+	dst, ok := block.TrySlices(d.Device, off, n, dst)
+	if ok {
+		d.c.Reads.Add(1)
+		d.c.ReadBytes.Add(n)
+	}
+	return dst, ok
 }
 
 // TryWriteAt implements block.InlineWriter, counting a write when the

@@ -15,7 +15,7 @@ import (
 // TryReadAt, so both the inline and the worker paths run.
 type memReader struct {
 	*block.Memory
-	tries atomic.Int64
+	tries, slices atomic.Int64
 }
 
 func (m *memReader) TryReadAt(p []byte, off int64) bool {
@@ -27,6 +27,21 @@ func (m *memReader) TryReadAt(p []byte, off int64) bool {
 	}
 	m.tries.Add(1)
 	return true
+}
+
+// TrySlices serves ranges that start in an even MiB, as copies cut
+// into three slices, so that large replies are written both from
+// slices and from a worker's buffer.
+func (m *memReader) TrySlices(off, n int64, dst [][]byte) ([][]byte, bool) {
+	if (off>>20)%2 == 1 || n < 3 {
+		return dst, false
+	}
+	p := make([]byte, n)
+	if err := m.Memory.ReadAt(context.Background(), p, off); err != nil {
+		return dst, false
+	}
+	m.slices.Add(1)
+	return append(dst, p[:n/3], p[n/3:n/2], p[n/2:]), true
 }
 
 func TestReadsServedFromMemory(t *testing.T) {
@@ -122,4 +137,7 @@ func TestLargeRepliesBesideQueuedOnes(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if mem.slices.Load() == 0 {
+		t.Fatal("no large read was written from slices")
+	}
 }

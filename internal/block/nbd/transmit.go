@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/bits"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/usher-vdi/usher/internal/block"
@@ -63,6 +64,9 @@ type tx struct {
 	pending []byte     // replies queued for the writer
 	spare   []byte
 	werr    error // first write error
+
+	slices [][]byte // scratch of trySlices
+	hdr    [32]byte
 }
 
 // transmit serves requests until the client disconnects, breaks the
@@ -142,18 +146,20 @@ func (t *tx) readLoop(jobs chan<- job) error {
 				return fmt.Errorf("read write payload: %w", err)
 			}
 		case cmdRead:
+			if r.length > maxQueued && r.length <= MaxPayload && t.trySlices(r) {
+				continue
+			}
+			if t.tryRead(r) {
+				// Replies to reads served from memory wait until no
+				// further request is buffered: one write answers them
+				// all.
+				if br.Buffered() < requestSize {
+					t.flush()
+				}
+				continue
+			}
 			if r.length <= MaxPayload {
 				j.buf = getBuf(int(r.length))
-				if t.tryRead(r, j.buf) {
-					putBuf(j.buf)
-					// Replies to reads served from memory wait until no
-					// further request is buffered: one write answers
-					// them all.
-					if br.Buffered() < requestSize {
-						t.flush()
-					}
-					continue
-				}
 			}
 		}
 		t.flush()
@@ -162,22 +168,45 @@ func (t *tx) readLoop(jobs chan<- job) error {
 }
 
 // tryRead serves a read from memory on the reading goroutine, with no
-// hand-off to a worker, and queues its reply; it reports false when the
-// device cannot (a cache miss), and the read goes to a worker.
-func (t *tx) tryRead(r request, buf *[]byte) bool {
+// hand-off to a worker, copying the data straight into the reply queue;
+// it reports false when the device cannot (a cache miss), and the read
+// goes to a worker.
+func (t *tx) tryRead(r request) bool {
 	allowed, _ := allowedFlags(cmdRead, t.c.structured)
 	if r.flags&^allowed != 0 || r.length == 0 || r.length > maxQueued || r.offset > 1<<62 {
 		return false
 	}
-	if !block.TryReadAt(t.dev, (*buf)[hdrRoom:], int64(r.offset)) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.werr != nil {
+		return true // the connection is failing: no reply will go out
+	}
+	n := len(t.pending)
+	t.pending = readReplyHeader(t.pending, t.c.structured, r)
+	h := len(t.pending)
+	t.pending = slices.Grow(t.pending, int(r.length))[:h+int(r.length)]
+	if !block.TryReadAt(t.dev, t.pending[h:], int64(r.offset)) {
+		t.pending = t.pending[:n]
 		return false
 	}
-	t.wmu.Lock()
-	if t.werr == nil {
-		t.pending = append(t.pending, readReplyFrame(t.c.structured, r, *buf)...)
-	}
-	t.wmu.Unlock()
 	return true
+}
+
+// trySlices answers a large read from memory the device never changes
+// (block.SliceReader) on the reading goroutine, writing the reply
+// straight from that memory; it reports false when the device cannot.
+func (t *tx) trySlices(r request) bool {
+	allowed, _ := allowedFlags(cmdRead, t.c.structured)
+	if r.flags&^allowed != 0 || r.offset > 1<<62 {
+		return false
+	}
+	sl, ok := block.TrySlices(t.dev, int64(r.offset), int64(r.length), t.slices[:0])
+	if ok {
+		t.sendv(readReplyHeader(t.hdr[:0], t.c.structured, r), sl)
+	}
+	clear(sl) // hold no cache memory
+	t.slices = sl[:0]
+	return ok
 }
 
 // tryWrite runs a write on the reading goroutine when the device can
@@ -261,6 +290,30 @@ func (t *tx) send(b []byte) {
 		}
 		t.writing = true
 	}
+	t.drain()
+}
+
+// sendv writes hdr and data as one reply, after what is queued, in one
+// writev; it returns once they are written (data is not copied).
+func (t *tx) sendv(hdr []byte, data [][]byte) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	for t.writing {
+		t.wcond.Wait()
+	}
+	if t.werr != nil {
+		return
+	}
+	t.writing = true
+	out := t.pending
+	t.pending = t.spare[:0]
+	bufs := make(net.Buffers, 0, 2+len(data))
+	bufs = append(append(bufs, out, hdr), data...)
+	t.wmu.Unlock()
+	_, err := bufs.WriteTo(t.c.nc)
+	t.wmu.Lock()
+	t.spare = out[:0]
+	t.fail(err)
 	t.drain()
 }
 
@@ -452,6 +505,20 @@ func (w *worker) readReply(r request, buf []byte) {
 		return
 	}
 	w.t.send(readReplyFrame(w.t.c.structured, r, buf))
+}
+
+// readReplyHeader appends the header of a successful read's reply
+// (r.length > 0 when structured) to dst.
+func readReplyHeader(dst []byte, structured bool, r request) []byte {
+	if !structured {
+		dst = binary.BigEndian.AppendUint32(dst, magicSimple)
+		dst = binary.BigEndian.AppendUint32(dst, 0)
+		return binary.BigEndian.AppendUint64(dst, r.cookie)
+	}
+	var h [28]byte
+	putChunkHeader(h[:], replyFlagDone, replyTypeOffsetData, r.cookie, 8+r.length)
+	binary.BigEndian.PutUint64(h[20:], r.offset)
+	return append(dst, h[:]...)
 }
 
 // readReplyFrame writes the reply header in front of the data in

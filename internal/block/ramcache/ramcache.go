@@ -132,9 +132,10 @@ type Device struct {
 }
 
 var (
-	_ block.Device    = (*Device)(nil)
-	_ block.Extenter  = (*Device)(nil)
-	_ block.MemReader = (*Device)(nil)
+	_ block.Device      = (*Device)(nil)
+	_ block.Extenter    = (*Device)(nil)
+	_ block.MemReader   = (*Device)(nil)
+	_ block.SliceReader = (*Device)(nil)
 )
 
 // Wrap returns a cached view of d, which must not change while cached
@@ -233,6 +234,36 @@ func (d *Device) TryReadAt(p []byte, off int64) bool {
 	}
 	d.c.Hits.Add(1)
 	return true
+}
+
+// TrySlices implements block.SliceReader: cached blocks are never
+// modified (a refill makes a new one), so they can be sent as they are.
+func (d *Device) TrySlices(off, n int64, dst [][]byte) ([][]byte, bool) {
+	bs := d.c.blockSize
+	if off < 0 || n <= 0 || n > d.Size()-off {
+		return dst, false
+	}
+	hits := int64(0)
+	for n > 0 {
+		b, o := off/bs, off%bs
+		l := min(n, bs-o)
+		k := key{d.id, b}
+		s := d.c.shard(k)
+		s.mu.Lock()
+		el, ok := s.items[k]
+		if ok {
+			s.lru.MoveToFront(el)
+		}
+		s.mu.Unlock()
+		if !ok {
+			return dst, false
+		}
+		dst = append(dst, el.Value.(*entry).data[o:o+l])
+		hits++
+		off, n = off+l, n-l
+	}
+	d.c.Hits.Add(hits)
+	return dst, true
 }
 
 // Extents implements block.Extenter.

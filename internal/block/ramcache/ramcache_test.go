@@ -142,3 +142,34 @@ func TestFailedFillIsNotCached(t *testing.T) {
 		t.Fatalf("read after a failure: %q, %v", p, err)
 	}
 }
+
+func TestTrySlices(t *testing.T) {
+	ctx := context.Background()
+	img := block.NewMemory(1 << 20)
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 13)
+	}
+	img.WriteAt(ctx, want, 0, 0)
+	img.SetReadOnly(true)
+	dev := ramcache.New(64<<20, 64<<10).Wrap(img)
+	if _, ok := dev.TrySlices(1000, 200000, nil); ok {
+		t.Fatal("TrySlices of blocks never read returned true")
+	}
+	if err := dev.ReadAt(ctx, make([]byte, 300000), 0); err != nil {
+		t.Fatal(err)
+	}
+	sl, ok := dev.TrySlices(1000, 200000, nil)
+	if !ok {
+		t.Fatal("TrySlices of cached blocks returned false")
+	}
+	if got := bytes.Join(sl, nil); !bytes.Equal(got, want[1000:201000]) {
+		t.Fatal("slices differ from the device")
+	}
+	if _, ok := dev.TrySlices(1000, 400000, nil); ok {
+		t.Fatal("TrySlices reaching a block not cached returned true")
+	}
+	if _, ok := dev.TrySlices(1<<20-10, 20, nil); ok {
+		t.Fatal("TrySlices past the end returned true")
+	}
+}
