@@ -100,7 +100,9 @@ func fioArgs(test string, runtime time.Duration) []string {
 // a server-disk write cache per connection, served in process by
 // nbd.Server on loopback TCP) and against nbdkit's file plugin (with
 // --filter=cow for the write test) on the same image, alternating
-// usher and nbdkit run by run.
+// usher and nbdkit run by run. The rounds of a test share one set of
+// exports, as the targets of one running usher stream do: the server
+// RAM cache is cold in the first round only.
 func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 	if cfg.Rounds <= 0 {
 		cfg.Rounds = 2
@@ -150,10 +152,22 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 		}
 		t := NBDTest{Test: test, Fio: fmt.Sprint(args)}
 		cow := test == TestCOWWrite
+		// One set of exports for the test's rounds, as one running usher
+		// stream: its RAM cache starts cold in round 1 and stays, as
+		// the kernel's page cache does for nbdkit. Each connection
+		// still gets a new write cache.
+		exports := &image.Exports{Store: st}
+		if cfg.RAMCache > 0 {
+			exports.Cache = ramcache.New(cfg.RAMCache, 0)
+		}
+		if cow {
+			exports.WriteCacheDir = wcDir
+		}
 		var u, k []NBDRun
 		for round := 1; round <= cfg.Rounds; round++ {
-			r, err := runUsher(ctx, cfg, st, cow, wcDir, args)
+			r, err := runUsher(ctx, cfg, exports, args)
 			if err != nil {
+				exports.Close()
 				return nil, fmt.Errorf("%s usher round %d: %w", test, round, err)
 			}
 			r.Round = round
@@ -165,6 +179,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			}
 			r, err = runNbdkit(ctx, cfg, raw, cow, cowArgs, args)
 			if err != nil {
+				exports.Close()
 				return nil, fmt.Errorf("%s nbdkit round %d: %w", test, round, err)
 			}
 			r.Round = round
@@ -172,6 +187,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			t.Runs = append(t.Runs, r)
 			fmt.Fprintf(cfg.Progress, "%-17s round %d nbdkit %10.0f IOPS %8.1f MiB/s\n", test, round, r.IOPS, r.BW/float64(mib))
 		}
+		exports.Close()
 		t.UsherIOPS, t.UsherBW = medianRuns(u)
 		if len(k) > 0 {
 			t.NbdkitIOPS, t.NbdkitBW = medianRuns(k)
@@ -229,16 +245,8 @@ func writeRandomFile(path string, size int64) error {
 	return f.Close()
 }
 
-// runUsher serves the store as usher stream does and runs fio once.
-func runUsher(ctx context.Context, cfg NBDConfig, st *image.Store, cow bool, wcDir string, args []string) (NBDRun, error) {
-	exports := &image.Exports{Store: st}
-	if cfg.RAMCache > 0 {
-		exports.Cache = ramcache.New(cfg.RAMCache, 0)
-	}
-	if cow {
-		exports.WriteCacheDir = wcDir
-	}
-	defer exports.Close()
+// runUsher serves exports as usher stream does and runs fio once.
+func runUsher(ctx context.Context, cfg NBDConfig, exports *image.Exports, args []string) (NBDRun, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return NBDRun{}, err
