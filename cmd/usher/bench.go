@@ -343,7 +343,7 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 		}
 		r, err := m.startSite(ctx, serveFlags{data: data, listen: "127.0.0.1:0", shutdown: 10 * time.Second,
 			maxBodyBytes: api.DefaultMaxBodyBytes, heartbeatInterval: broker.DefaultHeartbeatInterval,
-			heartbeatTimeout: broker.DefaultHeartbeatTimeout, simVDAs: -1}, log)
+			heartbeatTimeout: broker.DefaultHeartbeatTimeout, simVDAs: -1, sendBuffer: DefaultSendBuffer}, log)
 		if err != nil {
 			return nil, err
 		}

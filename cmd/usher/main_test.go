@@ -176,6 +176,7 @@ func TestServeStartupErrors(t *testing.T) {
 		{"busy port", nil, 1, "listen on"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "--log-level"},
 		{"demo password without demo", []string{"--demo-password", "x"}, 2, "--demo-password needs --demo"},
+		{"bad send buffer", []string{"--send-buffer", "lots"}, 2, "--send-buffer \"lots\" is not a size"},
 		{"stray argument", []string{"extra"}, 2, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/nfuse"
@@ -37,7 +38,10 @@ type serveFlags struct {
 	demoPassword string
 	shutdown     time.Duration
 	maxBodyBytes int64
-	logs         logFlags
+	// sendBuffer is the socket send buffer of each client connection in
+	// bytes, 0 for the kernel's autotuning.
+	sendBuffer int64
+	logs       logFlags
 	// Broker timing.
 	heartbeatInterval, heartbeatTimeout time.Duration
 	// nfuseListen is the NFuse endpoint's own listener, "" for none.
@@ -57,6 +61,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&f.demoPassword, "demo-password", "", "password of the demo users and of the admin account (default: random, printed)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	sendBuffer := fs.String("send-buffer", fmt.Sprintf("%dKiB", DefaultSendBuffer>>10), "socket send buffer of each HTTP connection, so that a whole enumeration is written at once (0: the kernel's autotuning)")
 	fs.StringVar(&f.nfuseListen, "nfuse-listen", "", "also serve the NFuse XML service (POST /scripts/wpnbr.dll) on its own listener, e.g. :8080 or :80")
 	fs.IntVar(&f.simVDAs, "sim-vdas", 0, "run this many simulated VDAs in-process, for the site's first machines (-1: all of them)")
 	fs.DurationVar(&f.simLogonDelay, "sim-logon-delay", vda.DefaultLogonDelay, "simulated VDAs: time from launch to the simulated user's logon")
@@ -68,6 +73,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	f.data = *data
+	var err error
+	if f.sendBuffer, err = block.ParseSize(*sendBuffer); err != nil || f.sendBuffer > 64<<20 {
+		return usageError{fmt.Sprintf("--send-buffer %q is not a size up to 64MiB", *sendBuffer)}
+	}
 	if f.demoPassword != "" && !f.demo {
 		return usageError{"--demo-password needs --demo"}
 	}
@@ -263,7 +272,7 @@ func (m *Main) startSite(ctx context.Context, f serveFlags, log *slog.Logger) (_
 			return nil, fmt.Errorf("listen on %s (--nfuse-listen): %w", f.nfuseListen, err)
 		}
 		nsrv := &http.Server{Handler: nf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-			MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+			MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ConnContext: sendBuffer(f.sendBuffer)}
 		r.NFuseAddr = nln.Addr().String()
 		log.Info("NFuse listening", "addr", r.NFuseAddr)
 		nfDone := make(chan struct{})
@@ -291,6 +300,7 @@ func (m *Main) startSite(ctx context.Context, f serveFlags, log *slog.Logger) (_
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       sendBuffer(f.sendBuffer),
 	}
 	r.Addr = ln.Addr().String()
 	log.Info("listening", "addr", r.Addr)
@@ -452,5 +462,24 @@ func indexPage(brk *broker.Broker) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		indexTemplate.Execute(w, data)
+	}
+}
+
+// DefaultSendBuffer is the socket send buffer of client connections. An
+// enumeration of 400 applications is 110 KB: with the kernel's initial
+// 16 KB the server writes it in pieces, waking up for each as the client
+// drains the last, which at thousands of connections costs a quarter of
+// the throughput and doubles p99 (bench enumerate at 2,000 connections).
+const DefaultSendBuffer = 256 << 10
+
+// sendBuffer returns a ConnContext hook that sets each TCP connection's
+// send buffer to n bytes (the kernel doubles it for its bookkeeping),
+// or leaves the kernel's autotuning when n is 0.
+func sendBuffer(n int64) func(context.Context, net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		if tc, ok := c.(*net.TCPConn); ok && n > 0 {
+			tc.SetWriteBuffer(int(n))
+		}
+		return ctx
 	}
 }
