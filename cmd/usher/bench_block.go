@@ -81,6 +81,7 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 	size := fs.String("size", "1GiB", "image size (random data)")
 	runtime := fs.Duration("runtime", 5*time.Second, "length of each fio run")
 	rounds := fs.Int("rounds", 2, "interleaved rounds per test")
+	cold := fs.Bool("cold", false, "skip the unmeasured read of the whole image that warms usher's RAM cache and the page cache before each test")
 	tests := fs.String("tests", strings.Join(blockbench.NBDTests, ","), "tests to run")
 	workers := fs.Int("workers", 16, "usher stream --workers")
 	ramCache := fs.String("ram-cache", "1GiB", "usher stream --ram-cache")
@@ -111,7 +112,7 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := blockbench.NBDConfig{Dir: dir, ImageSize: imgSize, Runtime: *runtime, Rounds: *rounds, Fio: fio, Nbdkit: nbdkit,
-		Workers: *workers, RAMCache: cache, Progress: m.Stderr}
+		Workers: *workers, RAMCache: cache, Cold: *cold, Progress: m.Stderr}
 	for _, t := range strings.Split(*tests, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Tests = append(cfg.Tests, t)
