@@ -260,36 +260,18 @@ func (t *tx) send(b []byte) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if len(b) > maxQueued {
-		// Large reads are not copied: wait for the writer, then write
-		// what is queued and b together.
-		for t.writing {
-			t.wcond.Wait()
-		}
-		if t.werr != nil {
-			return
-		}
-		t.writing = true
-		// What is queued goes out with b; the queue takes the spare
-		// buffer, as replies queued meanwhile must not land in memory
-		// being written.
-		out := t.pending
-		t.pending = t.spare[:0]
-		bufs := net.Buffers{out, b}
-		t.wmu.Unlock()
-		_, err := bufs.WriteTo(t.c.nc)
-		t.wmu.Lock()
-		t.spare = out[:0]
-		t.fail(err)
-	} else {
-		if t.werr != nil {
-			return
-		}
-		t.pending = append(t.pending, b...)
-		if t.writing {
-			return
-		}
-		t.writing = true
+		// Large reads are not copied.
+		t.writeAfterQueue(net.Buffers{b})
+		return
 	}
+	if t.werr != nil {
+		return
+	}
+	t.pending = append(t.pending, b...)
+	if t.writing {
+		return
+	}
+	t.writing = true
 	t.drain()
 }
 
@@ -298,6 +280,15 @@ func (t *tx) send(b []byte) {
 func (t *tx) sendv(hdr []byte, data [][]byte) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	t.writeAfterQueue(append(append(make(net.Buffers, 0, 1+len(data)), hdr), data...))
+}
+
+// writeAfterQueue waits for the writer's role, then writes what is
+// queued and bufs in one writev, and drains what was queued meanwhile.
+// The queue takes the spare buffer while the write runs, as replies
+// queued meanwhile must not land in memory being written. Called with
+// wmu held.
+func (t *tx) writeAfterQueue(bufs net.Buffers) {
 	for t.writing {
 		t.wcond.Wait()
 	}
@@ -307,10 +298,9 @@ func (t *tx) sendv(hdr []byte, data [][]byte) {
 	t.writing = true
 	out := t.pending
 	t.pending = t.spare[:0]
-	bufs := make(net.Buffers, 0, 2+len(data))
-	bufs = append(append(bufs, out, hdr), data...)
 	t.wmu.Unlock()
-	_, err := bufs.WriteTo(t.c.nc)
+	all := append(net.Buffers{out}, bufs...)
+	_, err := all.WriteTo(t.c.nc)
 	t.wmu.Lock()
 	t.spare = out[:0]
 	t.fail(err)
