@@ -81,9 +81,8 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 		return nil, fmt.Errorf("cold enumerations: %w", err)
 	}
 
-	var ngx *Nginx
 	var skipNote string
-	var target *loadgen.NFuse
+	var target *loadgen.NFuse // nginx, when it runs
 	switch n, nerr := StartNginx(ctx, cfg.Nginx, NFusePath, answer, "text/xml"); {
 	case cfg.Nginx == "":
 		skipNote = "nginx: skipped (no binary given)."
@@ -93,7 +92,6 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	case nerr != nil:
 		return nil, fmt.Errorf("nginx: %w", nerr)
 	default:
-		ngx = n
 		defer n.Stop()
 		log.Info("nginx serving usher's answer", "url", n.URL)
 		target = &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: n.URL, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
@@ -109,7 +107,7 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 		if res != nil {
 			ushers = append(ushers, res)
 		}
-		if runErr = err; err != nil || ngx == nil {
+		if runErr = err; err != nil || target == nil {
 			continue
 		}
 		fmt.Fprintf(env.out(), "nginx%s: %s\n", roundOf(r, rounds), exec)
