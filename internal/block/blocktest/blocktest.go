@@ -222,3 +222,26 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Extents asks d for the extents of [off, off+n) until they cover it and
+// returns them with neighbouring runs of the same flags merged, so that
+// devices that stop early or split runs differently compare equal.
+func Extents(t testing.TB, d block.Device, off, n int64) []block.Extent {
+	t.Helper()
+	var all []block.Extent
+	for n > 0 {
+		ext, err := block.Extents(context.Background(), d, off, n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ext {
+			if k := len(all) - 1; k >= 0 && all[k].Flags == e.Flags {
+				all[k].Length += e.Length
+			} else {
+				all = append(all, e)
+			}
+			off, n = off+e.Length, n-e.Length
+		}
+	}
+	return all
+}

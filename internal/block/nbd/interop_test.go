@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
 )
 
 // Interoperability with real NBD clients: qemu-img and qemu-io
@@ -244,28 +245,6 @@ var wantTestImageExtents = []block.Extent{
 	{Length: 1 << 20}, {Length: 7 << 20, Flags: block.Hole | block.Zeroed},
 }
 
-// allExtents asks d for the extents of [0, size) until they cover it,
-// merging runs with the same flags.
-func allExtents(t *testing.T, d block.Device) []block.Extent {
-	t.Helper()
-	var all []block.Extent
-	for off := int64(0); off < d.Size(); {
-		ext, err := block.Extents(context.Background(), d, off, d.Size()-off, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ext {
-			if k := len(all) - 1; k >= 0 && all[k].Flags == e.Flags {
-				all[k].Length += e.Length
-			} else {
-				all = append(all, e)
-			}
-			off += e.Length
-		}
-	}
-	return all
-}
-
 // TestClientAgainstQemuNbd runs the client against qemu-nbd, which
 // answers reads of holes with NBD_REPLY_TYPE_OFFSET_HOLE chunks and
 // block status with base:allocation.
@@ -293,7 +272,7 @@ func TestClientAgainstQemuNbd(t *testing.T) {
 	if !c.HasBlockStatus() {
 		t.Fatal("qemu-nbd offers base:allocation but the client did not negotiate it")
 	}
-	if got := allExtents(t, c); !reflect.DeepEqual(got, wantTestImageExtents) {
+	if got := blocktest.Extents(t, c, 0, c.Size()); !reflect.DeepEqual(got, wantTestImageExtents) {
 		t.Fatalf("extents from qemu-nbd %v, want %v", got, wantTestImageExtents)
 	}
 	got := make([]byte, len(data))
@@ -320,7 +299,7 @@ func TestClientBlockStatusFromUsher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := allExtents(t, c); !reflect.DeepEqual(got, wantTestImageExtents) {
+	if got := blocktest.Extents(t, c, 0, c.Size()); !reflect.DeepEqual(got, wantTestImageExtents) {
 		t.Fatalf("extents %v, want %v", got, wantTestImageExtents)
 	}
 	if _, err := c.Extents(context.Background(), 16<<20-10, 20, nil); !errors.Is(err, block.ErrOutOfRange) {

@@ -59,7 +59,7 @@ func TestTLSClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The write made data of the first block of the hole.
-		if got := allExtents(t, c); len(got) != 4 || got[0].Length != 4<<20+4096 {
+		if got := blocktest.Extents(t, c, 0, c.Size()); len(got) != 4 || got[0].Length != 4<<20+4096 {
 			t.Fatalf("extents over TLS %v", got)
 		}
 		c.Close()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 )
 
@@ -26,26 +27,6 @@ func sparseBase(t *testing.T) block.Device {
 	}
 	m.SetReadOnly(true)
 	return m
-}
-
-func extents(t *testing.T, d block.Device, off, n int64) []block.Extent {
-	t.Helper()
-	var all []block.Extent
-	for n > 0 {
-		ext, err := block.Extents(context.Background(), d, off, n, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ext {
-			if k := len(all) - 1; k >= 0 && all[k].Flags == e.Flags {
-				all[k].Length += e.Length
-			} else {
-				all = append(all, e)
-			}
-			off, n = off+e.Length, n-e.Length
-		}
-	}
-	return all
 }
 
 func TestCacheExtents(t *testing.T) {
@@ -85,14 +66,14 @@ func TestCacheExtents(t *testing.T) {
 			if err := d.WriteAt(ctx, []byte("x"), 100, 0); err != nil {
 				t.Fatal(err)
 			}
-			if got := extents(t, d, 0, 1<<20); !reflect.DeepEqual(got, want) {
+			if got := blocktest.Extents(t, d, 0, 1<<20); !reflect.DeepEqual(got, want) {
 				t.Fatalf("extents %v, want %v", got, want)
 			}
 			// A query that starts and ends inside blocks.
-			if got, want := extents(t, d, 20*4096+100, 4096), []block.Extent{ext(4096, 0)}; !reflect.DeepEqual(got, want) {
+			if got, want := blocktest.Extents(t, d, 20*4096+100, 4096), []block.Extent{ext(4096, 0)}; !reflect.DeepEqual(got, want) {
 				t.Fatalf("extents inside written blocks %v, want %v", got, want)
 			}
-			if got, want := extents(t, d, 19*4096+10, 4096), []block.Extent{ext(4086, hz), ext(10, 0)}; !reflect.DeepEqual(got, want) {
+			if got, want := blocktest.Extents(t, d, 19*4096+10, 4096), []block.Extent{ext(4086, hz), ext(10, 0)}; !reflect.DeepEqual(got, want) {
 				t.Fatalf("extents across the edge of a write %v, want %v", got, want)
 			}
 		})
@@ -107,7 +88,7 @@ func TestRAMZeroedBlockIsAHole(t *testing.T) {
 	if err := c.Zero(ctx, 0, 4096, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := extents(t, c, 0, 8192), []block.Extent{ext(4096, hz), ext(4096, 0)}; !reflect.DeepEqual(got, want) {
+	if got, want := blocktest.Extents(t, c, 0, 8192), []block.Extent{ext(4096, hz), ext(4096, 0)}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("extents %v, want %v", got, want)
 	}
 }
@@ -133,7 +114,7 @@ func TestOverlayExtentsStopEarly(t *testing.T) {
 	if len(ext) == 0 || len(ext) > 1024 {
 		t.Fatalf("%d extents in one call, want 1..1024", len(ext))
 	}
-	if got := extents(t, o, 0, 64<<20); len(got) != 16384 {
+	if got := blocktest.Extents(t, o, 0, 64<<20); len(got) != 16384 {
 		t.Fatalf("%d extents in all, want %d", len(got), 16384)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -96,15 +97,7 @@ func (o *Overlay) ReadOnly() bool { return false }
 func (o *Overlay) Blocks() int64 {
 	var n int64
 	for i := range o.bits {
-		n += int64(popcount(o.bits[i].Load()))
-	}
-	return n
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
+		n += int64(bits.OnesCount64(o.bits[i].Load()))
 	}
 	return n
 }
