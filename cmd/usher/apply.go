@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"io/fs"
+	"text/tabwriter"
+
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/siteyaml"
@@ -40,7 +46,11 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 		return doc.Annotate(err)
 	}
 
-	store, err := openSiteDB(ctx, *data)
+	mode := createSiteDB
+	if *dryRun {
+		mode = emptyIfMissing
+	}
+	store, err := m.openSiteDB(ctx, *data, mode)
 	if err != nil {
 		return err
 	}
@@ -101,10 +111,7 @@ func (m *Main) export(ctx context.Context, args []string) error {
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(*data, siteDBFile)); err != nil {
-		return fmt.Errorf("no site DB in %s (run 'usher apply' or 'usher serve' first): %w", *data, unwrapPath(err))
-	}
-	store, err := openSiteDB(ctx, *data)
+	store, err := m.openSiteDB(ctx, *data, mustExist)
 	if err != nil {
 		return err
 	}
@@ -127,15 +134,74 @@ func (m *Main) export(ctx context.Context, args []string) error {
 	return writeFileAtomic(*out, buf.Bytes(), 0o600)
 }
 
+// siteDBMode says what openSiteDB does when the data directory holds no
+// site DB.
+type siteDBMode int
+
+const (
+	mustExist      siteDBMode = iota // fail, naming the path and how to make one
+	createSiteDB                     // create an empty one
+	emptyIfMissing                   // create nothing: open an empty site in a temporary directory
+)
+
 // openSiteDB opens the site DB of a data directory for a one-shot command
 // (apply, export, admin), beside a running usher serve if there is one:
-// SQLite's WAL lets both use it.
-func openSiteDB(ctx context.Context, data string) (*sqlitestore.Store, error) {
-	dir, err := openDataDir(data, false)
+// SQLite's WAL lets both use it. It names the site DB on standard error,
+// since the default data directory may not be the one the user means.
+func (m *Main) openSiteDB(ctx context.Context, data string, mode siteDBMode) (*siteDB, error) {
+	path, err := filepath.Abs(filepath.Join(data, datadir.SiteDBFile))
 	if err != nil {
 		return nil, err
 	}
-	return dir.openStore(ctx, sqlitestore.Options{})
+	_, err = os.Stat(path)
+	missing := errors.Is(err, fs.ErrNotExist)
+	switch {
+	case err != nil && !missing:
+		return nil, fmt.Errorf("site DB %s: %w", path, err)
+	case !missing:
+		fmt.Fprintf(m.Stderr, "site DB: %s\n", path)
+	case mode == mustExist:
+		return nil, fmt.Errorf("no site DB at %s: pick the data directory that holds one with --data DIR or USHER_DATA, "+
+			"or make one there with 'usher serve --data %s' or 'usher apply -f site.yaml --data %s'", path, data, data)
+	case mode == createSiteDB:
+		fmt.Fprintf(m.Stderr, "site DB: %s (new: there was none)\n", path)
+	case mode == emptyIfMissing:
+		fmt.Fprintf(m.Stderr, "site DB: %s does not exist; comparing with an empty site, and creating nothing\n", path)
+		tmp, err := os.MkdirTemp("", "usher-empty-site-")
+		if err != nil {
+			return nil, err
+		}
+		st, err := sqlitestore.Open(ctx, filepath.Join(tmp, datadir.SiteDBFile), sqlitestore.Options{})
+		if err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("open an empty site: %w", err)
+		}
+		return &siteDB{st, func() { os.RemoveAll(tmp) }}, nil
+	}
+	dir, err := datadir.Open(data, false)
+	if err != nil {
+		return nil, err
+	}
+	st, err := dir.OpenStore(ctx, sqlitestore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &siteDB{st, nil}, nil
+}
+
+// siteDB is a site DB opened by openSiteDB; Close also removes the
+// temporary directory of an empty site.
+type siteDB struct {
+	*sqlitestore.Store
+	cleanup func()
+}
+
+func (d *siteDB) Close() error {
+	err := d.Store.Close()
+	if d.cleanup != nil {
+		d.cleanup()
+	}
+	return err
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames
@@ -160,18 +226,66 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+const adminUsage = `SUBCOMMAND [flags]
+
+Manage the accounts of the admin API in a site DB (--data DIR).
+
+Subcommands:
+  add NAME [--password-stdin]             add an account (a password is generated and printed unless --password-stdin)
+  list                                    list the accounts
+  reset-password NAME [--password-stdin]  set a new password (generated and printed unless --password-stdin)
+  remove NAME [--force]                   remove an account; the last one only with --force
+  enrol-token MACHINE [--ttl D]           print a single-use enrolment token for a machine's VDA
+                                          (usher vda --enrolment-token); the machine then no longer
+                                          enrols with the site's enrolment secret
+  revoke-credential MACHINE               revoke a machine's credential: its VDA is refused until it enrols again
+  unlock NAME [--server URL] [--kind K]   clear a locked-out user's (or admin's) lock on the running server,
+                                          through its admin API (lock-out lives in the server's memory)
+
+Run 'usher admin SUBCOMMAND -h' for a subcommand's flags.`
+
 func (m *Main) admin(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "add" {
-		return usageError{"usage: usher admin add NAME [--password-stdin] [--data DIR]"}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
+		fmt.Fprintf(m.Stderr, "Usage: usher admin %s\n", adminUsage)
+		if len(args) == 0 {
+			return usageError{"which subcommand? add, list, reset-password or remove"}
+		}
+		return flag.ErrHelp
 	}
-	fs := m.flagSet("admin add", "NAME [--password-stdin] [--data DIR]")
+	switch args[0] {
+	case "add":
+		return m.adminSetPassword(ctx, args[1:], true)
+	case "reset-password":
+		return m.adminSetPassword(ctx, args[1:], false)
+	case "list":
+		return m.adminList(ctx, args[1:])
+	case "remove":
+		return m.adminRemove(ctx, args[1:])
+	case "enrol-token":
+		return m.adminEnrolToken(ctx, args[1:])
+	case "revoke-credential":
+		return m.adminRevokeCredential(ctx, args[1:])
+	case "unlock":
+		return m.adminUnlock(ctx, args[1:])
+	}
+	return usageError{fmt.Sprintf("unknown subcommand %q: add, list, reset-password, remove, enrol-token, revoke-credential or unlock", args[0])}
+}
+
+// adminSetPassword adds an admin account (add) or sets the password of an
+// existing one (reset-password).
+func (m *Main) adminSetPassword(ctx context.Context, args []string, add bool) error {
+	sub := "reset-password"
+	if add {
+		sub = "add"
+	}
+	fs := m.flagSet("admin "+sub, "NAME [--password-stdin] [--data DIR]")
 	data := m.dataFlag(fs)
 	fromStdin := fs.Bool("password-stdin", false, "read the password from standard input (default: generate and print one)")
-	if err := parse(fs, args[1:], 1); err != nil {
+	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return usageError{"admin add needs a NAME"}
+		return usageError{"admin " + sub + " needs a NAME"}
 	}
 	name := fs.Arg(0)
 	password := auth.RandomSecret(15)
@@ -189,21 +303,168 @@ func (m *Main) admin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := openSiteDB(ctx, *data)
+	// add may make the site DB, so that an admin can be created before
+	// the first usher serve; the other subcommands need an existing one.
+	mode := mustExist
+	if add {
+		mode = createSiteDB
+	}
+	store, err := m.openSiteDB(ctx, *data, mode)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	err = store.Update(ctx, func(tx site.Tx) error {
-		return tx.Admins().Create(ctx, site.Admin{Name: name, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+		if add {
+			return tx.Admins().Create(ctx, site.Admin{Name: name, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+		}
+		a, err := tx.Admins().Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		a.PasswordHash = hash
+		return tx.Admins().Update(ctx, a)
 	})
 	if err != nil {
 		return err
 	}
-	if *fromStdin {
-		fmt.Fprintf(m.Stdout, "admin %q added\n", name)
-	} else {
-		fmt.Fprintf(m.Stdout, "admin %q added with password %s\n", name, password)
+	done := "added"
+	if !add {
+		done = "has a new password"
 	}
+	if *fromStdin {
+		fmt.Fprintf(m.Stdout, "admin %q %s\n", name, done)
+	} else {
+		fmt.Fprintf(m.Stdout, "admin %q %s: %s\n", name, done, password)
+	}
+	return nil
+}
+
+func (m *Main) adminList(ctx context.Context, args []string) error {
+	fs := m.flagSet("admin list", "[--data DIR]")
+	data := m.dataFlag(fs)
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	store, err := m.openSiteDB(ctx, *data, mustExist)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var admins []site.Admin
+	if err := store.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Admins().List(ctx, site.ListOptions{})
+		admins = p.Items
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(admins) == 0 {
+		fmt.Fprintln(m.Stderr, "no admin accounts: the admin API refuses every request; add one with 'usher admin add NAME'")
+		return nil
+	}
+	w := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tCREATED")
+	for _, a := range admins {
+		fmt.Fprintf(w, "%s\t%s\n", a.Name, a.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	return w.Flush()
+}
+
+// adminOn parses an admin subcommand that acts on one named object (an
+// admin or a machine, named by what) in a site DB that must exist: flags
+// registers the subcommand's own flags. It returns the open site DB, which
+// the caller closes, and the name.
+func (m *Main) adminOn(ctx context.Context, cmd, what, usage string, args []string, flags func(*flag.FlagSet)) (*siteDB, string, error) {
+	fs := m.flagSet("admin "+cmd, what+" "+usage)
+	data := m.dataFlag(fs)
+	if flags != nil {
+		flags(fs)
+	}
+	if err := parse(fs, args, 1); err != nil {
+		return nil, "", err
+	}
+	if fs.NArg() != 1 {
+		return nil, "", usageError{fmt.Sprintf("admin %s needs a %s", cmd, what)}
+	}
+	store, err := m.openSiteDB(ctx, *data, mustExist)
+	if err != nil {
+		return nil, "", err
+	}
+	return store, fs.Arg(0), nil
+}
+
+func (m *Main) adminRemove(ctx context.Context, args []string) error {
+	var force *bool
+	store, name, err := m.adminOn(ctx, "remove", "NAME", "[--force] [--data DIR]", args, func(fs *flag.FlagSet) {
+		force = fs.Bool("force", false, "remove the last admin account too (the admin API then refuses every request)")
+	})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	last := false
+	err = store.Update(ctx, func(tx site.Tx) error {
+		if _, err := tx.Admins().Get(ctx, name); err != nil {
+			return err
+		}
+		p, err := tx.Admins().List(ctx, site.ListOptions{Limit: 1})
+		if err != nil {
+			return err
+		}
+		if last = p.Total <= 1; last && !*force {
+			return fmt.Errorf("admin %q is the last admin account: without one the admin API refuses every request; add another first, or pass --force", name)
+		}
+		return tx.Admins().Delete(ctx, name)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "admin %q removed\n", name)
+	if last {
+		fmt.Fprintln(m.Stderr, "no admin accounts are left: the admin API refuses every request until 'usher admin add NAME'")
+	}
+	return nil
+}
+
+// adminEnrolToken prints a single-use enrolment token for a machine.
+func (m *Main) adminEnrolToken(ctx context.Context, args []string) error {
+	var ttl *time.Duration
+	store, name, err := m.adminOn(ctx, "enrol-token", "MACHINE", "[--ttl D] [--data DIR]", args, func(fs *flag.FlagSet) {
+		ttl = fs.Duration("ttl", site.DefaultEnrolmentTokenTTL, "how long the token waits for its VDA")
+	})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if *ttl <= 0 {
+		return usageError{"--ttl must be positive"}
+	}
+	var token string
+	var exp time.Time
+	err = store.Update(ctx, func(tx site.Tx) (err error) {
+		token, exp, err = site.NewMachineEnrolmentToken(ctx, tx, name, time.Now(), *ttl)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout, token)
+	fmt.Fprintf(m.Stderr, "single-use enrolment token for machine %q, valid until %s: usher vda --machine %s --enrolment-token TOKEN; "+
+		"the machine no longer enrols with the site's enrolment secret\n", name, exp.Format(time.RFC3339), name)
+	return nil
+}
+
+// adminRevokeCredential revokes a machine's credential.
+func (m *Main) adminRevokeCredential(ctx context.Context, args []string) error {
+	store, name, err := m.adminOn(ctx, "revoke-credential", "MACHINE", "[--data DIR]", args, nil)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Update(ctx, func(tx site.Tx) error { return site.RevokeMachineCredential(ctx, tx, name) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "machine %q: credential revoked\n", name)
 	return nil
 }

@@ -8,16 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/bench"
-	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
@@ -28,22 +27,26 @@ Runs a seed experiment end to end on this machine: it starts an all-in-one
 usher site (embedded SQLite site DB, 57 simulated VDAs in one delivery
 group, the demo's 400 applications) on a loopback port, drives load at it,
 prints usher's figures beside the published ones and writes a report
-directory (--out): report.md, report.json, report.csv, report.html (one
-self-contained page) and SVG plots.
+directory (--out, default usher-bench/EXPERIMENT under the working
+directory; --out "" writes none): report.md, report.json, report.csv,
+report.html (one self-contained page) and SVG plots. writecache and nbd
+start no site; their directories hold the same files (report.csv their
+main table, or every fio run) and result.json, their raw result. Every
+experiment takes --cpuprofile FILE.
 
 Experiments:
-  launch       seed 002: --launches at each --concurrency (12,24,36,48,60)
+  launch       the zones-and-latency test: --launches at each --concurrency (12,24,36,48,60)
                through the REST API, each launch a new session of another
-               user; seed 002 launched 10,000 (--launches 10000).
+               user; the zones-and-latency test launched 10,000 (--launches 10000).
   logon-storm  --users log on and launch at --rate per second (Citrix's
                sizing test: 100,000 at 20/s, at least 1h23m20s), then a
                ramp of rates (--ramp) for the highest usher holds with p99
                under --p99 and errors under 1%.
-  enumerate    seeds 000 and 004: 400 applications enumerated over NFuse
-               (seed 004's RequestAppData, ctx1 credentials) at each
+  enumerate    the LHC and IMA/FMA enumeration tests: 400 applications enumerated over NFuse
+               (the IMA/FMA test's RequestAppData, ctx1 credentials) at each
                --concurrency (10,20,40,60,100), beside nginx serving the
                same bytes as a static file (when /usr/sbin/nginx exists).
-  writecache   seed 001: targets through every PVS write-cache mode, with
+  writecache   the PVS RAM-cache paper: targets through every PVS write-cache mode, with
                the disk operations under each (internal/blockbench).
   nbd          usher's NBD server beside nbdkit under fio.
 
@@ -104,53 +107,75 @@ func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
 		}
 		cleanup = func() { os.RemoveAll(root) }
 	}
-	stopProfile := func() {}
-	if b.cpuProfile != "" {
-		f, err := os.Create(b.cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			cleanup()
-			return bench.Env{}, nil, fmt.Errorf("cpu profile: %w", err)
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	stopProfile, err := startCPUProfile(b.cpuProfile)
+	if err != nil {
+		cleanup()
+		return bench.Env{}, nil, err
 	}
 	progress := m.progressLine()
 	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update}
 	return env, sync.OnceFunc(func() { stopProfile(); progress.clear(); cleanup() }), nil
 }
 
+// startCPUProfile starts a CPU profile into path, when path is set, and
+// returns what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return sync.OnceFunc(func() { pprof.StopCPUProfile(); f.Close() }), nil
+}
+
 // benchReport prints a report's tables and writes its directory.
 func (m *Main) benchReport(rep *loadgen.Report, b benchFlags, args []string, name string) error {
-	rep.Command = "usher bench " + name + " " + strings.Join(args, " ")
+	rep.Command = shellCommand(append([]string{"usher", "bench", name}, args...)...)
 	fmt.Fprintln(m.Stdout)
 	rep.WriteText(m.Stdout)
-	if b.out == "" {
+	return m.writeBenchDir(rep, b.out)
+}
+
+// writeBenchDir writes a report directory, when out is set, and says
+// where it went.
+func (m *Main) writeBenchDir(rep *loadgen.Report, out string) error {
+	if out == "" {
 		return nil
 	}
-	if err := rep.WriteDir(b.out); err != nil {
+	if err := rep.WriteDir(out); err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stdout, "\nReport: %s\n", filepath.Join(b.out, "report.html"))
+	where := filepath.Join(out, "report.html")
+	if abs, err := filepath.Abs(where); err == nil {
+		where = abs
+	}
+	fmt.Fprintf(m.Stdout, "\nReport: %s\n", where)
 	return nil
 }
 
 func (m *Main) benchLaunch(ctx context.Context, args []string) error {
 	cfg := bench.DefaultLaunchConfig
 	var b benchFlags
-	fs := m.flagSet("bench launch", "[flags]\n\nSeed 002: launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group.")
-	fs.IntVar(&cfg.Launches, "launches", cfg.Launches, "launches at each concurrency (seed 002: 10000)")
-	conc := fs.String("concurrency", "12,24,36,48,60", "concurrent launches of each step")
+	fs := m.flagSet("bench launch", "[flags]\n\nCitrix's zones-and-latency test (docs/published-results.md): launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group.")
+	fs.IntVar(&cfg.Launches, "launches", cfg.Launches, "launches at each concurrency (the zones-and-latency test: 10000)")
+	conc := fs.String("concurrency", "12,24,36,48,60", "concurrent launches of each step: C1,C2,... or START:STEP:MAX")
 	fs.IntVar(&cfg.LogonConcurrency, "logon-concurrency", cfg.LogonConcurrency, "users logging on at once before the run (untimed; 0: two per CPU)")
 	b.register(fs, "launch")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	var err error
-	if cfg.Concurrency, err = intList("--concurrency", *conc); err != nil {
-		return err
+	lv, err := loadgen.ParseLevels(*conc)
+	if err != nil {
+		return usageError{"--concurrency " + err.Error()}
 	}
+	cfg.Concurrency = lv.Concurrencies()
 	if cfg.Launches < 1 {
 		return usageError{"--launches must be at least 1"}
 	}
@@ -176,7 +201,7 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	fs := m.flagSet("bench logon-storm", "[flags]\n\nUsers log on and launch at a fixed rate (Citrix's LHC sizing test: 100,000 at 20/s), then a ramp of rates for the highest usher holds.")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users in the storm (Citrix: 100000)")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "logons+launches per second of the storm")
-	ramp := fs.String("ramp", floatList(cfg.Ramp), "rates tried after the storm, each with fresh users, until one is not held (\"none\" to skip)")
+	ramp := fs.String("ramp", loadgen.FormatRates(cfg.Ramp), "rates tried after the storm, each with fresh users, until one is not held (\"none\" to skip)")
 	fs.DurationVar(&cfg.RampStep, "ramp-step", cfg.RampStep, "how long each rate of the ramp lasts")
 	fs.DurationVar(&cfg.P99, "p99", cfg.P99, "a rate is held while p99 stays under this (and errors under 1%)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "most logons in flight; arrivals beyond wait, and the wait counts")
@@ -194,12 +219,9 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	}
 	cfg.Ramp = nil
 	if *ramp != "none" && *ramp != "" {
-		for _, p := range strings.Split(*ramp, ",") {
-			r, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
-			if err != nil || r <= 0 {
-				return usageError{fmt.Sprintf("--ramp %q is not a list of positive rates", *ramp)}
-			}
-			cfg.Ramp = append(cfg.Ramp, r)
+		var err error
+		if cfg.Ramp, err = loadgen.ParseRates(*ramp); err != nil {
+			return usageError{"--ramp " + err.Error()}
 		}
 	}
 	env, done, err := m.benchEnv(b)
@@ -218,33 +240,35 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	return err
 }
 
-func floatList(fs []float64) string {
-	var parts []string
-	for _, f := range fs {
-		parts = append(parts, strconv.FormatFloat(f, 'f', -1, 64))
-	}
-	return strings.Join(parts, ",")
-}
-
 func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	cfg := bench.DefaultEnumerateConfig
 	var b benchFlags
-	fs := m.flagSet("bench enumerate", "[flags]\n\nSeeds 000 and 004: 400 applications enumerated over NFuse at stepped concurrency, beside nginx serving the same bytes.")
-	conc := fs.String("concurrency", "10,20,40,60,100", "concurrency levels: C1,C2,... or START:STEP:MAX (seed 004 went to 800 and beyond: 100:100:2000)")
+	fs := m.flagSet("bench enumerate", "[flags]\n\nThe published LHC and IMA/FMA enumeration tests (docs/published-results.md): 400 applications enumerated over NFuse at stepped concurrency, beside nginx serving the same bytes.")
+	conc := fs.String("concurrency", "10,20,40,60,100", "concurrency levels: C1,C2,... or START:STEP:MAX (the IMA/FMA test went to 800 and beyond: 100:100:2000)")
 	fs.DurationVar(&cfg.StepDuration, "step-duration", cfg.StepDuration, "how long each level lasts")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "the start of each level not measured")
 	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps, usher's then nginx's, this many times and report each level's median round")
+	useWrk := fs.Bool("wrk", false, "then drive usher, nginx and nginx's null answer (the client's ceiling) with "+bench.DefaultWrk+" from another process at each level, a step each")
 	b.register(fs, "enumerate")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	var err error
-	if cfg.Concurrency, err = levels("--concurrency", *conc); err != nil {
-		return err
+	lv, err := loadgen.ParseLevels(*conc)
+	if err != nil {
+		return usageError{"--concurrency " + err.Error()}
 	}
+	if !lv.Rising() {
+		return usageError{fmt.Sprintf("--concurrency %q must rise", *conc)}
+	}
+	cfg.Concurrency = lv.Concurrencies()
+	if *useWrk {
+		cfg.Wrk = bench.DefaultWrk
+	}
+	// The bench site keeps usher serve's default send buffer.
+	cfg.SendBuffer = server.DefaultSendBuffer
 	if cfg.Users < 1 {
 		return usageError{"--users must be at least 1"}
 	}
@@ -273,53 +297,11 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	return err
 }
 
-// levels reads C1,C2,... or START:STEP:MAX, rising.
-func levels(name, s string) ([]int, error) {
-	if a, rest, ok := strings.Cut(s, ":"); ok {
-		parts := append([]string{a}, strings.Split(rest, ":")...)
-		if len(parts) == 3 {
-			start, e1 := strconv.Atoi(parts[0])
-			step, e2 := strconv.Atoi(parts[1])
-			end, e3 := strconv.Atoi(parts[2])
-			if e1 == nil && e2 == nil && e3 == nil && start >= 1 && step >= 1 && end >= start {
-				var out []int
-				for c := start; c <= end; c += step {
-					out = append(out, c)
-				}
-				return out, nil
-			}
-		}
-		return nil, usageError{fmt.Sprintf("%s %q is not C1,C2,... or START:STEP:MAX", name, s)}
-	}
-	out, err := intList(name, s)
-	if err != nil {
-		return nil, err
-	}
-	for i := 1; i < len(out); i++ {
-		if out[i] <= out[i-1] {
-			return nil, usageError{fmt.Sprintf("%s %q must rise", name, s)}
-		}
-	}
-	return out, nil
-}
-
-func intList(name, s string) ([]int, error) {
-	var out []int
-	for _, p := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || n < 1 {
-			return nil, usageError{fmt.Sprintf("%s %q is not a list of positive numbers", name, s)}
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 // benchSite is an all-in-one site run for a bench.
-type benchSite struct{ r *runningSite }
+type benchSite struct{ s *server.Server }
 
-func (s benchSite) URL() string  { return "http://" + s.r.Addr }
-func (s benchSite) Close() error { return s.r.Close(10 * time.Second) }
+func (b benchSite) URL() string  { return b.s.URL() }
+func (b benchSite) Close() error { return b.s.Close() }
 
 // benchStarter starts bench sites in data directories under root: each
 // gets the configuration applied to a new site DB, then runs as usher
@@ -328,11 +310,11 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 	var n atomic.Int64
 	return func(ctx context.Context, cfg *site.Config) (bench.Site, error) {
 		data := filepath.Join(root, fmt.Sprintf("site-%d", n.Add(1)))
-		dir, err := openDataDir(data, false)
+		dir, err := datadir.Open(data, false)
 		if err != nil {
 			return nil, err
 		}
-		store, err := dir.openStore(ctx, sqlitestore.Options{Logger: log})
+		store, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: log})
 		if err != nil {
 			return nil, err
 		}
@@ -341,46 +323,17 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 		if err != nil {
 			return nil, fmt.Errorf("apply the bench site: %w", err)
 		}
-		r, err := m.startSite(ctx, serveFlags{data: data, listen: "127.0.0.1:0", shutdown: 10 * time.Second,
-			maxBodyBytes: api.DefaultMaxBodyBytes, heartbeatInterval: broker.DefaultHeartbeatInterval,
-			heartbeatTimeout: broker.DefaultHeartbeatTimeout, simVDAs: -1, sendBuffer: DefaultSendBuffer}, log)
+		// Simulated users log on at once, so that a launch's cost is the
+		// broker's alone.
+		// Every client of the bench is on this host: no per-source throttling.
+		s, err := server.Open(ctx, server.Config{DataDir: data, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1})
 		if err != nil {
 			return nil, err
 		}
-		if err := waitRegistered(ctx, r.Store, cfg.Machines, time.Minute); err != nil {
-			r.Close(0)
+		if err := s.WaitRegistered(ctx, time.Minute); err != nil {
+			s.Close()
 			return nil, err
 		}
-		return benchSite{r}, nil
-	}
-}
-
-// waitRegistered waits until every machine has registered.
-func waitRegistered(ctx context.Context, store site.Store, machines []site.Machine, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		n := 0
-		err := store.View(ctx, func(tx site.Tx) error {
-			for _, mc := range machines {
-				if st, err := tx.MachineStatus(ctx, mc.Name); err == nil && st.Registration == site.Registered {
-					n++
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if n == len(machines) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d simulated machines registered in %s", n, len(machines), limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		return benchSite{s}, nil
 	}
 }

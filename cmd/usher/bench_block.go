@@ -6,25 +6,26 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/blockbench"
+	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
-// benchWritecache runs seed 001's write-cache experiment: N targets boot
+// benchWritecache runs the PVS RAM-cache paper's write-cache experiment: N targets boot
 // and work through every PVS write-cache mode, and the disk operations
-// under each cache are reported beside seed 001's table.
+// under each cache are reported beside the PVS RAM-cache paper's table.
 func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 	fs := m.flagSet("bench writecache", "[flags]\n\nN targets replay a Windows boot and an hour of steady-state VDI work (scaled down by --scale)\nthrough each write-cache mode; see the package doc of internal/blockbench for the workload.")
 	targets := fs.Int("targets", 8, "targets (each its own write cache)")
 	scale := fs.Int("scale", blockbench.DefaultWorkload().Scale, "divide sizes, operation counts and durations by this (rates and ratios are kept)")
 	modes := fs.String("modes", strings.Join(blockbench.Modes, ","), "write-cache modes to run")
-	out := fs.String("out", filepath.Join("usher-bench", "writecache"), "report directory (result.json)")
+	out := fs.String("out", filepath.Join("usher-bench", "writecache"), "report directory: report.{md,json,csv,html}, disk-iops.svg and result.json (\"\" for none)")
 	dir := fs.String("dir", "", "scratch directory for the image store and cache files (default: a temporary one, removed)")
 	seed := fs.Uint64("seed", 1, "workload random seed")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, for go tool pprof")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -60,18 +61,36 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Dir = scratch
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	res, err := blockbench.RunWritecache(ctx, cfg)
+	stop()
 	if err != nil {
 		return err
 	}
 	if err := res.WriteTable(m.Stdout); err != nil {
 		return err
 	}
-	if err := blockbench.WriteJSON(*out, "result.json", res); err != nil {
+	rep, err := res.Report(shellCommand(append([]string{"usher", "bench", "writecache"}, args...)...))
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stdout, "\nwrote %s\n", filepath.Join(*out, "result.json"))
-	return nil
+	return m.writeBlockBench(rep, *out, res)
+}
+
+// writeBlockBench writes a block experiment's report directory and its
+// raw result beside it, as result.json.
+func (m *Main) writeBlockBench(rep *loadgen.Report, out string, res any) error {
+	if out == "" {
+		return nil
+	}
+	if err := blockbench.WriteJSON(out, "result.json", res); err != nil {
+		return err
+	}
+	return m.writeBenchDir(rep, out)
 }
 
 // benchNBD compares usher's NBD server with nbdkit under fio, run by
@@ -85,16 +104,16 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 	tests := fs.String("tests", strings.Join(blockbench.NBDTests, ","), "tests to run")
 	workers := fs.Int("workers", 16, "usher stream --workers")
 	ramCache := fs.String("ram-cache", "1GiB", "usher stream --ram-cache")
-	out := fs.String("out", filepath.Join("usher-bench", "nbd"), "report directory (result.json)")
+	out := fs.String("out", filepath.Join("usher-bench", "nbd"), "report directory: report.{md,json,csv,html}, usher-over-nbdkit.svg (with nbdkit) and result.json (\"\" for none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of usher's side (fio and nbdkit are other processes) to this file, for go tool pprof")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	imgSize, err := block.ParseSize(*size)
+	imgSize, err := bytesize.Parse(*size)
 	if err != nil {
 		return usageError{"--size: " + err.Error()}
 	}
-	cache, err := block.ParseSize(*ramCache)
+	cache, err := bytesize.Parse(*ramCache)
 	if err != nil {
 		return usageError{"--ram-cache: " + err.Error()}
 	}
@@ -118,27 +137,22 @@ func (m *Main) benchNBD(ctx context.Context, args []string) error {
 			cfg.Tests = append(cfg.Tests, t)
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res, err := blockbench.RunNBD(ctx, cfg)
+	stop()
 	if err != nil {
 		return err
 	}
 	if err := res.WriteTable(m.Stdout); err != nil {
 		return err
 	}
-	if err := blockbench.WriteJSON(*out, "result.json", res); err != nil {
+	rep, err := res.Report(shellCommand(append([]string{"usher", "bench", "nbd"}, args...)...))
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stdout, "\nwrote %s\n", filepath.Join(*out, "result.json"))
-	return nil
+	return m.writeBlockBench(rep, *out, res)
 }

@@ -39,7 +39,7 @@ func TestBenchLaunch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
-	for _, want := range []string{"seed 002 launches/s", "| 12         |", "11m57s", "no WAN"} {
+	for _, want := range []string{"the zones-and-latency test launches/s", "| 12         |", "11m57s", "no WAN"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -109,7 +109,7 @@ func TestBenchEnumerate(t *testing.T) {
 	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
 		t.Errorf("no CPU profile written: %v", err)
 	}
-	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best seed 000", "round 2 of 2", "usher #2", "of the peak"} {
+	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best the LHC test", "round 2 of 2", "usher #2", "of the peak"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -139,6 +139,35 @@ func TestBenchEnumerate(t *testing.T) {
 	}
 }
 
+func TestBenchEnumerateWrk(t *testing.T) {
+	code, stdout, stderr := run(t, "", "bench", "enumerate", "--wrk", "--users", "10", "--concurrency", "2", "--step-duration", "1s", "--warmup", "0s", "--out", "")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	_, werr := os.Stat(bench.DefaultWrk)
+	_, nerr := os.Stat(bench.DefaultNginx)
+	switch {
+	case werr != nil:
+		if !strings.Contains(stdout, "wrk: skipped") {
+			t.Errorf("wrk is absent and the bench did not say so:\n%s", stdout)
+		}
+	case nerr != nil:
+		if !strings.Contains(stdout, "no nginx to calibrate") {
+			t.Errorf("nginx is absent and the bench did not say so:\n%s", stdout)
+		}
+	default:
+		for _, want := range []string{"driven by wrk from another process", "client ceiling req/s", "tcp_nopush off"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("output lacks %q:\n%s", want, stdout)
+			}
+		}
+		// One row, usher and nginx both answered without errors.
+		if strings.Contains(stdout, "| 2          | ") && !strings.Contains(stdout, "| 0            |") {
+			t.Errorf("wrk counted errors:\n%s", stdout)
+		}
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -153,6 +182,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"enumerate", "--concurrency", "20,10"}, "must rise"},
 		{[]string{"enumerate", "--rounds", "0"}, "--rounds must be at least 1"},
 		{[]string{"enumerate", "--concurrency", "10:0:100"}, "START:STEP:MAX"},
+		{[]string{"enumerate", "--concurrency", "10,x"}, `--concurrency "10,x" is not a list of positive numbers`},
+		{[]string{"launch", "--concurrency", "0:6:12"}, "starts below 1"},
+		{[]string{"logon-storm", "--ramp", "10,-1"}, `--ramp "10,-1" is not a list of positive rates`},
 		{[]string{"enumerate", "--url", "localhost:1"}, "not an http://"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"bench"}, tc.args...)...)

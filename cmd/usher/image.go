@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
 )
 
@@ -15,12 +19,29 @@ func (m *Main) imageCmd(ctx context.Context, args []string) error {
 	const usage = `SUBCOMMAND --store DIR ...
 
 Subcommands:
-  import NAME FILE         import a raw disk image as version 0 (production)
+  import NAME FILE         import a raw disk image (a file or a block device) as version 0, in
+                           production; the only subcommand that creates the store
   version NAME [--note T]  add a maintenance version over the newest
   promote NAME VERSION     maintenance -> test -> production
   merge NAME VERSION       new version with VERSION's content: one delta (default) or --full, a new base
-  list                     list images and versions
-  inspect NAME [VERSION]   versions, changed blocks and disk use`
+  list                     list images and their production versions
+  inspect NAME [VERSION]   versions, states, changed blocks and disk use
+
+Version states:
+  maintenance  being changed: 'usher stream' serves it as IMAGE@N in private mode (below)
+  test         read-only, for test devices: IMAGE@N
+  production   what devices boot: IMAGE (and IMAGE@N); one version per image
+  superseded   was in production until a newer version was promoted there (Citrix PVS
+               shows such a version as released but not the default); still served as
+               IMAGE@N for devices on it; it cannot be promoted again, merge it instead
+
+Modes ('usher stream' picks one from the version's state; there is no flag):
+  standard  a version out of maintenance, shared read-only by every device; each
+            device's writes go to its own write cache ('usher stream --write-cache' or
+            'usher target') and vanish at its next boot
+  private   a maintenance version, IMAGE@N: one device at a time reads and writes the
+            version itself, and its writes stay; promote the version once it has
+            disconnected`
 	fs := m.flagSet("image", usage)
 	store := fs.String("store", "", "image store directory (required)")
 	full := fs.Bool("full", false, "merge: make a new base rather than one consolidated delta")
@@ -32,18 +53,33 @@ Subcommands:
 	if len(a) == 0 {
 		return usageError{"missing subcommand: import, version, promote, merge, list or inspect"}
 	}
+	// The arguments each subcommand takes: a synopsis, at least, at most.
+	arity := map[string]struct {
+		synopsis string
+		min, max int
+	}{
+		"import": {"NAME FILE", 2, 2}, "version": {"NAME", 1, 1}, "promote": {"NAME VERSION", 2, 2},
+		"merge": {"NAME VERSION", 2, 2}, "list": {"no arguments", 0, 0}, "inspect": {"NAME [VERSION]", 1, 2},
+	}
+	ar, ok := arity[a[0]]
+	if !ok {
+		return usageError{fmt.Sprintf("unknown subcommand %q: use import, version, promote, merge, list or inspect", a[0])}
+	}
+	if n := len(a) - 1; n < ar.min || n > ar.max {
+		return usageError{fmt.Sprintf("%s takes %s", a[0], ar.synopsis)}
+	}
 	if *store == "" {
 		return usageError{"--store is required"}
 	}
-	st, err := image.Open(*store)
+	var st *image.Store
+	var err error
+	if a[0] == "import" {
+		st, err = image.Create(*store)
+	} else {
+		st, err = openStore(*store)
+	}
 	if err != nil {
 		return err
-	}
-	need := func(n int) error {
-		if len(a)-1 != n {
-			return usageError{fmt.Sprintf("image %s takes %d arguments", a[0], n)}
-		}
-		return nil
 	}
 	version := func(s string) (int, error) {
 		n, err := strconv.Atoi(s)
@@ -54,35 +90,34 @@ Subcommands:
 	}
 	switch a[0] {
 	case "import":
-		if err := need(2); err != nil {
-			return err
-		}
 		im, err := st.Import(ctx, a[1], a[2])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(m.Stdout, "imported %s: %d bytes, version 0 in production\n", im.Name, im.Size)
 	case "version":
-		if err := need(1); err != nil {
-			return err
-		}
 		v, err := st.NewVersion(ctx, a[1], *note)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s@%d\n", a[1], v.Number, v.Parent, a[1], v.Number)
+		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s\n", a[1], v.Number, v.Parent, export.Name(a[1], v.Number))
 	case "promote", "merge":
-		if err := need(2); err != nil {
-			return err
-		}
 		n, err := version(a[2])
 		if err != nil {
 			return err
 		}
 		if a[0] == "promote" {
+			before, err := st.Get(ctx, a[1])
+			if err != nil {
+				return err
+			}
 			v, err := st.Promote(ctx, a[1], n)
 			if err != nil {
 				return err
+			}
+			if prev := before.Production(); v.State == image.Production && prev >= 0 {
+				fmt.Fprintf(m.Stdout, "%s version %d is now in %s (version %d is %s)\n", a[1], v.Number, v.State, prev, image.Superseded)
+				return nil
 			}
 			fmt.Fprintf(m.Stdout, "%s version %d is now in %s\n", a[1], v.Number, v.State)
 			return nil
@@ -93,9 +128,6 @@ Subcommands:
 		}
 		fmt.Fprintf(m.Stdout, "%s version %d: %s merge of version %d (%s), in %s\n", a[1], v.Number, map[bool]string{true: "full", false: "partial"}[*full], n, v.Kind, v.State)
 	case "list":
-		if err := need(0); err != nil {
-			return err
-		}
 		ims, err := st.List(ctx)
 		if err != nil {
 			return err
@@ -107,18 +139,24 @@ Subcommands:
 		}
 		return tw.Flush()
 	case "inspect":
-		if len(a) != 2 && len(a) != 3 {
-			return usageError{"image inspect takes NAME [VERSION]"}
-		}
 		im, err := st.Get(ctx, a[1])
 		if err != nil {
 			return err
+		}
+		only := -1
+		if len(a) == 3 {
+			if only, err = version(a[2]); err != nil {
+				return err
+			}
+			if _, ok := im.Version(only); !ok {
+				return fmt.Errorf("image %q has no version %d", im.Name, only)
+			}
 		}
 		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "image %s, %d bytes\n", im.Name, im.Size)
 		fmt.Fprintln(tw, "VERSION\tKIND\tPARENT\tSTATE\tCHANGED BLOCKS\tDISK USE\tCREATED\tNOTE")
 		for _, v := range im.Versions {
-			if len(a) == 3 && a[2] != strconv.Itoa(v.Number) {
+			if only >= 0 && v.Number != only {
 				continue
 			}
 			_, blocks, used, err := st.Inspect(ctx, im.Name, v.Number)
@@ -132,8 +170,16 @@ Subcommands:
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", v.Number, v.Kind, parent, v.State, blocks, used, v.Created.Format("2006-01-02 15:04"), v.Note)
 		}
 		return tw.Flush()
-	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q", a[0])}
 	}
 	return nil
+}
+
+// openStore opens the existing image store in dir; a missing one is an
+// error that says how to make one.
+func openStore(dir string) (*image.Store, error) {
+	st, err := image.Open(dir)
+	if _, serr := os.Stat(dir); errors.Is(err, image.ErrNoStore) && errors.Is(serr, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (usher image import NAME FILE --store %s creates one)", err, dir)
+	}
+	return st, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/bench"
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
@@ -26,7 +29,7 @@ It speaks only HTTP to the URL given and works against any NFuse endpoint,
 a Citrix XML broker included.
 
 Targets (--target):
-  nfuse          POST an NFuse request (--body-file; default: seed 004's
+  nfuse          POST an NFuse request (--body-file; default: the IMA/FMA test's
                  RequestAppData) to the XML service URL, e.g.
                  http://broker/scripts/wpnbr.dll. A body without {{...}}
                  placeholders gets each user's credentials in its UserName,
@@ -40,13 +43,18 @@ Targets (--target):
 Body and URL placeholders: {{user}} {{password}} {{domain}} {{encoding}}
 {{app}} {{i}}. Users files hold "user:password" (or DOMAIN\user:password)
 lines, or CSV with user,password[,domain] columns; transaction i uses user
-i mod N.
+i mod N. Against a demo site (usher serve --demo, its password from
+--demo-password or printed at its first start), --demo-users N --password P
+stands for a file of user0001..N in domain DEMO, which
+  usher load users --count N --password P > users.txt
+writes (--domain to change it).
 
 Executors (--executor):
-  stepped  closed model, WCAT's: --concurrency START:STEP:MAX, a step every
-           --step-duration, each measured less --warmup and --cooldown.
-  fixed    closed model, seed 002's: --requests N at each of --concurrency
-           C1,C2,...; reports the time to finish each.
+  stepped  closed model, WCAT's: --concurrency START:STEP:MAX (or rising
+           C1,C2,...), a step every --step-duration, each measured less
+           --warmup and --cooldown.
+  fixed    closed model, the zones-and-latency test's: --requests N at each of --concurrency
+           C1,C2,... (or START:STEP:MAX); reports the time to finish each.
   rate     open model: --rate R (or FROM:TO over --steps, --ramp staircase
            or linear), at most --workers in flight; --policy queue charges
            the wait (latency corrected for coordinated omission, with the
@@ -58,13 +66,16 @@ status 1 when one fails: p99<50ms, avg<=2s, errors<1%, tps>=100, dropped==0.
 
 Examples:
   usher load --target nfuse --url http://127.0.0.1:8080/scripts/wpnbr.dll \
-    --users users.txt --executor stepped --concurrency 10:10:100 --step-duration 1m
+    --demo-users 1000 --password secret --executor stepped --concurrency 10:10:100 --step-duration 1m
+  usher load users --count 1000 --password secret > users.txt
   usher load --target rest --url http://127.0.0.1:8080 --users users.txt \
     --flow login,launch,logoff --apps office-writer-001 --executor rate --rate 20 \
     --step-duration 5m --threshold 'p99<2s' --out report/`
 
 type loadFlags struct {
 	target, url, bodyFile, usersFile, encoding, apps, flow, method string
+	demoUsers                                                      int
+	password                                                       string
 	headers, thresholds                                            multiFlag
 	expectStatus, expectBody, expectMatch                          string
 	reuseTokens                                                    bool
@@ -85,12 +96,17 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (m *Main) load(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "users" {
+		return m.loadUsers(args[1:])
+	}
 	var f loadFlags
 	fs := m.flagSet("load", loadUsage)
 	fs.StringVar(&f.target, "target", "", "what to load: nfuse, nfuse-launch, rest or http (required)")
 	fs.StringVar(&f.url, "url", "", "the URL to load: the NFuse XML service, the REST API's base, or the HTTP request's (required)")
-	fs.StringVar(&f.bodyFile, "body-file", "", "request body template (nfuse: default seed 004's RequestAppData)")
+	fs.StringVar(&f.bodyFile, "body-file", "", "request body template (nfuse: default the IMA/FMA test's RequestAppData)")
 	fs.StringVar(&f.usersFile, "users", "", "users file: user:password lines or CSV with user,password[,domain]")
+	fs.IntVar(&f.demoUsers, "demo-users", 0, "instead of --users: the demo site's users user0001..N in domain "+bench.Domain+", with --password")
+	fs.StringVar(&f.password, "password", "", "with --demo-users: their password")
 	fs.StringVar(&f.encoding, "password-encoding", "", "how {{password}} is sent: ctx1 or cleartext (default ctx1 for nfuse, cleartext for http)")
 	fs.StringVar(&f.apps, "apps", "", "comma-separated applications: {{app}} in bodies, launched by nfuse-launch and rest")
 	fs.StringVar(&f.flow, "flow", "login,enumerate,launch,logoff", "rest: the steps of each transaction")
@@ -102,7 +118,7 @@ func (m *Main) load(ctx context.Context, args []string) error {
 	fs.StringVar(&f.expectMatch, "expect-match", "", "http: a regular expression the answer must match")
 
 	fs.StringVar(&f.executor, "executor", "stepped", "load model: stepped, fixed, rate or storm")
-	fs.StringVar(&f.concurrency, "concurrency", "", "stepped: START:STEP:MAX (default 10:10:100); fixed: C1,C2,... (default 12,24,36,48,60)")
+	fs.StringVar(&f.concurrency, "concurrency", "", "stepped, fixed: C1,C2,... or START:STEP:MAX (default stepped 10:10:100, fixed 12,24,36,48,60)")
 	fs.DurationVar(&f.stepDuration, "step-duration", time.Minute, "stepped, rate: how long each step lasts")
 	fs.DurationVar(&f.warmup, "warmup", 0, "stepped, rate: time at the start of each step not measured")
 	fs.DurationVar(&f.cooldown, "cooldown", 0, "stepped, rate: time at the end of each step not measured")
@@ -161,7 +177,7 @@ func (m *Main) load(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stderr, "usher load: stopped early (%v); reporting what was measured\n", runErr)
 	}
 
-	rep := loadgen.NewReport("usher load: "+f.target+" at "+f.url, "usher load "+strings.Join(args, " "))
+	rep := loadgen.NewReport("usher load: "+f.target+" at "+f.url, shellCommand(append([]string{"usher", "load"}, args...)...))
 	rep.Runs = []loadgen.Run{{Name: f.target, Result: res}}
 	rep.Tables = []loadgen.Table{loadgen.StepsTable(exec.String(), res)}
 	if t, ok := loadgen.PhasesTable("Phases of each transaction", res); ok {
@@ -178,7 +194,8 @@ func (m *Main) load(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(fails) > 0 {
-		return fmt.Errorf("%d threshold check(s) failed", len(fails))
+		// Named here too, so that -q (no table) still says which failed.
+		return fmt.Errorf("%d threshold check(s) failed:\n  %s", len(fails), strings.Join(fails, "\n  "))
 	}
 	if res.Interrupted && errors.Is(runErr, context.Canceled) {
 		return runErr
@@ -203,7 +220,16 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 		return nil, usageError{fmt.Sprintf("--password-encoding %q is not ctx1 or cleartext", f.encoding)}
 	}
 	var users loadgen.Users
-	if f.usersFile != "" {
+	switch {
+	case f.demoUsers != 0 && f.usersFile != "":
+		return nil, usageError{"--demo-users and --users exclude each other"}
+	case f.demoUsers < 0 || f.demoUsers > maxDemoUsers:
+		return nil, usageError{fmt.Sprintf("--demo-users must be 1 to %d", maxDemoUsers)}
+	case (f.demoUsers > 0) != (f.password != ""):
+		return nil, usageError{"--demo-users N and --password P go together"}
+	case f.demoUsers > 0:
+		users = bench.Users(f.demoUsers, f.password)
+	case f.usersFile != "":
 		var err error
 		if users, err = loadgen.LoadUsers(f.usersFile); err != nil {
 			return nil, err
@@ -285,7 +311,7 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 func (f *loadFlags) buildExecutor(set map[string]bool) (loadgen.Executor, error) {
 	only := func(flags map[string][]string) error {
 		for name, executors := range flags {
-			if set[name] && !contains(executors, f.executor) {
+			if set[name] && !slices.Contains(executors, f.executor) {
 				return usageError{fmt.Sprintf("--%s does not apply to --executor %s", name, f.executor)}
 			}
 		}
@@ -305,43 +331,25 @@ func (f *loadFlags) buildExecutor(set map[string]bool) (loadgen.Executor, error)
 	var exec loadgen.Executor
 	switch f.executor {
 	case "stepped":
-		spec := cmpOr(f.concurrency, "10:10:100")
-		parts := strings.Split(spec, ":")
-		var nums []int
-		for _, p := range parts {
-			n, err := strconv.Atoi(p)
-			if err != nil {
-				return nil, usageError{fmt.Sprintf("--concurrency %q is not START or START:STEP:MAX", spec)}
-			}
-			nums = append(nums, n)
+		lv, err := loadgen.ParseLevels(cmp.Or(f.concurrency, "10:10:100"))
+		if err != nil {
+			return nil, usageError{"--concurrency " + err.Error()}
 		}
-		s := loadgen.Stepped{Start: nums[0], Step: 1, Max: nums[0], StepDuration: f.stepDuration, Warmup: f.warmup, Cooldown: f.cooldown}
-		switch len(nums) {
-		case 1:
-		case 3:
-			s.Step, s.Max = nums[1], nums[2]
-		default:
-			return nil, usageError{fmt.Sprintf("--concurrency %q is not START or START:STEP:MAX", spec)}
-		}
-		exec = s
+		exec = loadgen.Stepped{Start: lv.Start, Step: lv.Step, Max: lv.Max, Levels: lv.List,
+			StepDuration: f.stepDuration, Warmup: f.warmup, Cooldown: f.cooldown}
 	case "fixed":
-		spec := cmpOr(f.concurrency, "12,24,36,48,60")
-		var levels []int
-		for _, p := range strings.Split(spec, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(p))
-			if err != nil {
-				return nil, usageError{fmt.Sprintf("--concurrency %q is not a list of concurrencies", spec)}
-			}
-			levels = append(levels, n)
+		lv, err := loadgen.ParseLevels(cmp.Or(f.concurrency, "12,24,36,48,60"))
+		if err != nil {
+			return nil, usageError{"--concurrency " + err.Error()}
 		}
-		exec = loadgen.FixedWork{Concurrency: levels, Requests: f.requests}
+		exec = loadgen.FixedWork{Concurrency: lv.Concurrencies(), Requests: f.requests}
 	case "rate":
 		if f.rate == "" {
 			return nil, usageError{"--executor rate needs --rate R or FROM:TO"}
 		}
-		from, to, err := parseRate(f.rate)
+		from, to, err := loadgen.ParseRate(f.rate)
 		if err != nil {
-			return nil, usageError{err.Error()}
+			return nil, usageError{"--rate " + err.Error()}
 		}
 		if f.ramp != "staircase" && f.ramp != "linear" {
 			return nil, usageError{fmt.Sprintf("--ramp %q is not staircase or linear", f.ramp)}
@@ -360,35 +368,6 @@ func (f *loadFlags) buildExecutor(set map[string]bool) (loadgen.Executor, error)
 		return nil, usageError{err.Error()}
 	}
 	return exec, nil
-}
-
-func parseRate(s string) (from, to float64, err error) {
-	a, b, ranged := strings.Cut(s, ":")
-	from, err = strconv.ParseFloat(a, 64)
-	to = from
-	if err == nil && ranged {
-		to, err = strconv.ParseFloat(b, 64)
-	}
-	if err != nil || from < 0 || to < 0 || from+to == 0 {
-		return 0, 0, fmt.Errorf("--rate %q is not R or FROM:TO arrivals per second", s)
-	}
-	return from, to, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func (m *Main) writeLoadOutputs(f loadFlags, rep *loadgen.Report) error {
@@ -479,4 +458,60 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// shellCommand writes a command line as a POSIX shell would read it
+// back: each argument as it is when it needs no quoting, otherwise in
+// single quotes (a single quote inside written '\”).
+func shellCommand(args ...string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellQuote(a)
+	}
+	return strings.Join(quoted, " ")
+}
+
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := true
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:,=+@%", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// maxDemoUsers bounds --demo-users and usher load users --count.
+const maxDemoUsers = 1_000_000
+
+// loadUsers writes a users file of the demo site's users.
+func (m *Main) loadUsers(args []string) error {
+	fs := m.flagSet("load users", "--count N --password P [--domain DEMO] > users.txt\n\n"+
+		"Writes a users file for --users: DOMAIN\\user:password lines for user0001..N,\n"+
+		"the users of the demo site (usher serve --demo) and of the bench site.")
+	count := fs.Int("count", 0, "users, user0001 to userN (required)")
+	password := fs.String("password", "", "their password (required)")
+	domain := fs.String("domain", bench.Domain, "their domain")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *count < 1 || *count > maxDemoUsers || *password == "" {
+		return usageError{fmt.Sprintf("--count 1 to %d and --password are required", maxDemoUsers)}
+	}
+	var b strings.Builder
+	for _, u := range bench.Users(*count, *password) {
+		if *domain != "" {
+			b.WriteString(*domain + `\`)
+		}
+		fmt.Fprintf(&b, "%s:%s\n", u.User, u.Password)
+	}
+	_, err := io.WriteString(m.Stdout, b.String())
+	return err
 }

@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/ctx1"
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
@@ -25,7 +28,7 @@ func loadServer(t *testing.T) *httptest.Server {
 		if r.URL.Path == "/scripts/wpnbr.dll" {
 			w.Header().Set("Content-Type", "text/xml")
 			inner := `<ErrorId>failed-credentials</ErrorId>`
-			if strings.Contains(string(b), ">"+loadgen.EncodeCtx1("pw")+"<") {
+			if strings.Contains(string(b), ">"+ctx1.Encode("pw")+"<") {
 				inner = `<LeasingStatus>working</LeasingStatus><AppDataSet></AppDataSet>`
 			}
 			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><NFuseProtocol version="5.9"><ResponseAppData>%s</ResponseAppData></NFuseProtocol>`, inner)
@@ -72,7 +75,7 @@ func TestLoadReportsAndThresholds(t *testing.T) {
 	})
 	t.Run("failed threshold exits 1", func(t *testing.T) {
 		code, stdout, stderr := run(t, "", "load", "--target", "nfuse", "--url", srv.URL+"/scripts/wpnbr.dll", "--users", users,
-			"--executor", "stepped", "--concurrency", "3", "--step-duration", "300ms", "--threshold", "errors<1%", "--csv", "-")
+			"--executor", "fixed", "--concurrency", "3", "--requests", "30", "--threshold", "errors<1%", "--csv", "-")
 		if code != 1 || !strings.Contains(stderr, "threshold check(s) failed") {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
@@ -113,6 +116,9 @@ func TestLoadUsageErrors(t *testing.T) {
 		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "storm", "--count", "5"}, "--window"},
 		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--concurrency", "10:x:20"}, "START:STEP:MAX"},
 		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--concurrency", "20:10:10"}, "below the start"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--concurrency", "20,10"}, "must be positive and rise"},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "fixed", "--concurrency", "0,10"}, `--concurrency "0,10" is not a list of positive numbers`},
+		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "rate", "--rate", "fast"}, `--rate "fast" is not R or FROM:TO`},
 		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--threshold", "p99~1"}, "METRIC OP VALUE"},
 		{[]string{"--target", "http", "--url", "http://127.0.0.1:1", "--executor", "rate", "--rate", "5", "--policy", "pray"}, "queue or drop"},
 	} {
@@ -123,5 +129,101 @@ func TestLoadUsageErrors(t *testing.T) {
 	}
 	if code, _, stderr := run(t, "", "load", "-h"); code != 0 || !strings.Contains(stderr, "Executors (--executor)") {
 		t.Errorf("help: exit %d: %s", code, stderr)
+	}
+}
+
+// TestLoadLevels checks that both closed models take both forms of
+// --concurrency.
+func TestLoadLevels(t *testing.T) {
+	for _, tc := range []struct {
+		executor, concurrency string
+		want                  []int
+	}{
+		{"stepped", "", []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}},
+		{"stepped", "3", []int{3}},
+		{"stepped", "10:10:30", []int{10, 20, 30}},
+		{"stepped", "10,20,40", []int{10, 20, 40}},
+		{"fixed", "", []int{12, 24, 36, 48, 60}},
+		{"fixed", "6,12", []int{6, 12}},
+		{"fixed", "48,12", []int{48, 12}},
+		{"fixed", "1:2:5", []int{1, 3, 5}},
+	} {
+		t.Run(tc.executor+" "+tc.concurrency, func(t *testing.T) {
+			f := loadFlags{executor: tc.executor, concurrency: tc.concurrency, policy: "queue", stepDuration: time.Second, requests: 1}
+			exec, err := f.buildExecutor(map[string]bool{"concurrency": tc.concurrency != ""})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			switch e := exec.(type) {
+			case loadgen.Stepped:
+				got = e.Concurrencies()
+			case loadgen.FixedWork:
+				got = e.Concurrency
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("levels %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestShellCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"usher", "load", "--url", "http://127.0.0.1:8080/scripts/wpnbr.dll", "--concurrency", "10:10:100"},
+			"usher load --url http://127.0.0.1:8080/scripts/wpnbr.dll --concurrency 10:10:100"},
+		{[]string{"usher", "load", "--threshold", "p99<2s", "--threshold", "errors<1%"}, `usher load --threshold 'p99<2s' --threshold 'errors<1%'`},
+		{[]string{"--header", "X-Name: a b"}, `--header 'X-Name: a b'`},
+		{[]string{"--body", "it's"}, `--body 'it'\''s'`},
+		{[]string{"--domain", `DEMO\user`, ""}, `--domain 'DEMO\user' ''`},
+		{[]string{"$HOME", "a*", "~x", "a;b", "{{user}}"}, `'$HOME' 'a*' '~x' 'a;b' '{{user}}'`},
+	} {
+		if got := shellCommand(tc.args...); got != tc.want {
+			t.Errorf("shellCommand(%q) = %s, want %s", tc.args, got, tc.want)
+		}
+		// sh reads it back as the same arguments.
+		out, err := exec.Command("/bin/sh", "-c", `printf '%s\n' `+shellCommand(tc.args...)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(out), strings.Join(tc.args, "\n")+"\n"; got != want {
+			t.Errorf("sh read %q back as %q", tc.args, got)
+		}
+	}
+}
+
+func TestLoadDemoUsers(t *testing.T) {
+	srv := loadServer(t)
+	t.Run("users file", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "load", "users", "--count", "3", "--password", "pw")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		users, err := loadgen.ParseUsers(strings.NewReader(stdout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := loadgen.Users{{User: "user0001", Password: "pw", Domain: "DEMO"}, {User: "user0002", Password: "pw", Domain: "DEMO"},
+			{User: "user0003", Password: "pw", Domain: "DEMO"}}
+		if !slices.Equal(users, want) {
+			t.Errorf("users %+v, want %+v", users, want)
+		}
+	})
+	t.Run("shorthand", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "load", "--target", "http", "--url", srv.URL+"/?u={{domain}}/{{user}}", "--demo-users", "2",
+			"--password", "pw", "--expect-body", "hello DEMO/user000", "--executor", "fixed", "--concurrency", "2", "--requests", "4",
+			"--threshold", "errors==0")
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+		}
+	})
+	for _, args := range [][]string{{"--demo-users", "2"}, {"--password", "pw"}, {"--demo-users", "2", "--password", "pw", "--users", "u.txt"}} {
+		code, _, stderr := run(t, "", append([]string{"load", "--target", "http", "--url", srv.URL}, args...)...)
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage): %s", args, code, stderr)
+		}
 	}
 }

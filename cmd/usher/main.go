@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -41,6 +42,15 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// flagError is a mistake in a command's flags: exit status 2, and the
+// command's usage after the error.
+type flagError struct {
+	msg   string
+	usage func()
+}
+
+func (e flagError) Error() string { return e.msg }
+
 type command struct {
 	name, summary string
 	run           func(m *Main, ctx context.Context, args []string) error
@@ -58,7 +68,7 @@ func commands() []command {
 		{"stream", "serve disk images over NBD with versions, a RAM cache and server-side write caches", (*Main).stream},
 		{"target", "device-side NBD proxy with a write cache (RAM, RAM+overflow, disk) in front of a stream", (*Main).target},
 		{"image", "manage the image store: import, version, promote, merge, list, inspect", (*Main).imageCmd},
-		{"version", "print the version", (*Main).version},
+		{"version", "print the version and the VCS revision it was built from", (*Main).version},
 	}
 }
 
@@ -67,6 +77,15 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	if m.Getenv == nil {
 		m.Getenv = func(string) string { return "" }
 	}
+	if len(args) == 2 && args[0] == "help" {
+		if !slices.ContainsFunc(commands(), func(c command) bool { return c.name == args[1] }) {
+			return m.Run(ctx, args[1:]) // unknown command
+		}
+		// usher help COMMAND is usher COMMAND -h, on standard output.
+		help := *m
+		help.Stderr = m.Stdout
+		return help.Run(ctx, []string{args[1], "-h"})
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		m.usage(m.Stdout)
 		if len(args) == 0 {
@@ -74,12 +93,16 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
 		}
 		err := c.run(m, ctx, args[1:])
 		var ue usageError
+		var fe flagError
 		switch {
 		case err == nil:
 			return 0
@@ -88,6 +111,10 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		case errors.As(err, &ue):
 			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, ue.msg)
 			fmt.Fprintf(m.Stderr, "run 'usher %s -h' for usage\n", c.name)
+			return 2
+		case errors.As(err, &fe):
+			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, fe.msg)
+			fe.usage()
 			return 2
 		default:
 			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, err)
@@ -105,7 +132,8 @@ func (m *Main) usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'usher COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'usher help COMMAND' or 'usher COMMAND -h' for a command's flags;")
+	fmt.Fprintln(w, "'usher --version' prints the version.")
 }
 
 // flagSet returns a flag set that reports errors instead of exiting.
@@ -113,7 +141,7 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("usher "+name, flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "Usage: usher %s %s\n\nFlags:\n", name, usage)
+		fmt.Fprintf(fs.Output(), "Usage: usher %s %s\n\nFlags:\n", name, usage)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -121,15 +149,26 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 
 // parse parses args, allowing flags after positional arguments (usher
 // admin add NAME --password-stdin), and refuses positional arguments
-// beyond max. The positional arguments are left in fs.Args().
+// beyond max. The positional arguments are left in fs.Args(). For -h it
+// prints the usage and returns flag.ErrHelp; for a mistake it returns a
+// usageError that prints the usage once, after the error.
 func parse(fs *flag.FlagSet, args []string, max int) error {
+	// The flag package prints the error and the usage itself; silence it
+	// while parsing so that Run prints each once.
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	restore := func() { fs.SetOutput(out); fs.Usage = usage }
+	defer restore()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				restore()
+				fs.Usage()
 				return err
 			}
-			return usageError{err.Error()}
+			return flagError{err.Error(), func() { restore(); fs.Usage() }}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -174,10 +213,37 @@ func (m *Main) version(_ context.Context, args []string) error {
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
-	fmt.Fprintf(m.Stdout, "usher %s\n", v)
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(m.Stdout, versionLine(bi))
 	return nil
+}
+
+// versionLine describes a build: the module version (v1.2.3, a
+// pseudo-version, or (devel) for a build from a work tree) and the VCS
+// revision, time and dirty flag that go build stamps into it.
+func versionLine(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "usher (devel), no build information"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	line := "usher " + v
+	if rev := settings["vcs.revision"]; rev != "" {
+		line += " " + settings["vcs"] + " " + rev
+		if t := settings["vcs.time"]; t != "" {
+			line += " " + t
+		}
+		if settings["vcs.modified"] == "true" {
+			line += " (modified)"
+		}
+	} else {
+		line += ", no VCS revision (built without -buildvcs, or outside a repository)"
+	}
+	return line + " " + bi.GoVersion
 }

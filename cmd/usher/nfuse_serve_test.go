@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usher-vdi/usher/internal/nfuse"
+	"github.com/usher-vdi/usher/internal/ctx1"
 )
 
-// TestServeNFuse sends seed 004's WCAT request, with a demo user's real
+// TestServeNFuse sends the IMA/FMA test's WCAT request, with a demo user's real
 // ctx1 password, to usher serve's main listener (with the path in another
 // case, as some clients spell it) and to its own --nfuse-listen listener.
 func TestServeNFuse(t *testing.T) {
@@ -24,7 +24,7 @@ func TestServeNFuse(t *testing.T) {
 		t.Fatalf("no NFuse listener in the log:\n%s", s.stderr.String())
 	}
 	body := `<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE NFuseProtocol SYSTEM "NFuse.dtd"><NFuseProtocol version="5.4"><RequestAppData><Scope traverse="subtree"></Scope><DesiredDetails>permissions</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType><ClientType>content</ClientType><Credentials><UserName>user0090</UserName><Password encoding="ctx1">` +
-		nfuse.EncodeCtx1("demo-pass-1") + `</Password><Domain type="NT">DEMO</Domain></Credentials><ClientName>LOADTESTER</ClientName><ClientAddress addresstype="dot">10.10.10.10</ClientAddress></RequestAppData></NFuseProtocol>`
+		ctx1.Encode("demo-pass-1") + `</Password><Domain type="NT">DEMO</Domain></Credentials><ClientName>LOADTESTER</ClientName><ClientAddress addresstype="dot">10.10.10.10</ClientAddress></RequestAppData></NFuseProtocol>`
 	for _, url := range []string{s.url + "/Scripts/WPnBr.dll", "http://" + strings.TrimSpace(nfuseAddr) + "/scripts/wpnbr.dll"} {
 		resp, err := http.Post(url, "text/xml", strings.NewReader(body))
 		if err != nil {

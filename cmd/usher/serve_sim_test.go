@@ -70,6 +70,11 @@ func TestServeDemoWithSimulatedVDAs(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline. The program under test serves on real TCP sockets, which a
+// synctest bubble cannot wait on (they are not durably blocking), so this
+// end-to-end test polls for a readiness condition instead of sleeping for
+// a guess.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

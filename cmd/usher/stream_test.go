@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +23,18 @@ import (
 // address it reports for name ("nbd"), stopping it when the test ends.
 func startRole(t *testing.T, name string, args ...string) string {
 	t.Helper()
+	addr, _, _ := startRoleStop(t, name, args...)
+	return addr
+}
+
+// startRoleStop is startRole that also returns a function stopping the
+// command early, and its standard error.
+func startRoleStop(t *testing.T, name string, args ...string) (addr string, stop func(), stderr *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan string, 4)
-	var stderr syncBuffer
-	m := &Main{Stdin: strings.NewReader(""), Stdout: &syncBuffer{}, Stderr: &stderr, Getenv: func(string) string { return "" },
+	stderr = &syncBuffer{}
+	m := &Main{Stdin: strings.NewReader(""), Stdout: &syncBuffer{}, Stderr: stderr, Getenv: func(string) string { return "" },
 		Listening: func(n, a string) {
 			if n == name {
 				addrs <- a
@@ -33,23 +42,27 @@ func startRole(t *testing.T, name string, args ...string) string {
 		}}
 	done := make(chan int, 1)
 	go func() { done <- m.Run(ctx, args) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("usher %s did not stop", args[0])
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("usher %s did not stop", args[0])
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case a := <-addrs:
-		return a
+		return a, stop, stderr
 	case code := <-done:
 		t.Fatalf("usher %s exited with %d: %s", args[0], code, stderr.String())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("usher %s did not listen", args[0])
 	}
-	return ""
+	return "", stop, stderr
 }
 
 func needTool(t *testing.T, tool, pkg string) {
@@ -96,9 +109,17 @@ func TestStreamAndTarget(t *testing.T) {
 	}
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", uri, raw)
 
-	sock := filepath.Join(dir, "t.sock")
+	// The target makes the missing directories of its overflow file
+	// (0700) and of its socket.
+	sock := filepath.Join(dir, "run", "t.sock")
+	overflowDir := filepath.Join(dir, "cache", "usher")
 	startRole(t, "nbd", "target", "--upstream", uri, "--cache", "ram-overflow", "--ram", "1MiB",
-		"--overflow", filepath.Join(dir, "overflow.bin"), "--listen", "unix:"+sock)
+		"--overflow", filepath.Join(overflowDir, "overflow.bin"), "--listen", "unix:"+sock)
+	if fi, err := os.Stat(overflowDir); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o700 {
+		t.Fatalf("overflow directory mode %v, want 0700", fi.Mode().Perm())
+	}
 	local := "nbd+unix:///?socket=" + sock
 	out := runTool(t, "qemu-io", "-f", "raw", local,
 		"-c", "read -P 0x75 0 1", // 'u', the image's first byte, through the cache
@@ -108,6 +129,21 @@ func TestStreamAndTarget(t *testing.T) {
 	}
 	// The target's writes stayed in its cache: the stream still serves the image.
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", uri, raw)
+
+	// A target's errors say what is wrong once.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "nbd://" + addr + "/nope", "--cache", "ram"}, "usher target: upstream: nbd handshake with " + addr + `: no export named "nope"`},
+		{[]string{"--upstream", uri, "--cache", "ram-overflow"}, "usher target: --cache ram-overflow needs --overflow FILE"},
+		{[]string{"--upstream", uri, "--cache", "ram-overflow", "--overflow", raw + "/x.bin"}, "usher target: --overflow: mkdir " + raw + ": not a directory"},
+	} {
+		args := append(append([]string{"target"}, tc.args...), "--listen", "unix:"+filepath.Join(dir, "t2.sock"), "--log-level", "error")
+		if code, _, stderr := run(t, "", args...); code == 0 || !strings.HasPrefix(stderr, tc.want+"\n") {
+			t.Errorf("usher %s: exit %d, %q; want %q", strings.Join(args, " "), code, stderr, tc.want)
+		}
+	}
 }
 
 // TestBlockStatusThroughCaches checks with nbdinfo --map and qemu-img

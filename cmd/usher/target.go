@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/writecache"
+	"github.com/usher-vdi/usher/internal/bytesize"
 )
 
 // Layer names of the device-side caches.
@@ -30,11 +35,14 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	upstream := fs.String("upstream", "", "upstream export: nbd://HOST[:PORT]/IMAGE or nbd+unix:///IMAGE?socket=PATH, nbds:// or nbds+unix:// for TLS (required)")
 	tlsCA := fs.String("tls-ca", "", "PEM CA certificates that sign the upstream's certificate (implies TLS; default for nbds://: the system's roots)")
 	tlsServerName := fs.String("tls-server-name", "", "name to verify in the upstream's certificate (default: the upstream host)")
+	tlsCert := fs.String("tls-cert", "", "PEM client certificate (chain) presented to the upstream (implies TLS); with --tls-key")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	mode := fs.String("cache", "ram-overflow", "write cache: ram, ram-overflow or disk")
 	ramSize := fs.String("ram", "512MiB", "RAM budget of the write cache (ram, ram-overflow)")
-	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk)")
+	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk); a missing directory is created (0700)")
 	overflowSize := fs.String("overflow-size", "", "overflow file capacity (default: the image size)")
-	persist := fs.Bool("persist", false, "disk mode: keep the cache across restarts (default: discard at each start, a new boot)")
+	var persist persistFlag
+	fs.Var(&persist, "persist", "disk mode: keep the cache across restarts while the upstream image version is the same, else discard it and say so; --persist=strict refuses to start instead (default: discard at each start, a new boot)")
 	listen := fs.String("listen", "unix:/run/usher/target.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
 	if err := parse(fs, args, 0); err != nil {
@@ -43,69 +51,100 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if *upstream == "" {
 		return usageError{"--upstream is required"}
 	}
-	budget, err := block.ParseSize(*ramSize)
+	budget, err := bytesize.Parse(*ramSize)
 	if err != nil {
 		return usageError{"--ram: " + err.Error()}
+	}
+	switch *mode {
+	case "ram":
+	case "ram-overflow":
+		if *overflow == "" {
+			return usageError{"--cache ram-overflow needs --overflow FILE"}
+		}
+	case "disk":
+		if *overflow == "" {
+			return usageError{"--cache disk needs --overflow FILE (the cache file)"}
+		}
+	default:
+		return usageError{fmt.Sprintf("--cache %q is not ram, ram-overflow or disk", *mode)}
 	}
 	log, err := lf.logger(m.Stderr)
 	if err != nil {
 		return err
 	}
 	var dialer nbd.Dialer
-	if *tlsCA != "" || *tlsServerName != "" {
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{"--tls-cert and --tls-key go together"}
+	}
+	if *tlsCA != "" || *tlsServerName != "" || *tlsCert != "" {
 		dialer.TLS = &tls.Config{ServerName: *tlsServerName, MinVersion: tls.VersionTLS12}
 		if *tlsCA != "" {
-			pem, err := os.ReadFile(*tlsCA)
+			if dialer.TLS.RootCAs, err = loadCAs("--tls-ca", *tlsCA); err != nil {
+				return err
+			}
+		}
+		if *tlsCert != "" {
+			pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
 			if err != nil {
-				return fmt.Errorf("--tls-ca: %w", err)
+				return fmt.Errorf("--tls-cert: %w", err)
 			}
-			dialer.TLS.RootCAs = x509.NewCertPool()
-			if !dialer.TLS.RootCAs.AppendCertsFromPEM(pem) {
-				return usageError{"--tls-ca: no PEM certificate in " + *tlsCA}
-			}
+			dialer.TLS.Certificates = []tls.Certificate{pair}
 		}
 	}
 	up, err := dialer.DialURI(ctx, *upstream)
 	if err != nil {
-		return err
+		return fmt.Errorf("upstream: %w", err)
 	}
 	defer up.Close()
 	var reg meter.Registry
-	base := block.Device(meter.Wrap(readOnly{up}, reg.Layer(layerUpstream)))
+	// Targets never write to the stream, only to their cache; the
+	// upstream's block status passes through, so its holes stay holes
+	// under the cache when it negotiated base:allocation.
+	base := block.Device(meter.Wrap(block.ReadOnly(up), reg.Layer(layerUpstream)))
 
+	if *mode != "ram" {
+		// The cache holds the device's writes: only its owner reads it.
+		if err := os.MkdirAll(filepath.Dir(*overflow), 0o700); err != nil {
+			return fmt.Errorf("--overflow: %w", err)
+		}
+	}
 	var dev block.Device
 	switch *mode {
 	case "ram":
 		dev = meter.Wrap(writecache.NewRAM(base, writecache.RAMOptions{Budget: budget, Logger: log}), reg.Layer(layerCacheRAM))
 	case "ram-overflow":
-		if *overflow == "" {
-			return usageError{"--cache ram-overflow needs --overflow FILE"}
-		}
 		capacity := up.Size()
 		if *overflowSize != "" {
-			if capacity, err = block.ParseSize(*overflowSize); err != nil {
+			if capacity, err = bytesize.Parse(*overflowSize); err != nil {
 				return usageError{"--overflow-size: " + err.Error()}
 			}
 		}
 		of, err := block.CreateFile(*overflow, capacity)
 		if err != nil {
-			return err
+			return fmt.Errorf("--overflow: %w", err)
 		}
 		defer os.Remove(*overflow)
 		dev = meter.Wrap(writecache.NewRAM(base, writecache.RAMOptions{
 			Budget: budget, Logger: log, Overflow: meter.Wrap(of, reg.Layer(layerOverflow)),
 		}), reg.Layer(layerCacheRAM))
 	case "disk":
-		if *overflow == "" {
-			return usageError{"--cache disk needs --overflow FILE (the cache file)"}
+		opts := writecache.OverlayOptions{Persist: persist != "", Strict: persist == "strict"}
+		if opts.Persist {
+			if opts.Identity, err = upstreamIdentity(ctx, *upstream, up); err != nil {
+				return fmt.Errorf("upstream: %w", err)
+			}
 		}
-		o, err := writecache.OpenOverlay(base, *overflow, *persist)
+		o, err := writecache.OpenOverlayWith(base, *overflow, opts)
+		if errors.Is(err, writecache.ErrStale) {
+			return fmt.Errorf("--persist=strict: the cache %s does not belong to this upstream: %w", *overflow, err)
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("--overflow: %w", err)
+		}
+		if o.Discarded != "" {
+			log.Warn("persistent cache discarded: the upstream changed", "path", *overflow, "reason", o.Discarded)
 		}
 		dev = meter.Wrap(o, reg.Layer(layerDeviceDisk))
-	default:
-		return usageError{fmt.Sprintf("--cache %q is not ram, ram-overflow or disk", *mode)}
 	}
 	defer dev.Close()
 	log.Info("target cache ready", "upstream", *upstream, "cache", *mode, "size", up.Size(), "block_status", up.HasBlockStatus())
@@ -114,14 +153,51 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: nbd.Devices{"": dev}, Logger: log}, &reg)
 }
 
-// readOnly hides the upstream's writability: targets never write to
-// the stream, only to their cache.
-type readOnly struct{ block.Device }
+// persistFlag is --persist: "" (off), "true" or "strict".
+type persistFlag string
 
-func (readOnly) ReadOnly() bool { return true }
+func (p *persistFlag) String() string   { return string(*p) }
+func (p *persistFlag) IsBoolFlag() bool { return true }
 
-// Extents passes block status through: the upstream's holes stay holes
-// under the cache when it negotiated base:allocation.
-func (r readOnly) Extents(ctx context.Context, off, n int64, dst []block.Extent) ([]block.Extent, error) {
-	return block.Extents(ctx, r.Device, off, n, dst)
+func (p *persistFlag) Set(v string) error {
+	switch v {
+	case "false":
+		*p = ""
+	case "true", "strict":
+		*p = persistFlag(v)
+	default:
+		return fmt.Errorf("%q is not true, false or strict", v)
+	}
+	return nil
+}
+
+// upstreamIdentity names what a persistent cache is written over: the
+// export, its size, the image version the server describes
+// (NBD_INFO_DESCRIPTION "IMAGE version N (STATE)", without the state,
+// which changes at promotion) and a hash of blocks sampled across it.
+func upstreamIdentity(ctx context.Context, uri string, up *nbd.Client) (string, error) {
+	export := uri
+	if u, err := url.Parse(uri); err == nil {
+		export = strings.TrimPrefix(u.Path, "/")
+	}
+	version := up.Description()
+	if i := strings.LastIndex(version, " ("); i >= 0 {
+		version = version[:i]
+	}
+	const samples, blockSize = 16, 4096
+	h := sha256.New()
+	buf := make([]byte, blockSize)
+	size := up.Size()
+	nblocks := size / blockSize
+	for i := range int64(samples) {
+		if nblocks == 0 {
+			break
+		}
+		off := i * (nblocks - 1) / (samples - 1) * blockSize
+		if err := up.ReadAt(ctx, buf, off); err != nil {
+			return "", fmt.Errorf("sample block at %d: %w", off, err)
+		}
+		h.Write(buf)
+	}
+	return fmt.Sprintf("export=%q version=%q size=%d sample=%x", export, version, size, h.Sum(nil)[:16]), nil
 }

@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/vda"
+	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 // DefaultVDAListen is the control listener of a VDA agent.
@@ -27,24 +31,29 @@ type vdaFlags struct {
 	// The agent.
 	machine, address, protocol, controlURL, sessionCommand, stateFile string
 	maxSessions                                                       int
+	enrolmentToken                                                    string
 
 	// The simulator.
-	simulate                              int
-	machines, prefix                      string
+	simulate                              string
+	machines, prefix, catalog, group      string
 	logonDelay, sessionLen, sessionJitter time.Duration
 	manualConnect                         bool
 }
 
 var (
-	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions"}
-	simOnlyFlags   = []string{"machines", "machine-prefix", "logon-delay", "session-length", "session-jitter", "manual-connect"}
+	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions", "enrolment-token"}
+	simOnlyFlags   = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
 )
 
 func (m *Main) vda(ctx context.Context, args []string) error {
 	var f vdaFlags
-	fs := m.flagSet("vda", "--broker URL --machine NAME [--address HOST:PORT] [flags]\n"+
-		"       usher vda --simulate N --broker URL (--machines A,B,... | --machine-prefix P) [flags]\n\n"+
-		"The enrolment secret comes from --enrolment-secret-file or $"+envEnrolmentSecret+".")
+	fs := m.flagSet("vda", "--broker URL --machine NAME [--address HOST:PORT] [--session-command CMD] [flags]\n"+
+		"       usher vda --simulate all|N --broker URL [--catalog C] [--delivery-group G] [--machine-prefix P | --machines A,B,...] [flags]\n\n"+
+		"The enrolment secret comes from --enrolment-secret-file or $"+envEnrolmentSecret+"; usher serve\n"+
+		"creates it as enrolment.secret in its data directory (default ~/.local/state/usher).\n\n"+
+		vdaSessionHelp+
+		"\nThe simulator asks the broker for the site's machine names (with the enrolment secret)\n"+
+		"and plays all of them, or the first N, of the catalog, delivery group or name prefix given.")
 	fs.StringVar(&f.broker, "broker", "", "base URL of the broker, e.g. http://broker:8080 (required)")
 	fs.StringVar(&f.secretFile, "enrolment-secret-file", "", "file holding the site's enrolment secret (else $"+envEnrolmentSecret+")")
 	fs.StringVar(&f.listen, "listen", "", "address of the control listener (default "+DefaultVDAListen+", or "+vda.DefaultSimListen+" with --simulate)")
@@ -56,12 +65,16 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 	fs.StringVar(&f.protocol, "protocol", "rdp", "display protocol: rdp or ica (agent)")
 	fs.StringVar(&f.controlURL, "control-url", "", "URL where the broker reaches the control listener (agent; default http://HOST:PORT of --listen, or of --address's host)")
 	fs.StringVar(&f.sessionCommand, "session-command", "", "command run, without a shell, when a session is prepared, logged off or disconnected; it gets USHER_EVENT, USHER_SESSION_ID, USHER_USER, USHER_RESOURCE and USHER_COMMAND_LINE (agent)")
-	fs.StringVar(&f.stateFile, "state-file", "", "file that keeps the sessions across agent restarts (agent)")
+	fs.StringVar(&f.enrolmentToken, "enrolment-token", "", "a single-use machine enrolment token (usher admin enrol-token MACHINE) "+
+		"instead of the site's enrolment secret; the agent renews its credential from then on (agent)")
+	fs.StringVar(&f.stateFile, "state-file", "", "file (0600) that keeps the sessions and the machine credential across agent restarts, so that a token-enrolled agent registers again without a new token (agent)")
 	fs.IntVar(&f.maxSessions, "max-sessions", 0, "most sessions this host takes; 0 leaves it to the site's load rules (agent)")
 
-	fs.IntVar(&f.simulate, "simulate", 0, "run N simulated VDAs instead of the agent")
-	fs.StringVar(&f.machines, "machines", "", "comma-separated names of the simulated machines; the first N are simulated")
-	fs.StringVar(&f.prefix, "machine-prefix", "", "simulate machines PREFIX-001 .. PREFIX-N")
+	fs.StringVar(&f.simulate, "simulate", "", "run simulated VDAs instead of the agent: all of the site's machines (of the catalog, group or prefix given), or the first N")
+	fs.StringVar(&f.catalog, "catalog", "", "simulate the machines of this catalog")
+	fs.StringVar(&f.group, "delivery-group", "", "simulate the machines of this delivery group")
+	fs.StringVar(&f.prefix, "machine-prefix", "", "simulate the site's machines whose names begin with this, e.g. office-vda")
+	fs.StringVar(&f.machines, "machines", "", "comma-separated names of the machines to simulate; the first N with --simulate N")
 	fs.DurationVar(&f.logonDelay, "logon-delay", vda.DefaultLogonDelay, "time from prepare to the simulated client's arrival")
 	fs.DurationVar(&f.sessionLen, "session-length", 0, "simulated users log off after this long; 0: when the broker or user logs them off")
 	fs.DurationVar(&f.sessionJitter, "session-jitter", 0, "spread of the session length, plus or minus")
@@ -78,9 +91,12 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 	if f.heartbeat < 0 {
 		return usageError{"--heartbeat-interval must not be negative"}
 	}
-	secret, err := m.enrolmentSecret(f.secretFile)
-	if err != nil {
-		return err
+	var secret string
+	if f.enrolmentToken == "" || f.secretFile != "" {
+		var err error
+		if secret, err = m.enrolmentSecret(f.secretFile); err != nil {
+			return err
+		}
 	}
 	if set["simulate"] {
 		if name := firstSet(set, agentOnlyFlags); name != "" {
@@ -127,27 +143,27 @@ func (m *Main) enrolmentSecret(file string) (string, error) {
 }
 
 func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) error {
-	if f.simulate < 1 {
-		return usageError{"--simulate N needs N of at least 1"}
+	count := 0 // all
+	if f.simulate != "all" {
+		n, err := strconv.Atoi(f.simulate)
+		if err != nil || n < 1 {
+			return usageError{fmt.Sprintf("--simulate %q: want all, or a number of machines of at least 1", f.simulate)}
+		}
+		count = n
 	}
-	var names []string
-	switch {
-	case f.machines != "" && f.prefix != "":
-		return usageError{"--machines and --machine-prefix exclude each other"}
-	case f.machines != "":
+	var listed []string
+	if f.machines != "" {
+		if f.prefix != "" || f.catalog != "" || f.group != "" {
+			return usageError{"--machines names the machines; it excludes --machine-prefix, --catalog and --delivery-group"}
+		}
 		for n := range strings.SplitSeq(f.machines, ",") {
 			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
+				listed = append(listed, n)
 			}
 		}
-		if len(names) < f.simulate {
-			return usageError{fmt.Sprintf("--simulate %d but --machines names %d", f.simulate, len(names))}
+		if len(listed) == 0 {
+			return usageError{"--machines names no machine"}
 		}
-		names = names[:f.simulate]
-	case f.prefix != "":
-		names = vda.Names(f.prefix, f.simulate)
-	default:
-		return usageError{"--simulate needs the machines' names: --machines A,B,... or --machine-prefix P"}
 	}
 	if f.logonDelay < 0 || f.sessionLen < 0 || f.sessionJitter < 0 {
 		return usageError{"--logon-delay, --session-length and --session-jitter must not be negative"}
@@ -157,6 +173,10 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 		logonDelay = -1 // at once; 0 would mean the default
 	}
 	log, err := f.logs.logger(m.Stderr)
+	if err != nil {
+		return err
+	}
+	names, err := simulatedNames(ctx, f, secret, listed, count, log)
 	if err != nil {
 		return err
 	}
@@ -175,6 +195,62 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 		return usageError{err.Error()}
 	}
 	return sim.Run(ctx)
+}
+
+// simulatedNames asks the broker for the site's machines that the flags
+// select, and returns them, or the first count of them (count 0: all).
+// Names listed with --machines must all be the site's.
+func simulatedNames(ctx context.Context, f vdaFlags, secret string, listed []string, count int, log *slog.Logger) ([]string, error) {
+	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, Logger: log})
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	defer client.CloseIdleConnections()
+	site, err := client.Machines(ctx, vdaproto.MachinesRequest{Secret: secret, Catalog: f.catalog, DeliveryGroup: f.group, Prefix: f.prefix})
+	if errors.Is(err, vda.ErrUnauthorized) {
+		return nil, fmt.Errorf("%w (the broker refused the enrolment secret)", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var sel []string
+	if f.catalog != "" {
+		sel = append(sel, "of catalog "+strconv.Quote(f.catalog))
+	}
+	if f.group != "" {
+		sel = append(sel, "of delivery group "+strconv.Quote(f.group))
+	}
+	if f.prefix != "" {
+		sel = append(sel, "whose names begin with "+strconv.Quote(f.prefix))
+	}
+	which := "machines " + strings.Join(sel, " and ") // "machines " alone without filters
+	has := "the site has"
+	if listed != nil {
+		known := map[string]bool{}
+		for _, n := range site {
+			known[n] = true
+		}
+		var unknown []string
+		for _, n := range listed {
+			if !known[n] {
+				unknown = append(unknown, n)
+			}
+		}
+		if len(unknown) > 0 {
+			return nil, fmt.Errorf("--machines: the site has no machine %s", strings.Join(unknown, ", "))
+		}
+		site, has, which = listed, "--machines names", "machines"
+	}
+	which = strings.TrimSpace(which)
+	switch {
+	case len(site) == 0:
+		return nil, fmt.Errorf("%s no %s to simulate", has, which)
+	case count > len(site):
+		return nil, fmt.Errorf("--simulate %d, but %s only %d %s (--simulate all takes them all)", count, has, len(site), which)
+	case count > 0:
+		site = site[:count]
+	}
+	return site, nil
 }
 
 func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
@@ -218,7 +294,7 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 		}
 	}
 	machine, err := vda.NewMachine(vda.MachineConfig{
-		Name: f.machine, Client: client, Secret: secret, ControlURL: controlURL,
+		Name: f.machine, Client: client, Secret: secret, EnrolmentToken: f.enrolmentToken, ControlURL: controlURL,
 		Address: f.address, Protocol: f.protocol, MaxSessions: f.maxSessions,
 		Load: &vda.ProcLoad{}, Hook: hook, HeartbeatInterval: f.heartbeat,
 		StateFile: f.stateFile, Logger: log,
@@ -262,3 +338,33 @@ func orDefault(s, def string) string {
 	}
 	return def
 }
+
+// vdaSessionHelp is the life of a session on a real host, for usher vda -h;
+// the README's VDAs section says the same.
+const vdaSessionHelp = `The life of a session on a real host:
+  1. A user launches; the broker picks this machine and POSTs the session to the
+     agent's control URL (/prepare, with the control token the agent registered).
+  2. The agent runs --session-command (split at spaces, no shell, 10s at most) with
+     no extra arguments and, in its environment, USHER_EVENT=prepare,
+     USHER_SESSION_ID, USHER_USER (the user's name), USHER_RESOURCE and
+     USHER_COMMAND_LINE. A non-zero exit refuses the session: the broker tries
+     another machine. The session is now pending.
+  3. The user's client gets a single-use ticket (90s) from the launch; the launch
+     file carries it (RDP: loadbalanceinfo:s:usher-ticket:TICKET, ICA: LogonTicket).
+     Whoever receives it on the host side (the display protocol's logon hook, a
+     gateway, or the client itself) presents it to the agent:
+       curl -X POST -H 'Content-Type: application/json' \
+         -d '{"ticket":"TICKET","client_name":"laptop-42"}' http://VDA:8490/connect
+     which answers {"session_id":...,"user":...,"resource":...}. The session turns
+     active and the broker hears of the logon. A ticket never presented leaves the
+     session pending; 30s after the ticket expires both sides forget it (the
+     command runs with USHER_EVENT=logoff).
+  4. A disconnect or logoff the user asks of the broker (POST
+     /api/v1/sessions/ID/disconnect or /logoff, or NFuse) reaches the agent at
+     /disconnect or /logoff; the command runs with USHER_EVENT=disconnect or
+     logoff (a non-zero exit keeps the session as it was), then the agent
+     reports the change to the broker. A reconnection is a new ticket for the
+     same session, presented at /connect again; the command does not run for it.
+     The agent has no endpoint yet for a logoff that starts on the host.
+  examples/session-command.sh in the usher repository is a starting point.
+`

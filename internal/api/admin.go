@@ -75,6 +75,10 @@ type collection[T any] struct {
 	// present turns stored objects into what the API shows; nil shows them as they are.
 	present     func(ctx context.Context, tx site.Tx, objs []T) (any, error)
 	presentType reflect.Type
+	// del deletes an object for DELETE; nil deletes it from the
+	// configuration. delQuery documents its query parameters.
+	del      func(s *Server, r *http.Request, name string) error
+	delQuery []QueryParam
 }
 
 func (s *Server) registerAdmin() {
@@ -94,7 +98,9 @@ func (s *Server) registerAdmin() {
 	register(s, collection[site.Machine]{kind: site.KindMachine, path: "machines",
 		get: site.Tx.Machines, items: func(c *site.Config) *[]site.Machine { return &c.Machines },
 		name: func(m *site.Machine) *string { return &m.Name }, fresh: func() site.Machine { return site.Machine{} },
-		present: presentMachines, presentType: reflect.TypeFor[site.MachineState]()})
+		present: presentMachines, presentType: reflect.TypeFor[site.MachineState](),
+		del: deleteMachine, delQuery: []QueryParam{{Name: "force", Description: "true ends the machine's live sessions first " +
+			"(its VDA is asked to log them off); without it a machine with live sessions is not deleted (409 conflict)."}}})
 	register(s, collection[site.DeliveryGroup]{kind: site.KindDeliveryGroup, path: "delivery-groups",
 		get: site.Tx.DeliveryGroups, items: func(c *site.Config) *[]site.DeliveryGroup { return &c.DeliveryGroups },
 		name: func(g *site.DeliveryGroup) *string { return &g.Name }, fresh: func() site.DeliveryGroup { return site.NewDeliveryGroup("") }})
@@ -118,6 +124,8 @@ func (s *Server) registerAdmin() {
 		Summary: "Set a user's password", Request: reflect.TypeFor[PasswordRequest]()}, s.setUserPassword)
 	s.registerSessions()
 	s.registerAdmins()
+	s.registerMachineCredentials()
+	s.registerLockouts()
 }
 
 func register[T any](s *Server, c collection[T]) {
@@ -204,8 +212,11 @@ func register[T any](s *Server, c collection[T]) {
 		})
 	})
 	s.route(Route{Method: "DELETE", Pattern: item, OperationID: "delete" + singular(op), Tag: c.path, Summary: "Delete a " + noun,
-		Status: http.StatusNoContent}, func(r *http.Request) (any, error) {
+		Status: http.StatusNoContent, Query: c.delQuery}, func(r *http.Request) (any, error) {
 		name := r.PathValue("name")
+		if c.del != nil {
+			return nil, c.del(s, r, name)
+		}
 		err := s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
 			_, err := site.Mutate(r.Context(), tx, func(cfg *site.Config) error {
 				list := c.items(cfg)

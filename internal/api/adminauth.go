@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
+	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -15,14 +19,28 @@ const AdminAudience = "admin"
 
 type adminKey struct{}
 
-func withAdmin(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, adminKey{}, name)
+// adminCaller is an authenticated admin: the name, and the expiry of the
+// bearer token the admin came with (zero for a password).
+type adminCaller struct {
+	name    string
+	expires time.Time
+}
+
+func withAdmin(ctx context.Context, a adminCaller) context.Context {
+	return context.WithValue(ctx, adminKey{}, a)
 }
 
 // adminFrom returns the authenticated admin's name.
 func adminFrom(ctx context.Context) string {
-	name, _ := ctx.Value(adminKey{}).(string)
-	return name
+	a, _ := ctx.Value(adminKey{}).(adminCaller)
+	return a.name
+}
+
+// adminTokenExpiry returns the expiry of the token the admin came with,
+// zero when the admin gave a password.
+func adminTokenExpiry(ctx context.Context) time.Time {
+	a, _ := ctx.Value(adminKey{}).(adminCaller)
+	return a.expires
 }
 
 var errUnauthorized = site.Errorf(site.EUnauthorized, "authentication required")
@@ -41,16 +59,18 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, kind AuthK
 		}
 		return r.WithContext(withUser(r.Context(), user)), nil
 	case AuthVDA:
-		machine, err := s.authenticateVDA(r)
+		caller, err := s.authenticateVDA(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="usher vda"`)
 			return r, err
 		}
-		return r.WithContext(withMachine(r.Context(), machine)), nil
+		return r.WithContext(withMachine(r.Context(), caller)), nil
 	default:
 		admin, err := s.authenticateAdmin(r)
 		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Basic realm="usher admin", Bearer realm="usher admin"`)
+			// No Basic challenge: a browser would prompt, then resend the
+			// credentials with requests that other sites' pages make.
+			w.Header().Set("WWW-Authenticate", `Bearer realm="usher admin"`)
 			return r, err
 		}
 		return r.WithContext(withAdmin(r.Context(), admin)), nil
@@ -67,47 +87,93 @@ func bearer(r *http.Request) string {
 }
 
 // authenticateAdmin accepts HTTP basic credentials of an admin account or an
-// admin bearer token. Every failure is the same bare 401.
-func (s *Server) authenticateAdmin(r *http.Request) (string, error) {
+// admin bearer token issued under the admin's current password. Password
+// checks are reserved with the guard, as users' are: an admin account
+// locks out, and a source that fails too often is throttled (an
+// EOverloaded error, before any check). Every other failure, a locked
+// account's included, is the same bare 401; the log tells which.
+func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 	ctx := r.Context()
 	if name, password, ok := r.BasicAuth(); ok {
+		source := clientIP(r)
 		var hash string
 		err := s.cfg.Store.View(ctx, func(tx site.Tx) error {
 			a, err := tx.Admins().Get(ctx, name)
+			if err == nil {
+				name = a.Name // as stored: one lock-out whatever the case typed
+			}
 			hash = a.PasswordHash
 			return err
 		})
 		switch site.ErrorCode(err) {
 		case "":
 		case site.ENotFound:
-			auth.VerifyPassword(s.dummyHash, password) // same cost as a wrong password
-			return "", errUnauthorized
+			at, err := s.cfg.Guard.Reserve("", source)
+			if err != nil {
+				return adminCaller{}, s.adminRefused(ctx, name, source, err)
+			}
+			s.cfg.Verified.Decoy(s.dummyHash, password) // same cost as a wrong password
+			at.Fail()
+			return adminCaller{}, errUnauthorized
 		default:
-			return "", err
+			return adminCaller{}, err
 		}
-		if ok, _ := s.cfg.Verified.Verify("admin\x00"+name, password, hash); !ok {
+		key := "admin\x00" + name
+		at, err := s.cfg.Guard.Reserve(key, source)
+		if err != nil {
+			if errors.Is(err, auth.ErrLocked) {
+				s.cfg.Verified.Decoy(hash, password)
+			}
+			return adminCaller{}, s.adminRefused(ctx, name, source, err)
+		}
+		if ok, _ := s.cfg.Verified.Verify(key, password, hash); !ok {
 			s.log.InfoContext(ctx, "admin authentication failed", "admin", name, "remote", r.RemoteAddr)
-			return "", errUnauthorized
+			if at.Fail() {
+				s.cfg.Verified.Forget(key)
+				s.log.WarnContext(ctx, "admin locked out after failed logons", "admin", name, "remote", source)
+			}
+			return adminCaller{}, errUnauthorized
 		}
-		return name, nil
+		if err := at.Succeed(); err != nil {
+			s.cfg.Verified.Forget(key)
+			return adminCaller{}, s.adminRefused(ctx, name, source, err)
+		}
+		return adminCaller{name: name}, nil
 	}
 	if token := bearer(r); token != "" {
 		claims, err := s.cfg.Signer.Verify(token, AdminAudience)
 		if err != nil {
-			return "", errUnauthorized
+			return adminCaller{}, errUnauthorized
 		}
+		var hash string
 		err = s.cfg.Store.View(ctx, func(tx site.Tx) error {
-			_, err := tx.Admins().Get(ctx, claims.Subject)
+			a, err := tx.Admins().Get(ctx, claims.Subject)
+			hash = a.PasswordHash
 			return err
 		})
 		switch site.ErrorCode(err) {
 		case "":
-			return claims.Subject, nil
 		case site.ENotFound: // the admin was deleted after the token was issued
-			return "", errUnauthorized
+			return adminCaller{}, errUnauthorized
 		default:
-			return "", err
+			return adminCaller{}, err
 		}
+		if !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(hash))) {
+			return adminCaller{}, errUnauthorized // issued under an older password
+		}
+		return adminCaller{name: claims.Subject, expires: claims.Expires}, nil
 	}
-	return "", errUnauthorized
+	return adminCaller{}, errUnauthorized
+}
+
+// adminRefused logs a guard's refusal and returns what the client is told:
+// a bare 401 for a locked account, retry later for a throttled source.
+func (s *Server) adminRefused(ctx context.Context, name, source string, err error) error {
+	var throttled *auth.ThrottledError
+	if errors.As(err, &throttled) {
+		s.log.InfoContext(ctx, "admin authentication refused: source throttled", "admin", name, "remote", source, "retry_after", throttled.RetryAfter)
+		return &broker.ThrottledError{RetryAfter: throttled.RetryAfter}
+	}
+	s.log.InfoContext(ctx, "admin authentication refused: account locked out", "admin", name, "remote", source)
+	return errUnauthorized
 }

@@ -1,23 +1,25 @@
-// Package api is usher's REST JSON API: the admin API under /api/v1/admin/
-// and its OpenAPI document at /api/openapi.json. It adapts the site domain
-// to HTTP; only cmd/usher wires it to a store.
 package api
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 // Defaults for Config.
@@ -25,12 +27,22 @@ const (
 	DefaultMaxBodyBytes  = 1 << 20
 	DefaultAdminTokenTTL = 12 * time.Hour
 	DefaultUserTokenTTL  = 8 * time.Hour
-	// DefaultMachineCredentialTTL: a VDA enrols again, with the site's
-	// enrolment secret, when its credential expires.
+	// DefaultMachineCredentialTTL: a VDA renews its credential, or enrols
+	// again, before it expires.
 	DefaultMachineCredentialTTL = 30 * 24 * time.Hour
 	DefaultPageLimit            = 100
 	MaxPageLimit                = 1000
 	MinPasswordLen              = 8
+	// DefaultBodyTimeout bounds the time a client may take to send a
+	// request body, counted from the end of its headers: well under the
+	// HTTP server's whole-request ReadTimeout (30 s), so that slow bodies
+	// cannot hold connections for long.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultMaxBodyReadersPerAddress bounds the request bodies being
+	// received at once from one client address. A body that arrives with
+	// its headers is read in microseconds, so honest clients, even behind
+	// one proxy, rarely have more than a few in flight.
+	DefaultMaxBodyReadersPerAddress = 32
 )
 
 // Config configures a Server.
@@ -41,10 +53,20 @@ type Config struct {
 	Signer *auth.Signer
 	// Verified caches verified admin passwords; nil makes a fresh cache.
 	Verified *auth.VerifiedCache
+	// Guard reserves admin password checks (lock-out and per-source
+	// throttling); nil shares the Broker's, or makes one without a Broker.
+	Guard *auth.Guard
 	// PasswordParams are the argon2id costs for passwords set through the API.
 	PasswordParams auth.Params
 	MaxBodyBytes   int64
-	AdminTokenTTL  time.Duration
+	// BodyTimeout bounds the time to receive a request body (default
+	// DefaultBodyTimeout, negative for no bound).
+	BodyTimeout time.Duration
+	// MaxBodyReadersPerAddress bounds the bodies received at once from
+	// one client address (default DefaultMaxBodyReadersPerAddress,
+	// negative for no bound); over it a request gets 429.
+	MaxBodyReadersPerAddress int
+	AdminTokenTTL            time.Duration
 
 	// Broker serves the user API and the VDA API; without it only the
 	// admin API is served.
@@ -64,9 +86,19 @@ type Server struct {
 	mux    *http.ServeMux
 	routes []Route
 	doc    []byte // the OpenAPI document, built once
+	// secretFingerprint is the enrolment secret's, which credentials
+	// enrolled with it record.
+	secretFingerprint string
 	// dummyHash is verified against when an admin name is unknown, so that
 	// a wrong name and a wrong password take the same time.
 	dummyHash string
+	// readers counts the bodies being received per client address.
+	readers addrCounter
+	// crossOrigin refuses cross-site requests of unsafe methods.
+	crossOrigin *http.CrossOriginProtection
+	// credentials remembers machine credentials found current, so that a
+	// VDA's heartbeats and session events cost no site-DB read each.
+	credentials credentialCache
 }
 
 // Route is one operation of the API, as registered and as documented.
@@ -105,21 +137,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Verified == nil {
 		cfg.Verified = auth.NewVerifiedCache(5*time.Minute, 10000)
 	}
+	if cfg.Guard == nil && cfg.Broker != nil {
+		cfg.Guard = cfg.Broker.Guard()
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = auth.NewGuard(auth.GuardConfig{})
+	}
 	if cfg.PasswordParams == (auth.Params{}) {
 		cfg.PasswordParams = auth.DefaultParams
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.AdminTokenTTL <= 0 {
-		cfg.AdminTokenTTL = DefaultAdminTokenTTL
-	}
-	if cfg.UserTokenTTL <= 0 {
-		cfg.UserTokenTTL = DefaultUserTokenTTL
-	}
-	if cfg.MachineCredentialTTL <= 0 {
-		cfg.MachineCredentialTTL = DefaultMachineCredentialTTL
-	}
+	cfg.MaxBodyBytes = cmp.Or(max(cfg.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
+	cfg.MaxBodyReadersPerAddress = cmp.Or(cfg.MaxBodyReadersPerAddress, DefaultMaxBodyReadersPerAddress)
+	cfg.AdminTokenTTL = cmp.Or(max(cfg.AdminTokenTTL, 0), DefaultAdminTokenTTL)
+	cfg.UserTokenTTL = cmp.Or(max(cfg.UserTokenTTL, 0), DefaultUserTokenTTL)
+	cfg.MachineCredentialTTL = cmp.Or(max(cfg.MachineCredentialTTL, 0), DefaultMachineCredentialTTL)
 	if cfg.Broker != nil && len(cfg.EnrolmentSecret) < 16 {
 		return nil, errors.New("api: an enrolment secret of at least 16 characters is required with a Broker")
 	}
@@ -127,7 +159,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), dummyHash: dummy}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), dummyHash: dummy,
+		readers: addrCounter{n: map[string]int{}}, crossOrigin: http.NewCrossOriginProtection(),
+		secretFingerprint: site.SecretFingerprint(cfg.EnrolmentSecret)}
 	s.registerAdmin()
 	if cfg.Broker != nil {
 		s.registerUser()
@@ -135,15 +169,37 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.route(Route{Method: "GET", Pattern: "/api/openapi.json", OperationID: "getOpenAPI", Summary: "This OpenAPI document", Tag: "meta", Auth: AuthNone},
 		nil)
-	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, &httpError{status: http.StatusNotFound, code: site.ENotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path})
-	})
+	s.mux.HandleFunc("/api/", s.noRoute)
 	s.doc, err = buildOpenAPI(s.routes)
 	if err != nil {
 		return nil, fmt.Errorf("api: build OpenAPI document: %w", err)
 	}
 	return s, nil
 }
+
+// noRoute answers a request that no route takes: 405 with an Allow
+// header when the path has routes for other methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, method := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = method
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/api/" {
+			allow = append(allow, method)
+		}
+	}
+	if len(allow) == 0 {
+		s.writeError(w, r, &httpError{status: http.StatusNotFound, code: site.ENotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path})
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	s.writeError(w, r, &httpError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+		msg: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))})
+}
+
+// CodeMethodNotAllowed is the error code of a 405 answer: the path exists,
+// but not for the request's method.
+const CodeMethodNotAllowed = "method_not_allowed"
 
 // ServeHTTP serves the API routes; paths outside /api/ are not handled.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -166,10 +222,20 @@ func (s *Server) route(rt Route, h handler) {
 			w.Write(s.doc)
 			return
 		}
-		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		// A request is checked and its whole body received before it is
+		// authenticated or takes a brokering slot, so that no slot is
+		// held while a client is sending.
+		if err := s.crossOrigin.Check(r); err != nil {
+			s.writeError(w, r, &httpError{http.StatusForbidden, site.EForbidden,
+				"cross-site requests are refused: " + r.Method + " must come from this site's own pages or from a non-browser client"})
+			return
 		}
-		r, err := s.authenticate(w, r, rt.Auth)
+		r, err := s.readBody(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		r, err = s.authenticate(w, r, rt.Auth)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -178,6 +244,13 @@ func (s *Server) route(rt Route, h handler) {
 		if err != nil {
 			s.writeError(w, r, err)
 			return
+		}
+		if rt.Auth == AuthAdmin && rt.Method != "GET" && s.cfg.Broker != nil {
+			// The change takes effect at once on this broker; other
+			// brokers see it at their next refresh (broker.DefaultRefreshInterval).
+			if err := s.cfg.Broker.Refresh(r.Context()); err != nil {
+				s.log.WarnContext(r.Context(), "refresh the broker after an admin change", "err", err)
+			}
 		}
 		switch v := v.(type) {
 		case nil:
@@ -251,8 +324,8 @@ var statusOf = map[string]int{
 	site.ENoCapacity:   http.StatusServiceUnavailable,
 	site.EOverloaded:   http.StatusServiceUnavailable,
 	site.EInternal:     http.StatusInternalServerError,
-	// A VDA that must register again.
-	vdaproto.CodeNotRegistered: http.StatusConflict,
+	// A VDA that must register again (vdaproto.CodeNotRegistered).
+	broker.ENotRegistered: http.StatusConflict,
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -272,13 +345,36 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			status = http.StatusInternalServerError
 		}
 		if code == site.EOverloaded || code == site.ENoCapacity {
-			w.Header().Set("Retry-After", "2")
+			w.Header().Set("Retry-After", retryAfter(err))
 		}
 	}
 	if status >= 500 {
 		s.log.ErrorContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, status, body)
+}
+
+// retryAfter is the Retry-After value for an overloaded or full answer:
+// a throttled logon's real wait, rounded up to seconds, else 2.
+func retryAfter(err error) string {
+	var throttled *broker.ThrottledError
+	if errors.As(err, &throttled) {
+		return strconv.FormatInt(int64(max((throttled.RetryAfter+time.Second-1)/time.Second, 1)), 10)
+	}
+	return "2"
+}
+
+// RequireAdmin serves h to admins only (HTTP basic or an admin bearer
+// token, as the admin API), answering others as the admin API does.
+func (s *Server) RequireAdmin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, err := s.authenticate(w, r, AuthAdmin)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -290,11 +386,101 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+// errNotJSON answers a request body that is not declared as JSON. Only
+// JSON bodies are taken, so that a page on another site cannot send one
+// from a form or without a CORS preflight.
+var errNotJSON = &httpError{http.StatusUnsupportedMediaType, site.EInvalid, "request body must be Content-Type: application/json"}
+
+// isJSON reports whether a Content-Type header value is application/json,
+// with or without parameters such as charset.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// readBody receives the request's whole body, at most MaxBodyBytes within
+// BodyTimeout, and returns the request with the body in memory. A request
+// with a body must be application/json. Over MaxBodyReadersPerAddress
+// bodies at once from the client's address, it answers 429 at once.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*http.Request, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return r, nil
+	}
+	if r.ContentLength > 0 && !isJSON(r.Header.Get("Content-Type")) {
+		return r, errNotJSON
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return r, &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+	}
+	addr := clientIP(r)
+	if !s.readers.add(addr, s.cfg.MaxBodyReadersPerAddress) {
+		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Connection", "close")
+		return r, &httpError{http.StatusTooManyRequests, site.EOverloaded, "too many request bodies being sent at once from " + addr}
+	}
+	defer s.readers.done(addr)
+	rc := http.NewResponseController(w)
+	if s.cfg.BodyTimeout > 0 {
+		// Cleared once the body is in, so that the handler's work does
+		// not count; net/http sets its own deadlines for the next request.
+		if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+			defer rc.SetReadDeadline(time.Time{})
+		}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return r, err
+		}
+		w.Header().Set("Connection", "close")
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return r, &httpError{http.StatusRequestTimeout, site.EInvalid, fmt.Sprintf("request body not received within %s", s.cfg.BodyTimeout)}
+		}
+		return r, site.Errorf(site.EInvalid, "read request body: %v", err)
+	}
+	if len(b) > 0 && !isJSON(r.Header.Get("Content-Type")) {
+		return r, errNotJSON
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	return r, nil
+}
+
+// addrCounter counts something per client address, such as the request
+// bodies being received.
+type addrCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add counts one more for addr and reports true, or reports false when
+// addr already has max (max < 0 is no bound).
+func (c *addrCounter) add(addr string, max int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if max >= 0 && c.n[addr] >= max {
+		return false
+	}
+	c.n[addr]++
+	return true
+}
+
+// done counts one less for addr.
+func (c *addrCounter) done(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[addr] <= 1 {
+		delete(c.n, addr)
+		return
+	}
+	c.n[addr]--
+}
+
 // decodeJSON reads exactly one JSON value from the body into v, refusing
 // unknown fields and trailing data.
 func decodeJSON(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &httpError{http.StatusUnsupportedMediaType, site.EInvalid, "request body must be application/json"}
+	if r.ContentLength != 0 && !isJSON(r.Header.Get("Content-Type")) {
+		return errNotJSON
 	}
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()

@@ -9,24 +9,21 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
-	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
-	"github.com/usher-vdi/usher/internal/vdaproto"
+	"github.com/usher-vdi/usher/internal/sitetest"
 )
 
-var cheap = auth.Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}
+var cheap = sitetest.Cheap
 
 const (
-	adminPassword = "correct horse"
-	userPassword  = "user password"
+	adminPassword = sitetest.AdminPassword
+	userPassword  = sitetest.UserPassword
 )
 
 type fixture struct {
@@ -35,76 +32,31 @@ type fixture struct {
 	api     *api.Server
 	store   site.Store
 	broker  *broker.Broker
-	control *recordingControl
+	control *sitetest.Control
 }
 
 // newFixture serves the API over a real SQLite store holding the demo site
-// and one admin account.
+// and one admin account (sitetest), no machine registered.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, t.TempDir()+"/site.db", sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	hash, err := auth.HashPassword(adminPassword, cheap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := demo.Site()
-	userHash, err := auth.HashPassword(userPassword, cheap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range cfg.Users {
-		cfg.Users[i].PasswordHash = userHash
-	}
-	err = store.Update(ctx, func(tx site.Tx) error {
-		if _, err := site.ApplyConfig(ctx, tx, cfg, false); err != nil {
-			return err
-		}
-		return tx.Admins().Create(ctx, site.Admin{Name: "admin", PasswordHash: hash, CreatedAt: time.Now().UTC()})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Per-source throttling would slow the tests, all from one address;
+	// internal/server's tests replay it.
+	s := sitetest.New(t, sitetest.Options{Broker: func(c *broker.Config) { c.SourceFree = -1 }})
 	signer, err := auth.NewSigner([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := &recordingControl{}
-	brk, err := broker.New(ctx, broker.Config{Store: store, Control: control})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := api.New(api.Config{Store: store, Signer: signer, PasswordParams: cheap, MaxBodyBytes: 64 << 10,
-		Broker: brk, EnrolmentSecret: enrolmentSecret})
+	a, err := api.New(api.Config{Store: s.Store, Signer: signer, PasswordParams: cheap, MaxBodyBytes: 64 << 10,
+		Broker: s.Broker, EnrolmentSecret: enrolmentSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, srv: srv, api: a, store: store, broker: brk, control: control}
+	return &fixture{t: t, srv: srv, api: a, store: s.Store, broker: s.Broker, control: s.Control}
 }
 
 const enrolmentSecret = "enrol-me-please-0123456789"
-
-// recordingControl stands in for the VDAs: it accepts every request and
-// remembers the prepares.
-type recordingControl struct {
-	mu       sync.Mutex
-	prepared []vdaproto.PrepareRequest
-}
-
-func (c *recordingControl) Prepare(_ context.Context, _ broker.Control, req vdaproto.PrepareRequest) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.prepared = append(c.prepared, req)
-	return nil
-}
-func (c *recordingControl) Logoff(context.Context, broker.Control, string) error     { return nil }
-func (c *recordingControl) Disconnect(context.Context, broker.Control, string) error { return nil }
 
 type response struct {
 	status int

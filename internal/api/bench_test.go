@@ -14,6 +14,7 @@ import (
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
@@ -52,11 +53,13 @@ func newBenchSite(b *testing.B) *benchSite {
 	if err := store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
 		b.Fatal(err)
 	}
-	brk, err := broker.New(ctx, broker.Config{Store: store, Control: api.NewVDAControlClient()})
+	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	go brk.Run(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); brk.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-ran }) // before the store closes
 	signer, _ := auth.NewSigner([]byte(strings.Repeat("b", 32)))
 	a, err := api.New(api.Config{Store: store, Signer: signer, Broker: brk, EnrolmentSecret: enrolmentSecret})
 	if err != nil {
@@ -74,6 +77,10 @@ func newBenchSite(b *testing.B) *benchSite {
 	go func() { defer close(done); sim.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })
 
+	// The simulator tells nobody when its machines have registered, so
+	// this polls the site DB, with a deadline. It polls real time on
+	// purpose: a benchmark measures real HTTP over real sockets, which a
+	// synctest bubble's fake clock cannot wait on.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var n int
@@ -95,6 +102,7 @@ func newBenchSite(b *testing.B) *benchSite {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
+	b.Cleanup(tr.CloseIdleConnections)
 	return &benchSite{url: srv.URL, signer: signer, client: &http.Client{Transport: tr}}
 }
 

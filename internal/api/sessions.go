@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -161,7 +162,22 @@ func (s *Server) registerAdmins() {
 			}
 			ttl = time.Duration(req.TTLSeconds) * time.Second
 		}
-		tok, exp := s.cfg.Signer.Issue(adminFrom(r.Context()), AdminAudience, ttl)
+		name := adminFrom(r.Context())
+		var hash string
+		err := s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
+			a, err := tx.Admins().Get(r.Context(), name)
+			hash = a.PasswordHash
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		exp := s.cfg.Signer.Now().Add(ttl)
+		// A token mints no token that outlives it.
+		if limit := adminTokenExpiry(r.Context()); !limit.IsZero() && exp.After(limit) {
+			exp = limit
+		}
+		tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: name, Audience: AdminAudience, Expires: exp, Stamp: s.cfg.Signer.Stamp(hash)})
 		return TokenResponse{Token: tok, ExpiresAt: exp}, nil
 	})
 }

@@ -2,8 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -154,22 +155,24 @@ func (s *Server) admitted(h handler) handler {
 }
 
 func (s *Server) login(r *http.Request) (any, error) {
-	start := time.Now()
+	done := s.cfg.Broker.Begin(broker.OpLogin)
 	var req LoginRequest
 	if err := decodeJSON(r, &req); err != nil {
+		done(err)
 		return nil, err
 	}
-	u, err := s.loginUser(r.Context(), req)
-	s.cfg.Broker.Metrics().Observe(broker.OpLogin, start, err)
+	u, err := s.loginUser(r.Context(), req, clientIP(r))
+	done(err)
 	if err != nil {
 		s.log.InfoContext(r.Context(), "user logon failed", "user", req.Username, "remote", r.RemoteAddr, "code", site.ErrorCode(err))
 		return nil, err
 	}
-	tok, exp := s.cfg.Signer.Issue(u.Name, UserAudience, s.cfg.UserTokenTTL)
+	tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: u.Name, Audience: UserAudience,
+		Expires: s.cfg.Signer.Now().Add(s.cfg.UserTokenTTL), Stamp: s.cfg.Signer.Stamp(u.PasswordHash)})
 	return LoginResponse{Token: tok, ExpiresAt: exp, User: u.Name, DisplayName: u.DisplayName}, nil
 }
 
-func (s *Server) loginUser(ctx context.Context, req LoginRequest) (*site.User, error) {
+func (s *Server) loginUser(ctx context.Context, req LoginRequest, source string) (*site.User, error) {
 	name, domain := SplitUsername(req.Username)
 	if name == "" || req.Password == "" {
 		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
@@ -177,7 +180,7 @@ func (s *Server) loginUser(ctx context.Context, req LoginRequest) (*site.User, e
 	if domain != "" && !strings.EqualFold(domain, s.cfg.Broker.Snapshot().Settings.Domain) {
 		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
 	}
-	return s.cfg.Broker.Authenticate(ctx, name, req.Password)
+	return s.cfg.Broker.Authenticate(ctx, name, req.Password, source)
 }
 
 // authenticateUser accepts a user bearer token of an enabled user.
@@ -191,7 +194,8 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 		return "", errUnauthorized
 	}
 	u, ok := s.cfg.Broker.Snapshot().User(claims.Subject)
-	if !ok || u.Disabled {
+	// A token issued under an older password (another stamp) is revoked.
+	if !ok || u.Disabled || !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(u.PasswordHash))) {
 		return "", errUnauthorized
 	}
 	return u.Name, nil
@@ -224,6 +228,9 @@ func (s *Server) launch(r *http.Request) (any, error) {
 		if err := decodeJSON(r, &body); err != nil {
 			return nil, err
 		}
+		if err := site.ValidateText("client_name", body.ClientName); err != nil {
+			return nil, err
+		}
 	}
 	user := userFrom(r.Context())
 	l, err := s.cfg.Broker.Launch(r.Context(), broker.LaunchRequest{User: user, Resource: r.PathValue("name"),
@@ -240,6 +247,9 @@ func (s *Server) reconnect(r *http.Request) (any, error) {
 		if err := decodeJSON(r, &body); err != nil {
 			return nil, err
 		}
+		if err := site.ValidateText("client_name", body.ClientName); err != nil {
+			return nil, err
+		}
 	}
 	user := userFrom(r.Context())
 	l, err := s.cfg.Broker.Reconnect(r.Context(), user, r.PathValue("id"), body.ClientName)
@@ -250,6 +260,12 @@ func (s *Server) reconnect(r *http.Request) (any, error) {
 }
 
 func (s *Server) launchAnswer(r *http.Request, user string, l *broker.Launch) (any, error) {
+	// The address came from the site DB or a VDA's registration, both
+	// validated; checked again because it is written into launch files.
+	if err := site.ValidateAddress(l.Address); err != nil {
+		s.log.ErrorContext(r.Context(), "launch refused: the machine's address is unsafe", "machine", l.Session.Machine, "err", err)
+		return nil, site.Errorf(site.EInternal, "machine %q has an invalid address", l.Session.Machine)
+	}
 	snap := s.cfg.Broker.Snapshot()
 	res, _ := snap.Resource(l.Session.Resource)
 	host, portStr, err := net.SplitHostPort(l.Address)
@@ -270,42 +286,6 @@ func (s *Server) launchAnswer(r *http.Request, user string, l *broker.Launch) (a
 	}
 	return LaunchResponse{SessionID: l.Session.ID, Machine: l.Session.Machine, Host: host, Port: port, Protocol: l.Protocol,
 		Ticket: l.Ticket, ExpiresAt: l.ExpiresAt, Reconnected: l.Reconnected, LaunchFile: lf.LaunchFile}, nil
-}
-
-type launchFileExt struct {
-	LaunchFile
-	ext string
-}
-
-// launchFile writes the file a desktop client opens: .rdp for RDP hosts
-// (the ticket rides in loadbalanceinfo, as RDP routing tokens do), .ica
-// for ICA hosts.
-func launchFile(domain, user string, res *site.Resource, l *broker.Launch, host string, port int) launchFileExt {
-	name := "session"
-	if res != nil {
-		name = res.DisplayName
-	}
-	safe := strings.Map(func(r rune) rune {
-		if r < ' ' || strings.ContainsRune(`/\"*:?<>|`, r) {
-			return '_'
-		}
-		return r
-	}, name)
-	var b strings.Builder
-	if l.Protocol == "ica" {
-		fmt.Fprintf(&b, "[Encoding]\r\nInputEncoding=UTF8\r\n\r\n[WFClient]\r\nVersion=2\r\n\r\n[ApplicationServers]\r\n%s=\r\n\r\n", name)
-		fmt.Fprintf(&b, "[%s]\r\nAddress=%s:%d\r\nInitialProgram=#%s\r\nLogonTicket=%s\r\nUsername=%s\r\nDomain=%s\r\nTransportDriver=TCP/IP\r\n",
-			name, host, port, name, l.Ticket, user, domain)
-		return launchFileExt{LaunchFile{Filename: safe + ".ica", ContentType: "application/x-ica", Content: b.String()}, "ica"}
-	}
-	fmt.Fprintf(&b, "full address:s:%s:%d\r\n", host, port)
-	fmt.Fprintf(&b, "username:s:%s\\%s\r\n", domain, user)
-	fmt.Fprintf(&b, "loadbalanceinfo:s:usher-ticket:%s\r\n", l.Ticket)
-	b.WriteString("prompt for credentials:i:0\r\nauthentication level:i:2\r\n")
-	if res != nil && res.Kind == site.Application {
-		fmt.Fprintf(&b, "remoteapplicationmode:i:1\r\nremoteapplicationname:s:%s\r\nremoteapplicationprogram:s:||%s\r\n", res.DisplayName, res.Name)
-	}
-	return launchFileExt{LaunchFile{Filename: safe + ".rdp", ContentType: "application/x-rdp", Content: b.String()}, "rdp"}
 }
 
 func clientIP(r *http.Request) string {

@@ -104,10 +104,8 @@ func TestUserLaunch(t *testing.T) {
 		!strings.HasSuffix(l.LaunchFile.Filename, ".rdp") {
 		t.Fatalf("launch file %+v", l.LaunchFile)
 	}
-	f.control.mu.Lock()
-	last := f.control.prepared[len(f.control.prepared)-1]
-	f.control.mu.Unlock()
-	if last.TicketHash != vdaproto.TicketHash(l.Ticket) || last.SessionID != l.SessionID || last.User != "user0001" {
+	last, _ := f.control.LastPrepared()
+	if last.Ticket != l.Ticket || last.SessionID != l.SessionID || last.User != "user0001" {
 		t.Fatalf("the VDA was prepared with %+v", last)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,10 +31,26 @@ type VerifiedCache struct {
 	// CPU: each takes ~19 MiB and a core for tens of milliseconds, and more
 	// at once only makes every logon slower.
 	hashing chan struct{}
+	// checks and decoys count argon2id computations, for tests and
+	// metrics.
+	checks, decoys atomic.Int64
+
+	// verify checks a password against a stored hash: VerifyPassword,
+	// or a test's stand-in.
+	verify func(storedHash, password string) (bool, error)
 
 	mu      sync.Mutex
 	entries map[[32]byte]time.Time // key -> expiry
 	byName  map[string][][32]byte
+	flights map[[32]byte]*flight // checks under way, by key
+	waiting int                  // callers waiting on another's check
+}
+
+// flight is a check under way that callers with the same key wait for.
+type flight struct {
+	done chan struct{}
+	ok   bool
+	err  error
 }
 
 // NewVerifiedCache returns a cache whose entries live for ttl, holding at
@@ -45,7 +62,8 @@ func NewVerifiedCache(ttl time.Duration, max int) *VerifiedCache {
 		panic("auth: crypto/rand failed: " + err.Error())
 	}
 	c := &VerifiedCache{key: key, ttl: ttl, max: max, now: time.Now, hashing: make(chan struct{}, runtime.GOMAXPROCS(0)),
-		entries: map[[32]byte]time.Time{}, byName: map[string][][32]byte{}}
+		verify: VerifyPassword, entries: map[[32]byte]time.Time{}, byName: map[string][][32]byte{},
+		flights: map[[32]byte]*flight{}}
 	c.macs.New = func() any { return hmac.New(sha256.New, c.key) }
 	return c
 }
@@ -75,7 +93,8 @@ func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) 
 		return true, nil
 	}
 	c.hashing <- struct{}{}
-	match, err := VerifyPassword(storedHash, password)
+	c.checks.Add(1)
+	match, err := c.verify(storedHash, password)
 	<-c.hashing
 	if err != nil || !match {
 		return false, err
@@ -88,6 +107,80 @@ func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) 
 	c.entries[k] = now.Add(c.ttl)
 	c.byName[name] = append(c.byName[name], k)
 	return true, nil
+}
+
+// Share runs check once for concurrent callers with the same name,
+// password and stored hash: the first caller runs it, and the others wait
+// for its answer, which they get with shared true. check is the caller's
+// whole password check (a reservation with a lock-out guard, Verify, the
+// guard's verdict), so that concurrent logons of one user with one
+// password cost one argon2id computation and one reservation. Nothing is
+// remembered past the flight: a failed check is not cached (only Verify
+// caches, and only a match), and a changed password (a new stored hash)
+// never joins an older flight. Different keys run in parallel, up to the
+// hashing bound.
+func (c *VerifiedCache) Share(name, password, storedHash string, check func() (bool, error)) (ok bool, err error, shared bool) {
+	k := c.id(name, password, storedHash)
+	c.mu.Lock()
+	if f := c.flights[k]; f != nil {
+		c.waiting++
+		c.mu.Unlock()
+		<-f.done
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		return f.ok, f.err, true
+	}
+	f := &flight{done: make(chan struct{})}
+	c.flights[k] = f
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.flights, k)
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	f.ok, f.err = check()
+	return f.ok, f.err, false
+}
+
+// Waiting returns how many callers of Share are waiting for another's
+// check.
+func (c *VerifiedCache) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting
+}
+
+// SetVerifier replaces the password check that Verify runs on a miss
+// (VerifyPassword), for tests that must hold a check under way. Call it
+// before the cache is used.
+func (c *VerifiedCache) SetVerifier(verify func(storedHash, password string) (bool, error)) {
+	c.verify = verify
+}
+
+// Decoy spends what verifying password against storedHash would (the
+// same argon2id costs, in the same queue) without checking anything, for
+// an unknown or locked-out account: its answer then takes as long as a
+// wrong password's. A malformed storedHash costs DefaultParams.
+func (c *VerifiedCache) Decoy(storedHash, password string) {
+	p, _, key, err := parseHash(storedHash)
+	if err != nil {
+		p, key = DefaultParams, make([]byte, DefaultParams.KeyLen)
+	}
+	c.hashing <- struct{}{}
+	c.decoys.Add(1)
+	argon2IDKey([]byte(password), decoySalt[:], p.Iterations, p.MemoryKiB, p.Parallelism, uint32(len(key)))
+	<-c.hashing
+}
+
+var decoySalt = [16]byte{'u', 's', 'h', 'e', 'r', ' ', 'd', 'e', 'c', 'o', 'y'}
+
+// Hashes returns how many password checks (argon2id computations against
+// an account's hash) and decoy computations the cache has made: cache hits
+// make none.
+func (c *VerifiedCache) Hashes() (checks, decoys int64) {
+	return c.checks.Load(), c.decoys.Load()
 }
 
 // Forget drops every entry of name, for a disabled or locked-out account.

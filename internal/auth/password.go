@@ -1,10 +1,3 @@
-// Package auth verifies credentials and issues tokens: argon2id password
-// hashes in PHC format, HMAC-signed bearer tokens, and a cache of verified
-// credentials so that a repeated (user, password) pair costs microseconds
-// instead of an argon2id computation.
-//
-// It does no network or database I/O; callers look users up and pass the
-// stored hash in.
 package auth
 
 import (
@@ -60,6 +53,8 @@ func VerifyPassword(hash, password string) (bool, error) {
 	got := argon2.IDKey([]byte(password), salt, p.Iterations, p.MemoryKiB, p.Parallelism, uint32(len(key)))
 	return subtle.ConstantTimeCompare(got, key) == 1, nil
 }
+
+var argon2IDKey = argon2.IDKey
 
 func parseHash(hash string) (p Params, salt, key []byte, err error) {
 	parts := strings.Split(hash, "$")

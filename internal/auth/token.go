@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,14 +23,28 @@ type Claims struct {
 	Subject  string    `json:"sub"` // the user or admin name
 	Audience string    `json:"aud"` // "admin" or "user": a token for one never opens the other
 	Expires  time.Time `json:"exp"`
+	// Stamp ties the token to the subject's password (see Signer.Stamp):
+	// a new password revokes the tokens issued under the old one. Empty
+	// for machine credentials.
+	Stamp string `json:"stp,omitempty"`
+	// ID, when set, names what the token was issued for (a machine's
+	// credential), so that the verifier can revoke it one by one.
+	ID string `json:"jti,omitempty"`
 }
 
 // Signer issues and verifies HMAC-SHA256 signed bearer tokens. Tokens are
 // stateless: they stay valid until they expire or the key changes, so the
-// verifier must still check that the subject exists and is enabled.
+// verifier must still check that the subject exists and is enabled, and
+// that the token's Stamp is the subject's current one. Each audience signs
+// with its own key, derived from the one key with the audience as label,
+// so that a token of one kind never verifies as another even if the
+// audience checks were wrong.
 type Signer struct {
 	key []byte
 	now func() time.Time
+
+	mu   sync.Mutex
+	keys map[string][]byte // audience -> derived key
 }
 
 // NewSigner returns a Signer with the key, which must be at least 32 bytes.
@@ -37,15 +52,33 @@ func NewSigner(key []byte) (*Signer, error) {
 	if len(key) < 32 {
 		return nil, fmt.Errorf("token key is %d bytes, need at least 32", len(key))
 	}
-	return &Signer{key: key, now: time.Now}, nil
+	return &Signer{key: key, now: time.Now, keys: map[string][]byte{}}, nil
 }
 
 // Issue returns a token for subject and audience valid for ttl.
 func (s *Signer) Issue(subject, audience string, ttl time.Duration) (string, time.Time) {
-	exp := s.now().Add(ttl).UTC().Truncate(time.Second)
-	payload, _ := json.Marshal(Claims{Subject: subject, Audience: audience, Expires: exp})
+	return s.IssueClaims(Claims{Subject: subject, Audience: audience, Expires: s.now().Add(ttl)})
+}
+
+// IssueClaims returns a token asserting c, expiring at c.Expires
+// (truncated to the second).
+func (s *Signer) IssueClaims(c Claims) (string, time.Time) {
+	c.Expires = c.Expires.UTC().Truncate(time.Second)
+	payload, _ := json.Marshal(c)
 	body := base64.RawURLEncoding.EncodeToString(payload)
-	return body + "." + base64.RawURLEncoding.EncodeToString(s.mac(body)), exp
+	return body + "." + base64.RawURLEncoding.EncodeToString(s.mac(c.Audience, body)), c.Expires
+}
+
+// Now returns the signer's clock.
+func (s *Signer) Now() time.Time { return s.now() }
+
+// Stamp returns the stamp of a token for a subject whose stored password
+// hash is secret: a keyed fingerprint that reveals nothing of the hash and
+// changes with it.
+func (s *Signer) Stamp(secret string) string {
+	m := hmac.New(sha256.New, s.derived("stamp"))
+	m.Write([]byte(secret))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
 }
 
 // Verify checks a token's signature, audience and expiry and returns its
@@ -57,7 +90,7 @@ func (s *Signer) Verify(token, audience string) (Claims, error) {
 		return Claims{}, ErrInvalidToken
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, s.mac(body)) {
+	if err != nil || !hmac.Equal(got, s.mac(audience, body)) {
 		return Claims{}, ErrInvalidToken
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(body)
@@ -74,9 +107,24 @@ func (s *Signer) Verify(token, audience string) (Claims, error) {
 	return c, nil
 }
 
-func (s *Signer) mac(body string) []byte {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte("usher-token-v1\x00"))
+func (s *Signer) mac(audience, body string) []byte {
+	m := hmac.New(sha256.New, s.derived("token\x00"+audience))
+	m.Write([]byte("usher-token-v2\x00"))
 	m.Write([]byte(body))
 	return m.Sum(nil)
+}
+
+// derived returns the key for label: HMAC-SHA256(key, "usher key\x00" +
+// label).
+func (s *Signer) derived(label string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.keys[label]
+	if !ok {
+		m := hmac.New(sha256.New, s.key)
+		m.Write([]byte("usher key\x00" + label))
+		k = m.Sum(nil)
+		s.keys[label] = k
+	}
+	return k
 }

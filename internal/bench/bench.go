@@ -1,19 +1,3 @@
-// Package bench runs the seed experiments end to end against an usher
-// site on one machine and reports usher's figures beside the published
-// ones (shared/data/seed-tables.md):
-//
-//   - Launch: seed 002, launches through the REST API at fixed concurrency
-//     onto 57 simulated VDAs of one delivery group;
-//   - LogonStorm: users logging on and launching at a fixed arrival rate
-//     (Citrix's 20/s sizing test), and the highest rate held with bounded
-//     latency;
-//   - Enumerate: seeds 000 and 004, 400 applications enumerated over NFuse
-//     at stepped concurrency, beside nginx serving the same bytes.
-//
-// The package builds the bench site and drives the load with
-// internal/loadgen; starting the site is the caller's (cmd/usher wires the
-// all-in-one site), through a StartFunc. It only ever loads the URL of the
-// site it was given.
 package bench
 
 import (
@@ -41,7 +25,7 @@ type Site interface {
 // simulated VDA has registered.
 type StartFunc func(ctx context.Context, cfg *site.Config) (Site, error)
 
-// Bench site shape: seed 002's 57 VDAs in one delivery group, and the
+// Bench site shape: the zones-and-latency test's 57 VDAs in one delivery group, and the
 // demo's 400 applications on them.
 const (
 	Machines      = 57
@@ -61,7 +45,7 @@ func SiteConfig(users, sessions int, passwordHash string) *site.Config {
 	c := &site.Config{
 		Settings: site.Settings{Name: "usher bench", Domain: Domain},
 		Zones:    base.Zones,
-		Catalogs: []site.Catalog{{Name: Catalog, Kind: site.MultiSession, Zone: demo.Zone, Description: "Seed 002's 57 VDAs."}},
+		Catalogs: []site.Catalog{{Name: Catalog, Kind: site.MultiSession, Zone: demo.Zone, Description: "The zones-and-latency test's 57 VDAs."}},
 		Groups:   []site.Group{{Name: demo.DomainUsers, Description: "Every bench user."}},
 	}
 	for i := 1; i <= Machines; i++ {

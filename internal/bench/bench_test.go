@@ -49,7 +49,7 @@ func TestTablesBesideSeeds(t *testing.T) {
 		t.Errorf("row at 12: %s", got)
 	}
 	if lt.Rows[1][7] != "-" {
-		t.Errorf("a concurrency seed 002 did not run has figures: %v", lt.Rows[1])
+		t.Errorf("a concurrency the zones-and-latency test did not run has figures: %v", lt.Rows[1])
 	}
 	et := EnumerateTable(&loadgen.Result{Steps: []loadgen.Step{{Concurrency: 10, TPS: 2084, Latency: loadgen.Latency{Avg: 4.8}}}},
 		&loadgen.Result{Steps: []loadgen.Step{{Concurrency: 10, TPS: 20840}}})
@@ -57,7 +57,7 @@ func TestTablesBesideSeeds(t *testing.T) {
 	for i, h := range et.Header {
 		row[h] = et.Rows[0][i]
 	}
-	if row["usher / nginx"] != "0.10" || row["E5-2690v4 tx/s"] != "104.2" || row["usher / best seed 000"] != "20x" {
+	if row["usher / nginx"] != "0.10" || row["E5-2690v4 tx/s"] != "104.2" || row["usher / best the LHC test"] != "20x" {
 		t.Errorf("enumerate row %v", row)
 	}
 	st := StormTable(loadgen.Step{TimeToFinish: 50.2, Latency: loadgen.Latency{Avg: 40}}, 1000, 20)

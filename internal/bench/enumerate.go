@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ const NFusePath = "/scripts/wpnbr.dll"
 
 // EnumerateConfig sizes the enumeration bench.
 type EnumerateConfig struct {
-	// Concurrency lists the levels (seed 000: 10, 20, 40, 60, 100), each
+	// Concurrency lists the levels (the LHC test: 10, 20, 40, 60, 100), each
 	// held for StepDuration and measured after Warmup.
 	Concurrency  []int
 	StepDuration time.Duration
@@ -29,7 +30,7 @@ type EnumerateConfig struct {
 	URL string
 	// Nginx is the nginx binary; empty: no nginx column.
 	Nginx string
-	// Users take turns (seed 004's WCAT sent one user's credentials).
+	// Users take turns (the IMA/FMA test's WCAT sent one user's credentials).
 	// Each first enumerates once before the steps: a credential's first
 	// check costs an argon2id verification, later ones hit the verified-
 	// credential cache. That pass is reported on its own, as cold.
@@ -38,6 +39,13 @@ type EnumerateConfig struct {
 	// the same moments of a shared, noisy machine; each level reports
 	// the round with the median throughput. 0 means 1.
 	Rounds int
+	// Wrk is the wrk binary that, after the in-process steps, drives
+	// usher, nginx and nginx's null answer from another process at each
+	// level; empty: not run. A missing wrk or nginx skips it with a note.
+	Wrk string
+	// SendBuffer is the bench site's socket send buffer in bytes, given
+	// to the nginx that wrk drives too; 0: the kernel's.
+	SendBuffer int64
 }
 
 // DefaultEnumerateConfig takes about two minutes: five levels of 10 s on
@@ -45,8 +53,8 @@ type EnumerateConfig struct {
 var DefaultEnumerateConfig = EnumerateConfig{Concurrency: []int{10, 20, 40, 60, 100}, StepDuration: 10 * time.Second,
 	Warmup: 2 * time.Second, Nginx: DefaultNginx, Users: 1000}
 
-// Enumerate runs seeds 000 and 004: WCAT's closed model holding a number
-// of concurrent NFuse enumerations (seed 004's RequestAppData, ctx1
+// Enumerate runs the LHC and IMA/FMA enumeration tests: WCAT's closed model holding a number
+// of concurrent NFuse enumerations (the IMA/FMA test's RequestAppData, ctx1
 // credentials of the site's users) of 400 applications, then the same
 // against nginx serving usher's answer as a static file.
 func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Report, error) {
@@ -120,7 +128,7 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if len(ushers) == 0 {
 		return nil, runErr
 	}
-	rep := loadgen.NewReport("usher bench enumerate (seeds 000 and 004)", "")
+	rep := loadgen.NewReport("usher bench enumerate (the LHC and IMA/FMA enumeration tests)", "")
 	rep.Runs = []loadgen.Run{{Name: "usher", Result: loadgen.MedianSteps(ushers...)}, {Name: "usher cold", Result: cold}}
 	if skipNote != "" {
 		rep.Notes = append(rep.Notes, skipNote)
@@ -132,7 +140,108 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if rounds > 1 {
 		rep.Tables = append(rep.Tables, RoundsTable(ushers, nginxes))
 	}
-	return finishEnumerate(rep, ngxMedian, apps, len(answer), cfg), runErr
+	rep = finishEnumerate(rep, ngxMedian, apps, len(answer), cfg)
+	if cfg.Wrk != "" && runErr == nil {
+		body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: users[0], Encoding: loadgen.Ctx1}, nil)
+		t, notes, err := enumerateWrk(ctx, env, cfg, url, answer, body, rep.Runs[0].Result, ngxMedian)
+		if t != nil {
+			rep.Tables = append([]loadgen.Table{rep.Tables[0], *t}, rep.Tables[1:]...)
+		}
+		rep.Notes = append(rep.Notes, notes...)
+		runErr = err
+	}
+	return rep, runErr
+}
+
+// ClientBound is the share of the client's ceiling at which a server's
+// figure says more about the client than about the server.
+const ClientBound = 0.9
+
+// NullPath is where the wrk part's nginx serves padding of the answer's
+// size: the client's ceiling.
+const NullPath = "/null"
+
+// enumerateWrk drives usher, nginx and nginx's null answer with wrk at
+// each level and tabulates them beside the in-process figures. It
+// returns no table, and a note, when wrk or nginx is missing.
+func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, url string, answer []byte, body string, usher, ngx *loadgen.Result) (*loadgen.Table, []string, error) {
+	if _, err := os.Stat(cfg.Wrk); err != nil {
+		fmt.Fprintf(env.out(), "wrk: %v; skipping the wrk table (Debian: apt-get install wrk)\n", ErrNoWrk)
+		return nil, []string{fmt.Sprintf("wrk: skipped, %v (%s).", ErrNoWrk, cfg.Wrk)}, nil
+	}
+	tuning := NginxTuning{Workers: 1, NoPush: true, SendBuffer: cfg.SendBuffer, NullPath: NullPath}
+	n, err := StartTunedNginx(ctx, cfg.Nginx, tuning, NFusePath, answer, "text/xml")
+	switch {
+	case cfg.Nginx == "" || errors.Is(err, ErrNoNginx):
+		fmt.Fprintf(env.out(), "wrk: no nginx (%q); skipping the wrk table\n", cfg.Nginx)
+		return nil, []string{"wrk: skipped, no nginx to calibrate the client against."}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("nginx for wrk: %w", err)
+	}
+	defer n.Stop()
+	dir, err := os.MkdirTemp("", "usher-bench-wrk-*")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	script, err := writeWrkScript(dir, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	null := strings.TrimSuffix(n.URL, NFusePath) + NullPath
+	var wu, wn, wc []WrkResult
+	for _, c := range cfg.Concurrency {
+		for _, r := range []struct {
+			name, url, script string
+			into              *[]WrkResult
+		}{{"usher", url, script, &wu}, {"nginx", n.URL, script, &wn}, {"nginx " + NullPath, null, "", &wc}} {
+			fmt.Fprintf(env.out(), "wrk -t1 -c%d -d%s: %s\n", c, cfg.StepDuration, r.name)
+			res, err := RunWrk(ctx, cfg.Wrk, r.url, r.script, c, cfg.StepDuration)
+			if err != nil {
+				return nil, nil, err
+			}
+			*r.into = append(*r.into, res)
+		}
+	}
+	t := WrkTable(cfg.Concurrency, usher, ngx, wu, wn, wc)
+	return &t, []string{
+		fmt.Sprintf("wrk (another process, one thread, -c as the level, %s a level with no warm-up) posts one user's RequestAppData with ctx1 credentials. "+
+			"Its nginx: one worker, sendfile on, tcp_nopush off, sndbuf %d; the client's ceiling is wrk's GET of %s there, padding of the answer's size as a static file. "+
+			"A figure at %.0f%% of that ceiling or more is client-bound and gets no ratio.", cfg.StepDuration, cfg.SendBuffer, NullPath, 100*ClientBound),
+	}, nil
+}
+
+// WrkTable sets wrk's figures for usher (wu), nginx (wn) and the client's
+// ceiling (wc), one per level, beside the in-process ones (ngx may be nil).
+func WrkTable(levels []int, usher, ngx *loadgen.Result, wu, wn, wc []WrkResult) loadgen.Table {
+	t := loadgen.Table{
+		Title: "Enumerating over NFuse, driven by wrk from another process, beside the in-process client",
+		Header: []string{"concurrent", "in-process usher tx/s", "in-process nginx tx/s", "wrk usher req/s", "usher p50 ms", "usher p99 ms", "usher errors",
+			"wrk nginx req/s", "nginx p99 ms", "nginx errors", "client ceiling req/s", "usher / nginx (wrk)"},
+	}
+	in := func(r *loadgen.Result, i int) string {
+		if r == nil || i >= len(r.Steps) {
+			return "-"
+		}
+		return fmtF(r.Steps[i].TPS, 1)
+	}
+	for i, c := range levels {
+		u, n, ceil := wu[i], wn[i], wc[i].RPS
+		ratio := "-"
+		switch ub, nb := u.RPS >= ClientBound*ceil, n.RPS >= ClientBound*ceil; {
+		case ub && nb:
+			ratio = "client-bound"
+		case ub:
+			ratio = "client-bound (usher)"
+		case nb:
+			ratio = "client-bound (nginx)"
+		case n.RPS > 0:
+			ratio = fmtF(u.RPS/n.RPS, 2)
+		}
+		t.Rows = append(t.Rows, []string{strconv.Itoa(c), in(usher, i), in(ngx, i), fmtF(u.RPS, 1), fmtF(u.P50, 2), fmtF(u.P99, 2),
+			strconv.FormatInt(u.Errors(), 10), fmtF(n.RPS, 1), fmtF(n.P99, 2), strconv.FormatInt(n.Errors(), 10), fmtF(ceil, 1), ratio})
+	}
+	return t
 }
 
 func roundOf(r, n int) string {
@@ -201,10 +310,10 @@ func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, c
 	}
 	rep.Notes = append(rep.Notes,
 		machineNote(rep),
-		fmt.Sprintf("Each request is seed 004's RequestAppData with another user's ctx1 credentials; the answer lists %d applications in %d bytes.", apps, size),
-		fmt.Sprintf("Seed 004 (concurrency at which the average passed 5,000 ms; %s; FMA collapsed past ~800 at 16 vCPU): usher's average passed it %s, up to %d.",
+		fmt.Sprintf("Each request is the IMA/FMA test's RequestAppData with another user's ctx1 credentials; the answer lists %d applications in %d bytes.", apps, size),
+		fmt.Sprintf("The IMA/FMA test (concurrency at which the average passed 5,000 ms; %s; FMA collapsed past ~800 at 16 vCPU): usher's average passed it %s, up to %d.",
 			strings.Join(s004, "; "), broke, res.Steps[len(res.Steps)-1].Concurrency),
-		fmt.Sprintf("Seed 000's broker had 16 vCPU and its LHC database on a RAM disk; %s steps here, the first %s of each not measured, as WCAT's warm-up.",
+		fmt.Sprintf("The LHC test's broker had 16 vCPU and its LHC database on a RAM disk; %s steps here, the first %s of each not measured, as WCAT's warm-up.",
 			cfg.StepDuration, cfg.Warmup),
 	)
 	var runs []loadgen.Series
@@ -217,26 +326,26 @@ func finishEnumerate(rep *loadgen.Report, ngx *loadgen.Result, apps, size int, c
 		runs, avgs = append(runs, t), append(avgs, a)
 	}
 	for k, cpu := range Seed000CPUs {
-		t, a := loadgen.Series{Name: "seed 000 " + cpu}, loadgen.Series{Name: "seed 000 " + cpu}
+		t, a := loadgen.Series{Name: "the LHC test " + cpu}, loadgen.Series{Name: "the LHC test " + cpu}
 		for _, row := range Seed000 {
 			t.X, t.Y = append(t.X, float64(row.Concurrent)), append(t.Y, row.TPS[k])
 			a.X, a.Y = append(a.X, float64(row.Concurrent)), append(a.Y, row.AvgMs[k])
 		}
 		runs, avgs = append(runs, t), append(avgs, a)
 	}
-	if f, err := loadgen.LogLinePlot("transactions-per-second", "Enumerations per second (higher is better; log scale)", "concurrent requests", "transactions/s", runs...); err == nil {
+	if f, err := loadgen.LogLinePlot("transactions-per-second", "Enumerations of 400 applications per second (higher is better)", "concurrent requests", "enumerations per second", runs...); err == nil {
 		rep.Figures = append(rep.Figures, f)
 	}
-	if f, err := loadgen.LogLinePlot("average-transaction-time", "Average enumeration time (lower is better; log scale)", "concurrent requests", "ms", avgs...); err == nil {
+	if f, err := loadgen.LogLinePlot("average-transaction-time", "Average enumeration time, 400 applications (lower is better)", "concurrent requests", "average enumeration time (ms)", avgs...); err == nil {
 		rep.Figures = append(rep.Figures, f)
 	}
 	return rep
 }
 
-// EnumerateTable puts usher's and nginx's steps beside seed 000's table.
+// EnumerateTable puts usher's and nginx's steps beside the LHC test's table.
 func EnumerateTable(usher, ngx *loadgen.Result) loadgen.Table {
 	t := loadgen.Table{
-		Title:  "Enumerating 400 applications over NFuse: usher beside nginx (same bytes, static file) and seed 000 (Citrix 7.15 LHC, 16 vCPU)",
+		Title:  "Enumerating 400 applications over NFuse: usher beside nginx (same bytes, static file) and the LHC test (Citrix 7.15 LHC, 16 vCPU)",
 		Header: []string{"concurrent", "usher tx/s", "usher avg ms", "usher p99 ms", "usher errors %"},
 	}
 	if ngx != nil {
@@ -245,7 +354,7 @@ func EnumerateTable(usher, ngx *loadgen.Result) loadgen.Table {
 	for _, cpu := range Seed000CPUs {
 		t.Header = append(t.Header, cpu+" tx/s", cpu+" avg ms")
 	}
-	t.Header = append(t.Header, "usher / best seed 000")
+	t.Header = append(t.Header, "usher / best the LHC test")
 	for i, s := range usher.Steps {
 		row := []string{strconv.Itoa(s.Concurrency), fmtF(s.TPS, 1), fmtF(s.Latency.Avg, 1), fmtF(s.Latency.P99, 1), fmtF(s.ErrorPct, 2)}
 		if ngx != nil {

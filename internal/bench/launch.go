@@ -10,9 +10,9 @@ import (
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
-// LaunchConfig sizes seed 002's experiment.
+// LaunchConfig sizes the zones-and-latency test's experiment.
 type LaunchConfig struct {
-	// Launches at each concurrency (seed 002: 10,000).
+	// Launches at each concurrency (the zones-and-latency test: 10,000).
 	Launches    int
 	Concurrency []int
 	// LogonConcurrency is how many users log on at once before the run
@@ -22,11 +22,11 @@ type LaunchConfig struct {
 	LogonConcurrency int
 }
 
-// DefaultLaunchConfig finishes in a few minutes on two cores; seed 002's
+// DefaultLaunchConfig finishes in a few minutes on two cores; the zones-and-latency test's
 // full size is Launches 10,000.
 var DefaultLaunchConfig = LaunchConfig{Launches: 2000, Concurrency: []int{12, 24, 36, 48, 60}}
 
-// Launch runs seed 002 on the embedded site DB: Launches launches through
+// Launch runs the zones-and-latency test on the embedded site DB: Launches launches through
 // the REST API at each concurrency, each by another user, onto 57
 // simulated VDAs of one delivery group. Users log on before the run; a
 // step's sessions are logged off before the next, so every launch makes a
@@ -74,21 +74,21 @@ func Launch(ctx context.Context, env Env, cfg LaunchConfig) (*loadgen.Report, er
 		log.Warn("log off after the run", "err", lerr)
 	}
 
-	rep := loadgen.NewReport("usher bench launch (seed 002)", "")
+	rep := loadgen.NewReport("usher bench launch (Citrix's zones-and-latency test)", "")
 	rep.Runs = []loadgen.Run{{Name: "usher", Result: res}}
 	rep.Tables = []loadgen.Table{LaunchTable(res, cfg.Launches)}
 	rep.Tables = append(rep.Tables, loadgen.StepsTable("usher launches, in detail", res))
 	rep.Notes = append(rep.Notes,
 		machineNote(rep),
-		"usher: embedded SQLite site DB in the broker's process, no WAN: seed 002's RTT is between its satellite broker and the site DB, "+
+		"usher: embedded SQLite site DB in the broker's process, no WAN: the zones-and-latency test's RTT is between its satellite broker and the site DB, "+
 			"so its 10 ms row is the nearest; the WAN rows come with PostgreSQL zones.",
 		fmt.Sprintf("Each launch is a new session of another user on one of %d simulated VDAs of one delivery group; "+
 			"%d users logged on before the run in %s (untimed: one argon2id hash each); sessions were logged off between steps.",
 			Machines, cfg.Launches, logons.Round(time.Second)),
-		"The physical bound for one DB round trip per launch is concurrency / RTT launches per second (seed-tables.md).",
+		"The physical bound for one DB round trip per launch is concurrency / RTT launches per second (docs/published-results.md).",
 	)
 	if cfg.Launches != 10_000 {
-		rep.Notes = append(rep.Notes, "Run with --launches 10000 for seed 002's size; \"usher est. 10k\" is 10,000 / launches/s.")
+		rep.Notes = append(rep.Notes, "Run with --launches 10000 for the zones-and-latency test's size; \"usher est. 10k\" is 10,000 / launches/s.")
 	}
 	figs, ferr := launchFigures(res)
 	if ferr != nil {
@@ -98,13 +98,13 @@ func Launch(ctx context.Context, env Env, cfg LaunchConfig) (*loadgen.Report, er
 	return rep, err
 }
 
-// LaunchTable puts usher's steps beside seed 002's 10 ms rows.
+// LaunchTable puts usher's steps beside the zones-and-latency test's 10 ms rows.
 func LaunchTable(res *loadgen.Result, launches int) loadgen.Table {
 	n := strconv.Itoa(launches)
 	t := loadgen.Table{
-		Title: "Brokering: usher (embedded site DB, loopback) beside seed 002 (Citrix 7.7, 10 ms RTT to the site DB)",
+		Title: "Brokering: usher (embedded site DB, loopback) beside the zones-and-latency test (Citrix 7.7, 10 ms RTT to the site DB)",
 		Header: []string{"concurrent", "usher avg (s)", "usher p99 (s)", "usher launches/s", "usher errors %", "usher time for " + n,
-			"usher est. 10k", "seed 002 avg (s)", "seed 002 launches/s", "seed 002 errors %", "seed 002 time for 10k", "usher/seed 002 launches/s"},
+			"usher est. 10k", "the zones-and-latency test avg (s)", "the zones-and-latency test launches/s", "the zones-and-latency test errors %", "the zones-and-latency test time for 10k", "usher/the zones-and-latency test launches/s"},
 	}
 	for _, s := range res.Steps {
 		est := "n/a"
@@ -132,18 +132,18 @@ func launchFigures(res *loadgen.Result) ([]loadgen.Figure, error) {
 	for i := range avg.Y {
 		avg.Y[i] /= 1000
 	}
-	seedTPS, seedAvg := loadgen.Series{Name: "seed 002, Citrix, 10 ms RTT"}, loadgen.Series{Name: "seed 002, Citrix, 10 ms RTT"}
+	seedTPS, seedAvg := loadgen.Series{Name: "the zones-and-latency test, Citrix, 10 ms RTT"}, loadgen.Series{Name: "the zones-and-latency test, Citrix, 10 ms RTT"}
 	for _, r := range Seed002 {
 		if r.RTTms == 10 {
 			seedTPS.X, seedTPS.Y = append(seedTPS.X, float64(r.Concurrent)), append(seedTPS.Y, r.PerSecond)
 			seedAvg.X, seedAvg.Y = append(seedAvg.X, float64(r.Concurrent)), append(seedAvg.Y, r.AvgSeconds)
 		}
 	}
-	f1, err := loadgen.LogLinePlot("launches-per-second", "Launches per second (higher is better; log scale)", "concurrent requests", "launches/s", tps, seedTPS)
+	f1, err := loadgen.LogLinePlot("launches-per-second", "Launches per second, usher beside the zones-and-latency test (higher is better)", "concurrent launches", "launches per second", tps, seedTPS)
 	if err != nil {
 		return nil, err
 	}
-	f2, err := loadgen.LogLinePlot("average-response", "Average launch response (lower is better; log scale)", "concurrent requests", "seconds", avg, seedAvg)
+	f2, err := loadgen.LogLinePlot("average-response", "Average launch response, usher beside the zones-and-latency test (lower is better)", "concurrent launches", "average launch response (s)", avg, seedAvg)
 	if err != nil {
 		return nil, err
 	}

@@ -31,11 +31,32 @@ type Nginx struct {
 	out    bytes.Buffer
 }
 
+// NginxTuning sets what an nginx yardstick is given. The zero value is
+// the in-process bench's: a worker per CPU, sendfile and tcp_nopush on,
+// the kernel's send buffer.
+type NginxTuning struct {
+	// Workers is worker_processes; 0: auto.
+	Workers int
+	// NoPush turns tcp_nopush off, as usher writes without corking.
+	NoPush bool
+	// SendBuffer is the listen socket's sndbuf in bytes; 0: the kernel's.
+	SendBuffer int64
+	// NullPath, when set, also serves len(body) bytes of padding as a
+	// static file at this path: the cheapest answer of that size, to
+	// calibrate a client's ceiling.
+	NullPath string
+}
+
 // StartNginx runs binary in the foreground with a generated configuration
 // in a temporary directory: it listens on a free 127.0.0.1 port and
 // answers GET and POST of urlPath with body (POST to a static file is
 // answered as GET). It returns ErrNoNginx when binary does not exist.
-func StartNginx(ctx context.Context, binary, urlPath string, body []byte, contentType string) (_ *Nginx, err error) {
+func StartNginx(ctx context.Context, binary, urlPath string, body []byte, contentType string) (*Nginx, error) {
+	return StartTunedNginx(ctx, binary, NginxTuning{}, urlPath, body, contentType)
+}
+
+// StartTunedNginx is StartNginx with tuning t.
+func StartTunedNginx(ctx context.Context, binary string, t NginxTuning, urlPath string, body []byte, contentType string) (_ *Nginx, err error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("%w (%s)", ErrNoNginx, binary)
 	}
@@ -61,12 +82,21 @@ func StartNginx(ctx context.Context, binary, urlPath string, body []byte, conten
 	for d := filepath.Dir(file); len(d) >= len(dir); d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
 	}
+	if t.NullPath != "" {
+		null := filepath.Join(www, filepath.FromSlash(strings.TrimPrefix(t.NullPath, "/")))
+		if filepath.Dir(null) != www {
+			return nil, fmt.Errorf("nginx null path %q is not at the root", t.NullPath)
+		}
+		if err := os.WriteFile(null, bytes.Repeat([]byte{'x'}, len(body)), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(nginxConfig(binary, dir, www, port, contentType)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(nginxConfig(binary, dir, www, port, contentType, t)), 0o644); err != nil {
 		return nil, err
 	}
 	n.cmd = exec.Command(binary, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
@@ -117,11 +147,21 @@ func (n *Nginx) Stop() {
 	os.RemoveAll(n.dir)
 }
 
-func nginxConfig(binary, dir, www string, port int, contentType string) string {
+func nginxConfig(binary, dir, www string, port int, contentType string, t NginxTuning) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "daemon off;\nworker_processes auto;\npid %s;\n", filepath.Join(dir, "nginx.pid"))
+	workers, nopush, sndbuf := "auto", "on", ""
+	if t.Workers > 0 {
+		workers = fmt.Sprint(t.Workers)
+	}
+	if t.NoPush {
+		nopush = "off"
+	}
+	if t.SendBuffer > 0 {
+		sndbuf = fmt.Sprintf(" sndbuf=%d", t.SendBuffer)
+	}
+	fmt.Fprintf(&b, "daemon off;\nworker_processes %s;\npid %s;\n", workers, filepath.Join(dir, "nginx.pid"))
 	fmt.Fprintf(&b, "error_log %s warn;\n", filepath.Join(dir, "error.log"))
-	b.WriteString("events { worker_connections 8192; }\nhttp {\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n")
+	fmt.Fprintf(&b, "events { worker_connections 8192; }\nhttp {\n  access_log off;\n  sendfile on;\n  tcp_nopush %s;\n", nopush)
 	b.WriteString("  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n")
 	fmt.Fprintf(&b, "  default_type %s;\n", contentType)
 	// Temporary paths in our directory, for every module built in: the
@@ -133,7 +173,7 @@ func nginxConfig(binary, dir, www string, port int, contentType string) string {
 		}
 		fmt.Fprintf(&b, "  %s_temp_path %s;\n", m, filepath.Join(dir, "tmp-"+m))
 	}
-	fmt.Fprintf(&b, "  server {\n    listen 127.0.0.1:%d;\n    root %s;\n", port, www)
+	fmt.Fprintf(&b, "  server {\n    listen 127.0.0.1:%d%s;\n    root %s;\n", port, sndbuf, www)
 	b.WriteString("    location / { error_page 405 =200 $uri; }\n  }\n}\n")
 	return b.String()
 }

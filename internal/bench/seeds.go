@@ -1,9 +1,9 @@
 package bench
 
 // The published figures the experiments compare against, from
-// shared/data/seed-tables.md.
+// docs/published-results.md.
 
-// Seed002Row is one row of seed 002 (Citrix 7.7, 57 simulated VDAs in one
+// Seed002Row is one row of the zones-and-latency test (Citrix 7.7, 57 simulated VDAs in one
 // delivery group, 10,000 launches per run). Zero AvgSeconds and PerSecond
 // are "n/a"; TimeFor10k is as published.
 type Seed002Row struct {
@@ -16,7 +16,7 @@ type Seed002Row struct {
 	Unavailable bool
 }
 
-// Seed002 holds every row of seed 002.
+// Seed002 holds every row of the zones-and-latency test.
 var Seed002 = []Seed002Row{
 	{10, 12, 0.9, 14, 0, "11m57s", false},
 	{10, 24, 1.4, 17.8, 0, "9m24s", false},
@@ -45,7 +45,7 @@ var Seed002 = []Seed002Row{
 	{250, 60, 0, 0, 99.0, "n/a", true},
 }
 
-// seed002At returns seed 002's row at rtt and concurrency.
+// seed002At returns the zones-and-latency test's row at rtt and concurrency.
 func seed002At(rtt, concurrent int) (Seed002Row, bool) {
 	for _, r := range Seed002 {
 		if r.RTTms == rtt && r.Concurrent == concurrent {
@@ -55,7 +55,7 @@ func seed002At(rtt, concurrent int) (Seed002Row, bool) {
 	return Seed002Row{}, false
 }
 
-// Seed000Row is one row of seed 000: Citrix LHC enumerating 400
+// Seed000Row is one row of the LHC test: Citrix LHC enumerating 400
 // applications under WCAT at fixed concurrency, on three CPUs (16 vCPU
 // broker).
 type Seed000Row struct {
@@ -68,7 +68,7 @@ type Seed000Row struct {
 // Seed000CPUs names the columns of Seed000Row.
 var Seed000CPUs = [3]string{"E5-2670", "E5-2660v4", "E5-2690v4"}
 
-// Seed000 holds seed 000's table.
+// Seed000 holds the LHC test's table.
 var Seed000 = []Seed000Row{
 	{10, [3]float64{45.4, 81.4, 104.2}, [3]float64{212, 117, 95}},
 	{20, [3]float64{45.1, 78.9, 104.9}, [3]float64{439, 251, 187}},
@@ -86,17 +86,17 @@ func seed000At(concurrent int) (Seed000Row, bool) {
 	return Seed000Row{}, false
 }
 
-// Seed 004: the concurrency at which the average enumeration passed
+// The IMA/FMA test: the concurrency at which the average enumeration passed
 // 5,000 ms, by vCPU (IMA 6.5, FMA 7.13); FMA collapsed past ~800 at 16.
 var Seed004 = []struct {
 	VCPU     int
 	IMA, FMA int
 }{{2, 140, 180}, {4, 250, 380}, {8, 400, 655}, {16, 570, 800}}
 
-// Seed004Threshold is the average response seed 004 took as broken.
+// Seed004Threshold is the average response the IMA/FMA test took as broken.
 const Seed004Threshold = 5000.0 // ms
 
-// Citrix's LHC sizing test (seed 000): 100,000 users at 20 launches/s,
+// Citrix's LHC sizing test (the LHC test): 100,000 users at 20 launches/s,
 // theoretical minimum 1h23m20s, measured 1h30m48s on 8 vCPU.
 const (
 	CitrixStormUsers    = 100_000
@@ -104,6 +104,6 @@ const (
 	CitrixStormMeasured = 90*60 + 48 // seconds
 )
 
-// Yardstick from shared/data/seed-tables.md: nginx serving the 184 KB
+// Yardstick from docs/published-results.md: nginx serving the 184 KB
 // 400-app answer as a static file, wrk with one thread, this machine kind.
 const NginxYardstickTPS = 20_000

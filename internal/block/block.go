@@ -1,11 +1,3 @@
-// Package block is the domain of usher's image streaming: the Device
-// interface that every block layer implements (the NBD server serves one,
-// write caches, the server RAM cache, the I/O meter and the remote stream
-// client wrap one), the errors layers return, and two simple devices: one
-// backed by a file and one held in memory.
-//
-// Layers compose like nbdkit filters: a layer takes a Device and is a
-// Device. Any package may import block; block imports nothing of usher.
 package block
 
 import (
@@ -107,12 +99,12 @@ type Extenter interface {
 }
 
 // Extents reports the extents of d, or one allocated extent for the
-// whole range when d is not an Extenter.
+// whole range when d has no Extenter (found with As).
 func Extents(ctx context.Context, d Device, off, n int64, dst []Extent) ([]Extent, error) {
 	if err := CheckRange(d, off, n); err != nil {
 		return dst, err
 	}
-	if e, ok := d.(Extenter); ok {
+	if e, ok := As[Extenter](d); ok {
 		return e.Extents(ctx, off, n, dst)
 	}
 	return append(dst, Extent{Length: n}), nil
@@ -148,9 +140,10 @@ type MemReader interface {
 	TryReadAt(p []byte, off int64) bool
 }
 
-// TryReadAt is d's TryReadAt, or false when d is not a MemReader.
+// TryReadAt is d's TryReadAt, or false when d has no MemReader (found
+// with As).
 func TryReadAt(d Device, p []byte, off int64) bool {
-	if m, ok := d.(MemReader); ok {
+	if m, ok := As[MemReader](d); ok {
 		return m.TryReadAt(p, off)
 	}
 	return false
@@ -169,9 +162,10 @@ type InlineWriter interface {
 	TryWriteAt(p []byte, off int64) bool
 }
 
-// TryWriteAt is d's TryWriteAt, or false when d is not an InlineWriter.
+// TryWriteAt is d's TryWriteAt, or false when d has no InlineWriter
+// (found with As).
 func TryWriteAt(d Device, p []byte, off int64) bool {
-	if w, ok := d.(InlineWriter); ok {
+	if w, ok := As[InlineWriter](d); ok {
 		return w.TryWriteAt(p, off)
 	}
 	return false
@@ -189,9 +183,10 @@ type SliceReader interface {
 	TrySlices(off, n int64, dst [][]byte) ([][]byte, bool)
 }
 
-// TrySlices is d's TrySlices, or false when d is not a SliceReader.
+// TrySlices is d's TrySlices, or false when d has no SliceReader
+// (found with As).
 func TrySlices(d Device, off, n int64, dst [][]byte) ([][]byte, bool) {
-	if s, ok := d.(SliceReader); ok {
+	if s, ok := As[SliceReader](d); ok {
 		return s.TrySlices(off, n, dst)
 	}
 	return dst, false

@@ -36,19 +36,3 @@ func TestFile(t *testing.T) {
 	defer ro.Close()
 	blocktest.RunReadOnly(t, ro)
 }
-
-func TestParseSize(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"4096", 4096, true}, {"512MiB", 512 << 20, true}, {"4k", 4096, true},
-		{"1G", 1 << 30, true}, {"2gb", 2 << 30, true}, {"", 0, false}, {"-1", 0, false}, {"12x", 0, false},
-	} {
-		got, err := block.ParseSize(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}

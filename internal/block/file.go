@@ -48,8 +48,14 @@ func OpenFile(path string, readOnly bool) (*File, error) {
 // CreateFile creates (or truncates) a sparse file of size bytes at path
 // and opens it as a writable device.
 func CreateFile(path string, size int64) (*File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
+		return nil, err
+	}
+	// Images, write caches and overflow files hold users' data: their
+	// owner's alone, whatever the umask or the mode of a file truncated.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
 		return nil, err
 	}
 	if err := f.Truncate(size); err != nil {

@@ -1,5 +1,5 @@
 // Package blockbench holds usher's image-streaming experiments: the
-// write-cache experiment of seed 001 (`usher bench writecache`) and the
+// write-cache experiment of the PVS RAM-cache paper (`usher bench writecache`) and the
 // NBD server comparison against nbdkit (`usher bench nbd`). Only
 // cmd/usher imports it.
 //
@@ -26,7 +26,7 @@
 //
 // # Workload, at full scale (per target)
 //
-// Derived from the reference figures (block-streaming.md, seed 001):
+// Derived from the reference figures (block-streaming.md, the PVS RAM-cache paper):
 //
 //   - Boot: 70,000 reads, "mostly small random I/Os": 90% 4 KiB, 6%
 //     8 KiB, 2% 16 KiB, 2% 64 KiB (5.7 KiB average, so about 400 MB,
@@ -35,11 +35,11 @@
 //     25 MB of writes (the quoted 20-30 MB): 60% 4 KiB, 20% 8 KiB,
 //     10% 16 KiB, 10% 64 KiB, random in the 64 MiB hot region (page
 //     file, registry, logs, temp). A boot lasts 60 s; the N boots start
-//     evenly over 5 minutes (seed 001's staged boots; PVS booted 500
+//     evenly over 5 minutes (the PVS RAM-cache paper's staged boots; PVS booted 500
 //     targets in 5 minutes).
 //   - Steady state, from each target's boot end until 65 minutes after
 //     the first boot (an hour of Login VSI "medium" work): 10 IOPS per
-//     target (seed 001's disk-cache 95th percentile is 7,455 and 4,968
+//     target (the PVS RAM-cache paper's disk-cache 95th percentile is 7,455 and 4,968
 //     IOPS for 500 XenDesktop users, 15 and 10 per user, boots
 //     included), 90% writes ("steady-state write caches see about 90%
 //     writes"). Writes are 70% 4 KiB, 15% 8 KiB, 10% 16 KiB, 5% 64 KiB;
@@ -48,7 +48,7 @@
 //     written hot blocks, half of the image's boot set.
 //   - The write working set is then about 64 MiB + 20% of ~285 MB ≈
 //     120 MiB. RAM budgets: 256 MiB holds it (PVS's sizing for desktop
-//     images, and seed 003's MCS cache of 256 MB); 32 MiB does not.
+//     images, and the IntelliCache paper's MCS cache of 256 MB); 32 MiB does not.
 //     The server RAM cache is 1 GiB; the image 4 GiB (sparse outside the
 //     boot set).
 //
@@ -63,5 +63,5 @@
 // go, on a virtual clock: each operation carries its (scaled) time, and
 // the disk operations it causes are counted in the window (30 s full
 // scale) it falls in, so per-target IOPS and their 95th percentile over
-// windows are in full-scale units, comparable to seed 001's.
+// windows are in full-scale units, comparable to the PVS RAM-cache paper's.
 package blockbench

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
@@ -31,10 +32,10 @@ const (
 // Modes lists every mode.
 var Modes = []string{ModeServerDisk, ModeDeviceRAM, ModeRAMOverflow, ModeRAMOverflowSmall, ModeDeviceDisk}
 
-// DisksPerIOPS is the IOPS one 15k RPM disk sustains in seed 001's sizing.
+// DisksPerIOPS is the IOPS one 15k RPM disk sustains in the PVS RAM-cache paper's sizing.
 const DisksPerIOPS = 180
 
-// Users is the population seed 001 sizes disks for.
+// Users is the population the PVS RAM-cache paper sizes disks for.
 const Users = 500
 
 // WritecacheConfig configures RunWritecache.
@@ -71,7 +72,7 @@ type ModeResult struct {
 	P95IOPS    float64 `json:"p95_iops"`
 	PeakIOPS   float64 `json:"peak_iops"`
 	// Disks500 is the disks 500 users need at the 95th percentile
-	// (ceil(p95 × 500 / 180)); seed 001 recommends at least 3 (RAID 5).
+	// (ceil(p95 × 500 / 180)); the PVS RAM-cache paper recommends at least 3 (RAID 5).
 	Disks500 int `json:"disks_500"`
 
 	// ImageReads are the reads that reached the image store (shared by
@@ -170,7 +171,7 @@ func makeImage(ctx context.Context, dir string, w Workload, seed uint64) (*image
 	if err := f.Close(); err != nil {
 		return nil, "", err
 	}
-	st, err := image.Open(filepath.Join(dir, "store"))
+	st, err := image.Create(filepath.Join(dir, "store"))
 	if err != nil {
 		return nil, "", err
 	}
@@ -189,12 +190,9 @@ type target struct {
 	close func() error
 }
 
-// readOnly hides a device's writability, as usher target does for the
-// upstream stream.
-type readOnly struct{ block.Device }
-
-func (readOnly) ReadOnly() bool { return true }
-func (readOnly) Close() error   { return nil }
+// upstream is the stream as a device-side cache sees it, as usher target
+// does: read-only; the target closes the shared export itself.
+func upstream(shared block.Device) block.Device { return block.NopCloser(block.ReadOnly(shared)) }
 
 func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, mode string, ops [][]op) (ModeResult, error) {
 	w := cfg.Workload
@@ -207,7 +205,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	// only, through the server RAM cache, metered as usher stream does.
 	var reg meter.Registry
 	cache := ramcache.New(w.scaled(w.ServerCache), 0)
-	exports := &image.Exports{Store: st, Cache: cache, Meters: &reg}
+	exports := &export.Images{Store: st, Cache: cache, Meters: &reg}
 	defer exports.Close()
 
 	mr := ModeResult{Mode: mode}
@@ -228,12 +226,12 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 		var wc block.Device
 		switch mode {
 		case ModeServerDisk, ModeDeviceDisk:
-			// Server disk: the overlay image.Exports makes per connection
+			// Server disk: the overlay export.Images makes per connection
 			// when usher stream has --write-cache. Device disk: the one
 			// usher target --cache disk makes over the upstream.
 			base := shared
 			if mode == ModeDeviceDisk {
-				base = readOnly{shared}
+				base = upstream(shared)
 			}
 			o, err := writecache.OpenOverlay(base, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)), false)
 			if err != nil {
@@ -243,7 +241,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 			wc = o
 		case ModeDeviceRAM:
 			mr.Budget = w.scaled(w.RAMHolds)
-			t.ram = writecache.NewRAM(readOnly{shared}, writecache.RAMOptions{Budget: mr.Budget})
+			t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: mr.Budget})
 			wc = t.ram
 		case ModeRAMOverflow, ModeRAMOverflowSmall:
 			mr.Budget = w.scaled(w.RAMHolds)
@@ -255,7 +253,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 				return mr, err
 			}
 			t.disk = new(meter.Counters)
-			t.ram = writecache.NewRAM(readOnly{shared}, writecache.RAMOptions{Budget: mr.Budget, Overflow: meter.Wrap(of, t.disk)})
+			t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: mr.Budget, Overflow: meter.Wrap(of, t.disk)})
 			wc = t.ram
 		default:
 			return mr, fmt.Errorf("unknown mode %q", mode)
@@ -311,7 +309,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	if mr.DiskWrites > 0 {
 		mr.Coalescing = float64(mr.Writes4K) / float64(mr.DiskWrites)
 	}
-	img := reg.Snapshot()[image.LayerImage]
+	img := reg.Snapshot()[export.LayerImage]
 	mr.ImageReads = img.Reads
 	if h, m := cache.Hits.Load(), cache.Misses.Load(); h+m > 0 {
 		mr.ServerHitRate = float64(h) / float64(h+m)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -9,12 +10,12 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 // Defaults for Config.
@@ -31,12 +32,30 @@ const (
 	refusalCoolDown = 30 * time.Second
 )
 
-// VDAControl reaches VDAs. Implementations must honour ctx and return an
-// error when the VDA did not accept the request.
+// VDAControl reaches VDAs at the Control they registered. Implementations
+// must honour ctx and return an error when the VDA did not accept the
+// request (or could not be reached); the broker then treats the machine
+// as unable to serve the session.
 type VDAControl interface {
-	Prepare(ctx context.Context, c Control, req vdaproto.PrepareRequest) error
+	// Prepare tells a VDA that a session is coming.
+	Prepare(ctx context.Context, c Control, p Prepare) error
+	// Logoff asks a VDA to log a session off.
 	Logoff(ctx context.Context, c Control, sessionID string) error
+	// Disconnect asks a VDA to disconnect a session.
 	Disconnect(ctx context.Context, c Control, sessionID string) error
+}
+
+// Prepare tells a VDA that a session is coming: a new one, or a
+// reconnection to an existing one.
+type Prepare struct {
+	SessionID, User, Resource string
+	CommandLine               string
+	Reconnect                 bool
+	// Ticket is what the user's client will present to the VDA, until
+	// ExpiresAt. A VDAControl must not hand the ticket itself to the VDA,
+	// only what lets the VDA check a presented ticket (its hash).
+	Ticket    string
+	ExpiresAt time.Time
 }
 
 // Config configures a Broker.
@@ -44,7 +63,9 @@ type Config struct {
 	Store   site.Store
 	Control VDAControl
 	Logger  *slog.Logger
-	Metrics *Metrics
+	// Observer is told about transactions, for metrics; nil observes
+	// nothing.
+	Observer Observer
 	// Verified caches verified user passwords; nil makes one.
 	Verified          *auth.VerifiedCache
 	HeartbeatInterval time.Duration
@@ -59,10 +80,27 @@ type Config struct {
 	LockoutThreshold int
 	LockoutWindow    time.Duration
 	LockoutDuration  time.Duration
+	// SourceFree failed logons from one client address within the
+	// lock-out window cost nothing; after them the address must wait a
+	// delay growing with each failure (auth.GuardConfig). Negative turns
+	// per-source throttling off.
+	SourceFree int
+	// Guard, when set, reserves password checks instead of a guard made
+	// from the fields above; a server shares one between users and
+	// admins.
+	Guard *auth.Guard
+	// PasswordParams are the costs of the site's password hashes, which an
+	// unknown user's logon spends too (default auth.DefaultParams).
+	PasswordParams auth.Params
 	// MaxConcurrent bounds the brokering transactions in flight (Citrix's
 	// ThrottledRequestAddressMaxConcurrentTransactions); over it, Admit
 	// refuses at once. 0 means DefaultMaxConcurrent; negative, no bound.
 	MaxConcurrent int
+
+	// AllowAddressChange lets a VDA register a display-protocol address
+	// whose host differs from its machine's configured address. Off, such
+	// a registration is refused.
+	AllowAddressChange bool
 }
 
 // DefaultMaxConcurrent is the default bound on brokering transactions in
@@ -78,10 +116,13 @@ type Broker struct {
 	log       *slog.Logger
 	store     site.Store
 	snap      atomic.Pointer[Snapshot]
+	refreshMu sync.Mutex // one Refresh at a time, so that an older snapshot never replaces a newer one
 	machines  *table
-	metrics   *Metrics
-	lockout   *lockout
+	obs       Observer
+	guard     *auth.Guard
 	admission *admission
+	// dummyHash is verified against (as a decoy) for unknown users.
+	dummyHash string
 }
 
 // Admit takes one of the broker's transaction slots, or returns
@@ -90,7 +131,7 @@ type Broker struct {
 func (b *Broker) Admit() (func(), error) {
 	release, err := b.admission.admit()
 	if err != nil {
-		b.metrics.refused.Inc()
+		b.obs.Refused()
 	}
 	return release, err
 }
@@ -107,43 +148,41 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Verified == nil {
 		cfg.Verified = auth.NewVerifiedCache(15*time.Minute, 100000)
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics()
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
-	cfg.HeartbeatInterval = cmpOr(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	cfg.HeartbeatTimeout = cmpOr(cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
-	cfg.TicketTTL = cmpOr(cfg.TicketTTL, DefaultTicketTTL)
-	cfg.RefreshInterval = cmpOr(cfg.RefreshInterval, DefaultRefreshInterval)
-	cfg.PrepareTimeout = cmpOr(cfg.PrepareTimeout, DefaultPrepareTimeout)
+	// A zero or negative duration means the default.
+	cfg.HeartbeatInterval = cmp.Or(max(cfg.HeartbeatInterval, 0), DefaultHeartbeatInterval)
+	cfg.HeartbeatTimeout = cmp.Or(max(cfg.HeartbeatTimeout, 0), DefaultHeartbeatTimeout)
+	cfg.TicketTTL = cmp.Or(max(cfg.TicketTTL, 0), DefaultTicketTTL)
+	cfg.RefreshInterval = cmp.Or(max(cfg.RefreshInterval, 0), DefaultRefreshInterval)
+	cfg.PrepareTimeout = cmp.Or(max(cfg.PrepareTimeout, 0), DefaultPrepareTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.LockoutThreshold == 0 {
-		cfg.LockoutThreshold = DefaultLockoutThreshold
+	if cfg.Guard == nil {
+		cfg.Guard = auth.NewGuard(auth.GuardConfig{Threshold: cfg.LockoutThreshold, Window: cfg.LockoutWindow,
+			Duration: cfg.LockoutDuration, SourceFree: cfg.SourceFree, Now: cfg.Now})
 	}
-	cfg.LockoutWindow = cmpOr(cfg.LockoutWindow, DefaultLockoutWindow)
-	cfg.LockoutDuration = cmpOr(cfg.LockoutDuration, DefaultLockoutDuration)
+	if cfg.PasswordParams == (auth.Params{}) {
+		cfg.PasswordParams = auth.DefaultParams
+	}
+	dummy, err := auth.HashPassword(auth.RandomSecret(16), cfg.PasswordParams)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.MaxConcurrent == 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), metrics: cfg.Metrics,
-		lockout:   newLockout(cfg.LockoutThreshold, cfg.LockoutWindow, cfg.LockoutDuration, cfg.Now),
-		admission: newAdmission(cfg.MaxConcurrent)}
+	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), obs: cfg.Observer,
+		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy}
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}
 	if err := b.loadStatuses(ctx); err != nil {
 		return nil, err
 	}
-	b.metrics.attach(b)
 	return b, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // HeartbeatInterval and HeartbeatTimeout are told to VDAs at registration.
@@ -154,7 +193,12 @@ func (b *Broker) HeartbeatTimeout() time.Duration  { return b.cfg.HeartbeatTimeo
 func (b *Broker) Snapshot() *Snapshot { return b.snap.Load() }
 
 // Refresh reloads the snapshot when the configuration version moved.
+// Run calls it every RefreshInterval; the admin API calls it after each
+// change, so that a change (a new password) takes effect at once on the
+// broker that made it. It is safe for concurrent use.
 func (b *Broker) Refresh(ctx context.Context) error {
+	b.refreshMu.Lock()
+	defer b.refreshMu.Unlock()
 	var version int64
 	var cfg *site.Config
 	cur := b.snap.Load()
@@ -215,55 +259,109 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 }
 
-// Authenticate verifies a user's password. It returns ErrBadCredentials
-// for an unknown user, a wrong password or a user without a password;
-// ErrAccountLocked for a user locked out by failed logons (checked before
-// the password, so a locked account costs no hashing); and, only when the
-// password is right, ErrAccountDisabled for a disabled user. Repeated
-// verifications are served from a cache.
-func (b *Broker) Authenticate(ctx context.Context, name, password string) (*site.User, error) {
+// Authenticate verifies a user's password, given from the client address
+// source ("" for none: not throttled). Every check of a password is
+// reserved with the guard before any hashing, so that no concurrency gets
+// more checks than the lock-out allows, and a right password is re-checked
+// against the lock before it is accepted. Errors:
+//   - a *ThrottledError (EOverloaded) when the source must wait, before
+//     anything is checked;
+//   - ErrBadCredentials for an unknown user, a wrong password or a user
+//     without a password, and a *LockedError (errors.Is both
+//     ErrAccountLocked and ErrBadCredentials) for a locked-out user: both
+//     cost one hash, so that neither answer nor time tells them apart;
+//   - only when the password is right, ErrAccountDisabled for a disabled
+//     user.
+//
+// Repeated verifications are served from a cache.
+func (b *Broker) Authenticate(ctx context.Context, name, password, source string) (*site.User, error) {
 	s := b.Snapshot()
 	u, ok := s.User(name)
 	if !ok || u.PasswordHash == "" {
-		auth.VerifyPassword(dummyHash, password) // same cost as a wrong password
+		at, err := b.guard.Reserve("", source)
+		if err != nil {
+			return nil, b.refused(name, source, err)
+		}
+		b.cfg.Verified.Decoy(b.dummyHash, password) // same cost as a wrong password
+		at.Fail()
 		return nil, ErrBadCredentials
 	}
-	if b.lockout.locked(u.Name) {
-		return nil, ErrAccountLocked
+	key := "user\x00" + u.Name
+	// Concurrent logons with one password share one check and one
+	// reservation: their sources are not charged, as they add no guess.
+	ok, err, shared := b.cfg.Verified.Share(key, password, u.PasswordHash, func() (bool, error) {
+		return b.check(u, key, password, source)
+	})
+	if shared && errors.Is(err, auth.ErrThrottled) {
+		// The first caller's source was throttled, not necessarily ours.
+		ok, err = b.check(u, key, password, source)
 	}
-	ok, err := b.cfg.Verified.Verify("user\x00"+u.Name, password, u.PasswordHash)
 	if err != nil {
-		b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
-		return nil, ErrBadCredentials
+		return nil, b.refused(u.Name, source, err)
 	}
 	if !ok {
-		if b.lockout.fail(u.Name) {
-			b.cfg.Verified.Forget("user\x00" + u.Name)
-			b.log.Warn("user locked out after failed logons", "user", u.Name, "for", b.cfg.LockoutDuration)
-		}
 		return nil, ErrBadCredentials
 	}
 	if u.Disabled {
-		b.cfg.Verified.Forget("user\x00" + u.Name)
+		b.cfg.Verified.Forget(key)
 		return nil, ErrAccountDisabled
 	}
-	b.lockout.succeed(u.Name)
 	return u, nil
 }
 
-// dummyHash is an argon2id hash of a random password with the default
-// cost, verified for unknown users.
-var dummyHash = func() string {
-	h, err := auth.HashPassword(auth.RandomSecret(16), auth.DefaultParams)
+// check reserves a password check of u from source, verifies the
+// password and reports the verdict to the guard. It returns the guard's
+// refusal, if any, as an error, and a wrong password as false.
+func (b *Broker) check(u *site.User, key, password, source string) (bool, error) {
+	at, err := b.guard.Reserve(key, source)
 	if err != nil {
-		panic(err)
+		if errors.Is(err, auth.ErrLocked) {
+			b.cfg.Verified.Decoy(u.PasswordHash, password)
+		}
+		return false, err
 	}
-	return h
-}()
+	ok, err := b.cfg.Verified.Verify(key, password, u.PasswordHash)
+	if err != nil {
+		b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
+	}
+	if !ok {
+		if at.Fail() {
+			b.cfg.Verified.Forget(key)
+			b.log.Warn("user locked out after failed logons", "user", u.Name, "for", b.guard.Config().Duration, "remote", source)
+		}
+		return false, nil
+	}
+	if err := at.Succeed(); err != nil {
+		b.cfg.Verified.Forget(key)
+		return false, err
+	}
+	return true, nil
+}
+
+// refused turns a guard's refusal into the broker's error, and logs it.
+func (b *Broker) refused(user, source string, err error) error {
+	var locked *auth.LockedError
+	var throttled *auth.ThrottledError
+	switch {
+	case errors.As(err, &locked):
+		b.log.Info("logon refused: account locked out", "user", user, "remote", source, "left", locked.Left)
+		return &LockedError{Duration: b.guard.Config().Duration, Left: locked.Left}
+	case errors.As(err, &throttled):
+		b.log.Info("logon refused: source throttled", "user", user, "remote", source, "retry_after", throttled.RetryAfter)
+		return &ThrottledError{RetryAfter: throttled.RetryAfter}
+	}
+	return err
+}
+
+// Guard returns the guard that reserves the broker's password checks.
+func (b *Broker) Guard() *auth.Guard { return b.guard }
+
+// Verified returns the broker's cache of verified passwords.
+func (b *Broker) Verified() *auth.VerifiedCache { return b.cfg.Verified }
 
 // Resources returns what the user may use, from the snapshot.
 func (b *Broker) Resources(ctx context.Context, user string) *Entitlements {
-	defer b.metrics.begin(OpEnumerate)(nil)
+	defer b.begin(OpEnumerate)(nil)
 	return b.Snapshot().EntitlementsOf(user)
 }
 
@@ -293,9 +391,15 @@ var ErrNotEntitled = site.Errorf(site.EForbidden, "the resource is not available
 // allows, else on the least-loaded eligible machine, claimed atomically.
 // Errors: ErrNotEntitled; an ENoCapacity error when no machine can take
 // it; EUnavailable when the site DB cannot be reached.
-func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (l *Launch, err error) {
+func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (*Launch, error) {
+	return b.launch(ctx, req, OpLaunch)
+}
+
+// launch is Launch, counted in flight as started (OpLaunch, or
+// OpReconnect for a reconnection the user asked for).
+func (b *Broker) launch(ctx context.Context, req LaunchRequest, started string) (l *Launch, err error) {
 	op := OpLaunch
-	done := b.metrics.beginAs(OpLaunch, func() string { return op })
+	done := b.beginAs(started, func() string { return op })
 	defer func() { done(err) }()
 	s := b.Snapshot()
 	res, ok := s.Resource(req.Resource)
@@ -306,7 +410,7 @@ func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (l *Launch, err 
 	if l, err := b.reconnect(ctx, s, req, res, groups); l != nil || err != nil {
 		if l != nil {
 			op = OpReconnect
-			b.metrics.reconnects.Inc()
+			b.obs.Reconnected()
 		}
 		return l, err
 	}
@@ -344,8 +448,8 @@ func (b *Broker) reconnect(ctx context.Context, s *Snapshot, req LaunchRequest, 
 			continue
 		}
 		ticket, exp := b.newTicket()
-		prep := vdaproto.PrepareRequest{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
-			Reconnect: sess.State != site.SessionPending, TicketHash: vdaproto.TicketHash(ticket), ExpiresAt: exp}
+		prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
+			Reconnect: sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
 		pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
 		err := b.cfg.Control.Prepare(pctx, ms.control, prep)
 		cancel()
@@ -436,7 +540,7 @@ func (b *Broker) claim(ctx context.Context, s *Snapshot, req LaunchRequest, res 
 		}
 		st.Sessions++
 		st.LogonsInProgress++
-		st.LoadIndex = LoadOf(ms.rules, ms.limit, usageOf(st)).Index
+		st.LoadIndex = LoadOf(ms.rules, ms.limit, st.Usage).Index
 		if err := tx.SetMachineStatus(ctx, ms.name, st); err != nil {
 			return err
 		}
@@ -469,8 +573,8 @@ func (b *Broker) claim(ctx context.Context, s *Snapshot, req LaunchRequest, res 
 	}
 
 	ticket, exp := b.newTicket()
-	prep := vdaproto.PrepareRequest{SessionID: sess.ID, User: req.User, Resource: res.Name, CommandLine: res.CommandLine,
-		TicketHash: vdaproto.TicketHash(ticket), ExpiresAt: exp}
+	prep := Prepare{SessionID: sess.ID, User: req.User, Resource: res.Name, CommandLine: res.CommandLine,
+		Ticket: ticket, ExpiresAt: exp}
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
 	err = b.cfg.Control.Prepare(pctx, ms.control, prep)
 	cancel()
@@ -484,11 +588,6 @@ func (b *Broker) claim(ctx context.Context, s *Snapshot, req LaunchRequest, res 
 	}
 	b.log.Debug("session placed", "session", sess.ID, "user", req.User, "machine", ms.name)
 	return &Launch{Session: sess, Address: ms.address, Protocol: ms.protocol, Ticket: ticket, ExpiresAt: exp}, nil
-}
-
-func usageOf(st site.MachineStatus) Usage {
-	return Usage{Sessions: st.Sessions, LogonsInProgress: st.LogonsInProgress, CPUPercent: st.CPUPercent,
-		MemoryPercent: st.MemoryPercent, MemoryUsedMB: st.MemoryUsedMB, MemoryTotalMB: st.MemoryTotalMB}
 }
 
 func (b *Broker) newTicket() (string, time.Time) {
@@ -546,10 +645,6 @@ func (b *Broker) endSession(ctx context.Context, id, machine string) error {
 // rescore recomputes a stored status's load index under the machine's rules.
 func (b *Broker) rescore(machine string, st *site.MachineStatus) {
 	if ms, ok := b.machines.get(machine); ok {
-		st.LoadIndex = LoadOf(ms.rules, ms.limit, usageOf(*st)).Index
+		st.LoadIndex = LoadOf(ms.rules, ms.limit, st.Usage).Index
 	}
 }
-
-// Metrics returns the broker's metrics, for transports that measure their
-// own transactions.
-func (b *Broker) Metrics() *Metrics { return b.metrics }

@@ -2,49 +2,18 @@ package broker_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
-	"github.com/usher-vdi/usher/internal/vdaproto"
+	"github.com/usher-vdi/usher/internal/sitetest"
 )
-
-// fakeControl is a VDA fleet that accepts every prepare, except on
-// machines told to refuse, and records what it was asked.
-type fakeControl struct {
-	mu       sync.Mutex
-	prepared map[string][]vdaproto.PrepareRequest // machine -> prepares
-	refuse   map[string]bool
-	logoffs  []string
-}
-
-func newFakeControl() *fakeControl {
-	return &fakeControl{prepared: map[string][]vdaproto.PrepareRequest{}, refuse: map[string]bool{}}
-}
-
-func (f *fakeControl) Prepare(ctx context.Context, c broker.Control, req vdaproto.PrepareRequest) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse[c.URL] {
-		return errors.New("refused")
-	}
-	f.prepared[c.URL] = append(f.prepared[c.URL], req)
-	return nil
-}
-
-func (f *fakeControl) Logoff(ctx context.Context, c broker.Control, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.logoffs = append(f.logoffs, id)
-	return nil
-}
-
-func (f *fakeControl) Disconnect(ctx context.Context, c broker.Control, id string) error { return nil }
 
 // testSite has a multi-session group "Apps" of 57 machines publishing
 // "calc", a pooled single-session group "VDI" of 20 machines publishing
@@ -102,46 +71,24 @@ func testSite(users, maxSessions int) *site.Config {
 type harness struct {
 	t       *testing.T
 	store   *sqlitestore.Store
-	control *fakeControl
+	control *sitetest.Control
 	b       *broker.Broker
 	cfg     *site.Config
 }
 
+// newHarness runs a broker over testSite (sitetest), with every machine
+// registered; mod changes the broker's configuration.
 func newHarness(t *testing.T, users, maxSessions int, mod func(*broker.Config)) *harness {
 	t.Helper()
-	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, t.TempDir()+"/site.db", sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	cfg := testSite(users, maxSessions)
-	if err := store.Update(ctx, func(tx site.Tx) error {
-		_, err := site.ApplyConfig(ctx, tx, cfg, false)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	control := newFakeControl()
-	bc := broker.Config{Store: store, Control: control}
-	if mod != nil {
-		mod(&bc)
-	}
-	b, err := broker.New(ctx, bc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, store: store, control: control, b: b, cfg: cfg}
-	for _, m := range cfg.Machines {
-		h.register(m.Name)
-	}
-	return h
+	s := sitetest.New(t, sitetest.Options{Config: testSite(users, maxSessions), Registered: true, Broker: mod})
+	return &harness{t: t, store: s.Store, control: s.Control, b: s.Broker, cfg: s.Config}
 }
 
+// register registers machine again, as its VDA does after a silence.
 func (h *harness) register(machine string) {
 	h.t.Helper()
-	err := h.b.Register(context.Background(), vdaproto.RegisterRequest{Machine: machine, ControlURL: machine, ControlToken: "token-token-token"})
-	if err != nil {
+	i := slices.IndexFunc(h.cfg.Machines, func(m site.Machine) bool { return m.Name == machine })
+	if err := h.b.Register(context.Background(), sitetest.Registration(i, machine)); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -329,15 +276,15 @@ func TestReconnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	event := func(e string) {
+	event := func(e broker.SessionChange) {
 		t.Helper()
-		err := h.b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: first.Session.Machine, SessionID: first.Session.ID, Event: e, At: time.Now()})
+		err := h.b.SessionEvent(ctx, broker.SessionEvent{Machine: first.Session.Machine, SessionID: first.Session.ID, Change: e})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	event(vdaproto.EventLogon)
-	event(vdaproto.EventDisconnect)
+	event(broker.ChangeLogon)
+	event(broker.ChangeDisconnect)
 	again, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "calc", ClientName: "phone"})
 	if err != nil {
 		t.Fatal(err)
@@ -350,13 +297,13 @@ func TestReconnection(t *testing.T) {
 		t.Fatal("a reconnection reused the first ticket")
 	}
 	// Another application of the same group shares the session.
-	event(vdaproto.EventReconnect)
+	event(broker.ChangeReconnect)
 	shared, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "secret"})
 	if err != nil || shared.Session.ID != first.Session.ID {
 		t.Fatalf("second application: %v, session %v; want the shared session %s", err, shared, first.Session.ID)
 	}
 	// After logoff, a launch makes a new session.
-	event(vdaproto.EventLogoff)
+	event(broker.ChangeLogoff)
 	fresh, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "calc"})
 	if err != nil || fresh.Reconnected || fresh.Session.ID == first.Session.ID {
 		t.Fatalf("launch after logoff: %+v, %v", fresh, err)
@@ -367,7 +314,7 @@ func TestReconnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Event: vdaproto.EventLogon})
+		h.b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: broker.ChangeLogon})
 		// Active elsewhere: the policy refuses to take it over, and the
 		// user gets a second desktop.
 		l2, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0002", Resource: "vdi"})
@@ -384,7 +331,7 @@ func TestAssignedDesktop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Event: vdaproto.EventLogoff})
+	h.b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: broker.ChangeLogoff})
 	if err := h.b.Refresh(ctx); err != nil { // the assignment is configuration
 		t.Fatal(err)
 	}
@@ -412,7 +359,7 @@ func TestRefusingVDAIsSkipped(t *testing.T) {
 	h := newHarness(t, 100, 250, nil)
 	broken := map[string]bool{"rdsh-01": true, "rdsh-02": true, "rdsh-30": true}
 	for m := range broken {
-		h.control.refuse[m] = true
+		h.control.Refuse(m)
 	}
 	ok, failed := h.launchAll(100, "calc")
 	if len(ok) != 100 {
@@ -424,99 +371,121 @@ func TestRefusingVDAIsSkipped(t *testing.T) {
 		}
 	}
 	h.check(ok, nil)
-	h.control.mu.Lock()
-	defer h.control.mu.Unlock()
-	if n := len(h.control.prepared[""]); n != 0 {
+	if n := len(h.control.Prepared("")); n != 0 {
 		t.Fatalf("%d prepares went to an empty control URL: the registered control URL was lost", n)
 	}
 	for m := range broken {
-		if n := len(h.control.prepared[m]); n != 0 {
+		if n := len(h.control.Prepared(m)); n != 0 {
 			t.Errorf("refusing machine %s recorded %d prepares", m, n)
 		}
 	}
 }
 
+// TestSilentMachineStopsGettingLaunches runs on a synctest bubble: the
+// broker's sweep and the heartbeats run on its fake clock, so the test sees
+// the machine expire at the exact sweep that should expire it.
 func TestSilentMachineStopsGettingLaunches(t *testing.T) {
-	h := newHarness(t, 200, 250, func(c *broker.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 2 * time.Second // longer than a round of 79 heartbeats under -race
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go h.b.Run(ctx)
-	silent := "rdsh-07"
-	beat := func() {
-		for _, m := range h.cfg.Machines {
-			if m.Name != silent {
-				if _, err := h.b.Heartbeat(ctx, vdaproto.Heartbeat{Machine: m.Name}); err != nil {
-					t.Errorf("heartbeat %s: %v", m.Name, err)
+	synctest.Test(t, func(t *testing.T) {
+		const interval, timeout = 3 * time.Second, 10 * time.Second
+		sweep := interval / 3 // how often Run looks for silent machines
+		h := newHarness(t, 200, 250, func(c *broker.Config) {
+			c.HeartbeatInterval = interval
+			c.HeartbeatTimeout = timeout
+		})
+		ctx := context.Background()
+		run(t, h.b)
+		silent := "rdsh-07"
+		beat := func() {
+			for _, m := range h.cfg.Machines {
+				if m.Name != silent {
+					if _, err := h.b.Heartbeat(ctx, broker.Heartbeat{Machine: m.Name}); err != nil {
+						t.Errorf("heartbeat %s: %v", m.Name, err)
+					}
 				}
 			}
 		}
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		beat()
-		var st site.MachineStatus
-		h.store.View(ctx, func(tx site.Tx) (err error) { st, err = tx.MachineStatus(ctx, silent); return err })
-		if st.Registration == site.Unregistered {
-			break
+		// Every machine registered at 0; all but one heartbeat every
+		// interval. The silent one stays registered while it has been
+		// silent for no more than the timeout, and is unregistered at the
+		// first sweep after that.
+		for elapsed := sweep; elapsed <= timeout+sweep; elapsed += sweep {
+			advance(sweep)
+			if elapsed%interval == 0 {
+				beat()
+			}
+			want := site.Registered
+			if elapsed > timeout {
+				want = site.Unregistered
+			}
+			if got := machineStatus(t, h.store, silent).Registration; got != want {
+				t.Fatalf("silent for %v with a heartbeat timeout of %v: %s, want %s", elapsed, timeout, got, want)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a machine that stopped heartbeating is still registered")
+		for _, m := range h.cfg.Machines {
+			if got := machineStatus(t, h.store, m.Name).Registration; m.Name != silent && got != site.Registered {
+				t.Fatalf("machine %s heartbeating every %v is %s", m.Name, interval, got)
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	beat()
-	ok, failed := h.launchAll(200, "calc")
-	if len(ok) != 200 {
-		t.Fatalf("%d launched; failures %v", len(ok), failed)
-	}
-	for _, l := range ok {
-		if l.Session.Machine == silent {
-			t.Fatal("a launch went to the unregistered machine")
+		ok, failed := h.launchAll(200, "calc")
+		if len(ok) != 200 {
+			t.Fatalf("%d launched; failures %v", len(ok), failed)
 		}
-	}
-	if _, err := h.b.Heartbeat(ctx, vdaproto.Heartbeat{Machine: silent}); site.ErrorCode(err) != vdaproto.CodeNotRegistered {
-		t.Fatalf("heartbeat of the expired machine: %v, want not_registered", err)
-	}
-	h.register(silent)
-	if _, err := h.b.Heartbeat(ctx, vdaproto.Heartbeat{Machine: silent}); err != nil {
-		t.Fatalf("heartbeat after registering again: %v", err)
-	}
+		for _, l := range ok {
+			if l.Session.Machine == silent {
+				t.Fatal("a launch went to the unregistered machine")
+			}
+		}
+		if _, err := h.b.Heartbeat(ctx, broker.Heartbeat{Machine: silent}); site.ErrorCode(err) != broker.ENotRegistered {
+			t.Fatalf("heartbeat of the expired machine: %v, want not_registered", err)
+		}
+		h.register(silent)
+		if _, err := h.b.Heartbeat(ctx, broker.Heartbeat{Machine: silent}); err != nil {
+			t.Fatalf("heartbeat after registering again: %v", err)
+		}
+	})
 }
 
+// TestAbandonedPendingSessionsEnd runs on a synctest bubble: a pending
+// session ends at the first sweep after the ticket lifetime plus the prepare
+// timeout, on the fake clock, and a session whose user arrived does not.
 func TestAbandonedPendingSessionsEnd(t *testing.T) {
-	h := newHarness(t, 3, 250, func(c *broker.Config) {
-		c.TicketTTL = 50 * time.Millisecond
-		c.PrepareTimeout = 50 * time.Millisecond
-		c.HeartbeatInterval = 30 * time.Millisecond
-		c.HeartbeatTimeout = time.Hour
+	synctest.Test(t, func(t *testing.T) {
+		const ttl, prepare, interval = 90 * time.Second, 5 * time.Second, 3 * time.Second
+		sweep := interval / 3
+		h := newHarness(t, 3, 250, func(c *broker.Config) {
+			c.TicketTTL = ttl
+			c.PrepareTimeout = prepare
+			c.HeartbeatInterval = interval
+			c.HeartbeatTimeout = time.Hour
+		})
+		ctx := context.Background()
+		l, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "vdi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		came, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0002", Resource: "vdi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.b.SessionEvent(ctx, broker.SessionEvent{Machine: came.Session.Machine, SessionID: came.Session.ID, Change: broker.ChangeLogon}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, h.b)
+		advance(ttl + prepare)
+		if got := session(t, h.store, l.Session.ID).State; got != site.SessionPending {
+			t.Fatalf("a session pending for exactly the ticket lifetime plus the prepare timeout is %s, want still pending", got)
+		}
+		advance(sweep)
+		if got := session(t, h.store, l.Session.ID).State; got != site.SessionLoggedOff {
+			t.Fatalf("a pending session whose user never came is %s a sweep after it expired, want logged off", got)
+		}
+		if st := machineStatus(t, h.store, l.Session.Machine); st.Sessions != 0 || st.LogonsInProgress != 0 {
+			t.Fatalf("the abandoned session's slot was not given back: %+v", st)
+		}
+		if got := session(t, h.store, came.Session.ID).State; got != site.SessionActive {
+			t.Fatalf("the session whose user logged on is %s, want active", got)
+		}
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "vdi"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go h.b.Run(ctx)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var s site.Session
-		h.store.View(ctx, func(tx site.Tx) (err error) { s, err = tx.Sessions().Get(ctx, l.Session.ID); return err })
-		if s.State == site.SessionLoggedOff {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a pending session whose user never came did not end")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var st site.MachineStatus
-	h.store.View(ctx, func(tx site.Tx) (err error) { st, err = tx.MachineStatus(ctx, l.Session.Machine); return err })
-	if st.Sessions != 0 || st.LogonsInProgress != 0 {
-		t.Fatalf("the abandoned session's slot was not given back: %+v", st)
-	}
 }
 
 func TestSessionEventFromAnotherMachineRefused(t *testing.T) {
@@ -530,11 +499,11 @@ func TestSessionEventFromAnotherMachineRefused(t *testing.T) {
 	if l.Session.Machine == other {
 		other = "rdsh-02"
 	}
-	err = h.b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: other, SessionID: l.Session.ID, Event: vdaproto.EventLogoff})
+	err = h.b.SessionEvent(ctx, broker.SessionEvent{Machine: other, SessionID: l.Session.ID, Change: broker.ChangeLogoff})
 	if site.ErrorCode(err) != site.EForbidden {
 		t.Fatalf("logoff from another machine: %v, want forbidden", err)
 	}
-	if err := h.b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Event: "explode"}); site.ErrorCode(err) != site.EInvalid {
+	if err := h.b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: "explode"}); site.ErrorCode(err) != site.EInvalid {
 		t.Fatalf("unknown event: %v", err)
 	}
 }

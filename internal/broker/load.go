@@ -4,19 +4,6 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// Usage is what a machine reports and what the broker counts for it.
-type Usage struct {
-	// Sessions counts the machine's sessions, pending ones included.
-	Sessions int
-	// LogonsInProgress counts sessions brokered to the machine whose user
-	// has not finished logging on.
-	LogonsInProgress int
-	CPUPercent       float64
-	MemoryPercent    float64
-	MemoryUsedMB     int
-	MemoryTotalMB    int
-}
-
 // Load is a machine's load under a delivery group's rules.
 type Load struct {
 	// Index is 0..site.MaxLoadIndex from the session, CPU and memory rules.
@@ -47,7 +34,7 @@ func SessionLimit(rules site.LoadRules, kind site.CatalogKind, machineMax int) i
 // rules, each scaled so that the rule's full point is site.MaxLoadIndex:
 // sessions against the session limit, CPU against its full percentage, and
 // memory above the base load against its full percentage.
-func LoadOf(rules site.LoadRules, limit int, u Usage) Load {
+func LoadOf(rules site.LoadRules, limit int, u site.Usage) Load {
 	idx := 0
 	if limit > 0 {
 		idx = max(idx, scale(float64(u.Sessions), float64(limit)))

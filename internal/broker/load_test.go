@@ -42,25 +42,25 @@ func TestLoadOf(t *testing.T) {
 		name       string
 		rules      site.LoadRules
 		limit      int
-		u          Usage
+		u          site.Usage
 		want       int
 		logonsFull bool
 	}{
-		{"idle", rules, 250, Usage{}, 0, false},
-		{"half the sessions", rules, 250, Usage{Sessions: 125}, 5000, false},
-		{"full", rules, 250, Usage{Sessions: 250}, site.MaxLoadIndex, false},
-		{"over full is full", rules, 250, Usage{Sessions: 300}, site.MaxLoadIndex, false},
-		{"single session in use", rules, 1, Usage{Sessions: 1}, site.MaxLoadIndex, false},
-		{"CPU off by default", rules, 250, Usage{CPUPercent: 89}, 0, false},
-		{"CPU rule: 45% of 90%", all, 250, Usage{CPUPercent: 45}, 5000, false},
-		{"highest rule wins", all, 250, Usage{Sessions: 25, CPUPercent: 81}, 9000, false},
-		{"memory by percent", all, 250, Usage{MemoryPercent: 72}, 8000, false},
-		{"memory above base load", all, 250, Usage{MemoryUsedMB: 768 + 1000, MemoryTotalMB: 10000}, 1214, false}, // 1000 of 9000-768 MB, floored,
-		{"memory at base load", all, 250, Usage{MemoryUsedMB: 500, MemoryTotalMB: 10000}, 0, false},
-		{"logons under tolerance", rules, 250, Usage{LogonsInProgress: 1}, 0, false},
-		{"logons at tolerance", rules, 250, Usage{Sessions: 2, LogonsInProgress: 2}, 80, true},
-		{"hard logons", hard, 250, Usage{LogonsInProgress: 3}, 0, true},
-		{"no limit, no rules", site.LoadRules{}, 0, Usage{Sessions: 1000}, 0, false},
+		{"idle", rules, 250, site.Usage{}, 0, false},
+		{"half the sessions", rules, 250, site.Usage{Sessions: 125}, 5000, false},
+		{"full", rules, 250, site.Usage{Sessions: 250}, site.MaxLoadIndex, false},
+		{"over full is full", rules, 250, site.Usage{Sessions: 300}, site.MaxLoadIndex, false},
+		{"single session in use", rules, 1, site.Usage{Sessions: 1}, site.MaxLoadIndex, false},
+		{"CPU off by default", rules, 250, site.Usage{CPUPercent: 89}, 0, false},
+		{"CPU rule: 45% of 90%", all, 250, site.Usage{CPUPercent: 45}, 5000, false},
+		{"highest rule wins", all, 250, site.Usage{Sessions: 25, CPUPercent: 81}, 9000, false},
+		{"memory by percent", all, 250, site.Usage{MemoryPercent: 72}, 8000, false},
+		{"memory above base load", all, 250, site.Usage{MemoryUsedMB: 768 + 1000, MemoryTotalMB: 10000}, 1214, false}, // 1000 of 9000-768 MB, floored,
+		{"memory at base load", all, 250, site.Usage{MemoryUsedMB: 500, MemoryTotalMB: 10000}, 0, false},
+		{"logons under tolerance", rules, 250, site.Usage{LogonsInProgress: 1}, 0, false},
+		{"logons at tolerance", rules, 250, site.Usage{Sessions: 2, LogonsInProgress: 2}, 80, true},
+		{"hard logons", hard, 250, site.Usage{LogonsInProgress: 3}, 0, true},
+		{"no limit, no rules", site.LoadRules{}, 0, site.Usage{Sessions: 1000}, 0, false},
 	} {
 		got := LoadOf(tc.rules, tc.limit, tc.u)
 		if got.Index != tc.want || got.LogonsFull != tc.logonsFull {
@@ -78,7 +78,7 @@ func TestPickPrefersSoftLogonsOverNothing(t *testing.T) {
 	tb := newTable(func() time.Time { return time.Unix(0, 0) })
 	tb.configure(s)
 	for _, m := range []string{"a", "b"} {
-		tb.sync(m, site.MachineStatus{Registration: site.Registered, Sessions: 2, LogonsInProgress: 2})
+		tb.sync(m, site.MachineStatus{Registration: site.Registered, Usage: site.Usage{Sessions: 2, LogonsInProgress: 2}})
 	}
 	ms, ok := tb.pick("g", nil)
 	if !ok {

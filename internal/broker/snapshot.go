@@ -1,8 +1,3 @@
-// Package broker is the brokering domain: the in-memory snapshot of the
-// site configuration that enumeration is served from, entitlement
-// resolution, load indexes, machine selection and the launch and session
-// flows. It reaches the site DB and the VDAs only through the interfaces it
-// is given (site.Store, VDAControl); it imports no driver and no transport.
 package broker
 
 import (
@@ -24,6 +19,7 @@ type Snapshot struct {
 	Version  int64
 	Settings site.Settings
 
+	// users are indexed by site.FoldName of their names.
 	users     map[string]*site.User
 	resources map[string]*site.Resource
 	groups    map[string]*site.DeliveryGroup
@@ -62,7 +58,7 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
 	}
 	for i := range c.Users {
-		s.users[c.Users[i].Name] = &c.Users[i]
+		s.users[site.FoldName(c.Users[i].Name)] = &c.Users[i]
 	}
 	for i := range c.Catalogs {
 		s.catalogs[c.Catalogs[i].Name] = &c.Catalogs[i]
@@ -109,9 +105,10 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 	return s
 }
 
-// User returns a user, or false when there is none.
+// User returns a user, or false when there is none. Names match as
+// Windows matches them: case-insensitively, in any Unicode normal form.
 func (s *Snapshot) User(name string) (*site.User, bool) {
-	u, ok := s.users[name]
+	u, ok := s.users[site.FoldName(name)]
 	return u, ok
 }
 
@@ -202,7 +199,7 @@ func ptrMap(m *map[string][]byte) map[string][]byte {
 // of the group list the resource, one of those names them too. Unknown and
 // disabled users get nothing.
 func (s *Snapshot) EntitlementsOf(user string) *Entitlements {
-	u, ok := s.users[user]
+	u, ok := s.users[site.FoldName(user)]
 	if !ok || u.Disabled {
 		return &Entitlements{Key: "none", groups: map[string][]string{}}
 	}

@@ -19,7 +19,7 @@ type machineState struct {
 
 	registered    bool
 	lastHeartbeat time.Time
-	usage         Usage // as recorded in the site DB
+	usage         site.Usage // as recorded in the site DB
 	// inflight counts sessions picked for this machine whose claim in the
 	// site DB has not finished; they count as sessions and logons.
 	inflight int
@@ -98,7 +98,7 @@ func (t *table) update(name string, fn func(*machineState)) bool {
 }
 
 // effective returns the usage with in-flight picks counted.
-func (ms *machineState) effective() Usage {
+func (ms *machineState) effective() site.Usage {
 	u := ms.usage
 	u.Sessions += ms.inflight
 	u.LogonsInProgress += ms.inflight
@@ -218,7 +218,7 @@ func (t *table) sync(name string, st site.MachineStatus) {
 func (ms *machineState) apply(st site.MachineStatus) {
 	ms.registered = st.Registration == site.Registered
 	ms.lastHeartbeat = st.LastHeartbeat
-	ms.usage = usageOf(st)
+	ms.usage = st.Usage
 	ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
 	ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
 }

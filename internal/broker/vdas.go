@@ -3,14 +3,103 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
-// errNotRegistered tells a VDA to register again.
-var errNotRegistered = &site.Error{Code: vdaproto.CodeNotRegistered, Message: "machine is not registered"}
+// ENotRegistered is the error code of ErrNotRegistered.
+const ENotRegistered = "not_registered"
+
+// ErrNotRegistered is returned for a heartbeat or a session event of a
+// machine the broker does not know as registered: its VDA must register
+// again.
+var ErrNotRegistered = site.Errorf(ENotRegistered, "machine is not registered")
+
+// Registration announces a VDA ready for sessions.
+type Registration struct {
+	Machine string
+	// Address is where clients reach the display protocol, host:port; ""
+	// means the machine's configured address.
+	Address string
+	// Protocol is the display protocol; "" means "rdp".
+	Protocol string
+	// Control is where and how the broker reaches the VDA.
+	Control      Control
+	AgentVersion string
+	// Simulated marks a simulated VDA: its registration is logged at
+	// debug level, so that a simulator's hundreds do not flood the log.
+	Simulated bool
+	// Sessions are the IDs of the sessions already on the host, after a
+	// VDA or broker restart.
+	Sessions []string
+	// Credential is the ID of the machine credential the VDA presented:
+	// the registration belongs to it, and heartbeats and events with
+	// another are not the registered VDA's.
+	Credential string
+}
+
+// Heartbeat is a VDA's load report.
+type Heartbeat struct {
+	Machine string
+	// Usage is the load the VDA reports. The broker takes CPU and memory
+	// from it; its own session counts stand.
+	Usage site.Usage
+	// Credential is the ID of the machine credential the VDA presented.
+	Credential string
+}
+
+// SessionChange is what happened to a session on its VDA.
+type SessionChange string
+
+// Session changes a VDA reports.
+const (
+	ChangeLogon      SessionChange = "logon"
+	ChangeDisconnect SessionChange = "disconnect"
+	ChangeReconnect  SessionChange = "reconnect"
+	ChangeLogoff     SessionChange = "logoff"
+)
+
+// SessionEvent is a VDA's report of a change of one of its sessions.
+type SessionEvent struct {
+	Machine, SessionID string
+	Change             SessionChange
+	// ClientName is the client that connected, for a logon or a
+	// reconnection; "" keeps the session's.
+	ClientName string
+	// Credential is the ID of the machine credential the VDA presented.
+	Credential string
+}
+
+// ConflictObserver is an Observer that also counts registrations refused
+// because another VDA holds the machine's live registration.
+type ConflictObserver interface {
+	RegistrationConflict()
+}
+
+// sameHost reports whether two host[:port] addresses name one host: host
+// names compare without case and trailing dot, IP addresses by value. It
+// does not resolve names.
+func sameHost(a, b string) bool {
+	return normHost(a) == normHost(b)
+}
+
+func normHost(addr string) string {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().WithZone("").String()
+	}
+	return strings.ToLower(host)
+}
 
 // KnowsMachine reports whether a machine is configured, for enrolment.
 func (b *Broker) KnowsMachine(name string) bool {
@@ -21,8 +110,8 @@ func (b *Broker) KnowsMachine(name string) bool {
 // Register records a VDA as ready for sessions and reconciles the broker's
 // sessions on the machine with the ones the VDA reports: a live session
 // the VDA does not know has ended.
-func (b *Broker) Register(ctx context.Context, req vdaproto.RegisterRequest) (err error) {
-	done := b.metrics.begin(OpRegister)
+func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
+	done := b.begin(OpRegister)
 	defer func() { done(err) }()
 	m, _, ok := b.Snapshot().Machine(req.Machine)
 	if !ok {
@@ -32,20 +121,38 @@ func (b *Broker) Register(ctx context.Context, req vdaproto.RegisterRequest) (er
 	if addr == "" {
 		addr = m.Address
 	}
+	if !b.cfg.AllowAddressChange && !sameHost(addr, m.Address) {
+		b.log.WarnContext(ctx, "registration refused: address is not the machine's", "machine", req.Machine,
+			"address", addr, "configured", m.Address)
+		return site.Errorf(site.EForbidden, "machine %q registers address %q, but its configured address is %q: "+
+			"register from the machine's host, change the machine's address, or start usher serve with --allow-vda-address-change",
+			req.Machine, addr, m.Address)
+	}
 	proto := req.Protocol
 	if proto == "" {
 		proto = "rdp"
 	}
 	known := map[string]bool{}
-	for _, s := range req.Sessions {
-		known[s.ID] = true
+	for _, id := range req.Sessions {
+		known[id] = true
 	}
 	now := b.cfg.Now().UTC()
 	var st site.MachineStatus
+	var conflict error
 	err = b.store.Update(ctx, func(tx site.Tx) error {
 		var err error
 		if st, err = tx.MachineStatus(ctx, req.Machine); err != nil {
 			return err
+		}
+		if b.heldByAnother(st, req, now) {
+			// Recorded, and refused once the record commits.
+			since := now.Sub(st.LastHeartbeat).Round(time.Millisecond)
+			conflict = site.Errorf(site.EConflict, "machine %q is registered by another VDA (control URL %s, last heartbeat %s ago); "+
+				"a second VDA cannot take it over while the first heartbeats", req.Machine, st.ControlURL, since)
+			st.Conflict = fmt.Sprintf("a VDA with control URL %s and address %s tried to register while the VDA with control URL %s held the registration",
+				req.Control.URL, addr, st.ControlURL)
+			st.ConflictAt = now
+			return tx.SetMachineStatus(ctx, req.Machine, st)
 		}
 		p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: req.Machine, Live: true}, site.ListOptions{})
 		if err != nil {
@@ -72,28 +179,49 @@ func (b *Broker) Register(ctx context.Context, req vdaproto.RegisterRequest) (er
 		st.LastHeartbeat = now
 		st.Sessions, st.LogonsInProgress = live, pending
 		st.RegisteredAddress, st.Protocol = addr, proto
-		st.ControlURL, st.ControlToken, st.AgentVersion = req.ControlURL, req.ControlToken, req.AgentVersion
+		st.ControlURL, st.ControlToken, st.AgentVersion = req.Control.URL, req.Control.Token, req.AgentVersion
+		st.Credential = req.Credential
 		b.rescore(req.Machine, &st)
 		return tx.SetMachineStatus(ctx, req.Machine, st)
 	})
+	if err == nil && conflict != nil {
+		if o, ok := b.obs.(ConflictObserver); ok {
+			o.RegistrationConflict()
+		}
+		b.log.WarnContext(ctx, "registration refused: another VDA holds the machine", "machine", req.Machine,
+			"control_url", req.Control.URL, "address", addr, "registered_control_url", st.ControlURL)
+		return conflict
+	}
 	if err != nil {
 		return fmt.Errorf("register %q: %w", req.Machine, err)
 	}
 	b.machines.sync(req.Machine, st)
-	b.log.Info("machine registered", "machine", req.Machine, "address", addr, "sessions", st.Sessions)
+	level := slog.LevelInfo
+	if req.Simulated {
+		level = slog.LevelDebug
+	}
+	b.log.Log(ctx, level, "machine registered", "machine", req.Machine, "address", addr, "sessions", st.Sessions)
 	return nil
+}
+
+// heldByAnother reports whether another VDA holds the machine's live
+// registration: registered from another control URL, and heartbeating.
+// The same control URL is the same VDA (restarted, or enrolled again).
+func (b *Broker) heldByAnother(st site.MachineStatus, req Registration, now time.Time) bool {
+	return st.Registration == site.Registered && st.ControlURL != "" && st.ControlURL != req.Control.URL &&
+		now.Sub(st.LastHeartbeat) < b.cfg.HeartbeatTimeout
 }
 
 // Heartbeat records a VDA's load report and returns the machine's load
 // index. The broker's own session counts stand; the report updates CPU and
-// memory. A machine not registered gets errNotRegistered.
-func (b *Broker) Heartbeat(ctx context.Context, hb vdaproto.Heartbeat) (int, error) {
+// memory. A machine not registered gets ErrNotRegistered.
+func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	ms, ok := b.machines.get(hb.Machine)
 	if !ok {
 		return 0, site.NotFound(site.KindMachine, hb.Machine)
 	}
 	if !ms.registered {
-		return 0, errNotRegistered
+		return 0, ErrNotRegistered
 	}
 	now := b.cfg.Now().UTC()
 	var st site.MachineStatus
@@ -102,12 +230,12 @@ func (b *Broker) Heartbeat(ctx context.Context, hb vdaproto.Heartbeat) (int, err
 		if st, err = tx.MachineStatus(ctx, hb.Machine); err != nil {
 			return err
 		}
-		if st.Registration != site.Registered {
-			return errNotRegistered
+		if st.Registration != site.Registered || st.Credential != hb.Credential {
+			return ErrNotRegistered
 		}
 		st.LastHeartbeat = now
-		st.CPUPercent, st.MemoryPercent = clampPercent(hb.CPUPercent), clampPercent(hb.MemoryPercent)
-		st.MemoryUsedMB, st.MemoryTotalMB = max(0, hb.MemoryUsedMB), max(0, hb.MemoryTotalMB)
+		st.CPUPercent, st.MemoryPercent = clampPercent(hb.Usage.CPUPercent), clampPercent(hb.Usage.MemoryPercent)
+		st.MemoryUsedMB, st.MemoryTotalMB = max(0, hb.Usage.MemoryUsedMB), max(0, hb.Usage.MemoryTotalMB)
 		b.rescore(hb.Machine, &st)
 		return tx.SetMachineStatus(ctx, hb.Machine, st)
 	})
@@ -131,23 +259,39 @@ func clampPercent(v float64) float64 { return min(max(v, 0), 100) }
 
 // SessionEvent applies a VDA's report of a session's change. Events for a
 // session on another machine are refused; repeated events are harmless.
-func (b *Broker) SessionEvent(ctx context.Context, ev vdaproto.SessionEvent) error {
+func (b *Broker) SessionEvent(ctx context.Context, ev SessionEvent) error {
 	if ms, ok := b.machines.get(ev.Machine); !ok {
 		return site.NotFound(site.KindMachine, ev.Machine)
 	} else if !ms.registered {
-		return errNotRegistered
+		return ErrNotRegistered
 	}
-	if ev.Event == vdaproto.EventLogoff {
+	err := b.store.View(ctx, func(tx site.Tx) error {
+		st, err := tx.MachineStatus(ctx, ev.Machine)
+		if err == nil && (st.Registration != site.Registered || st.Credential != ev.Credential) {
+			err = ErrNotRegistered
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return b.sessionEvent(ctx, ev)
+}
+
+// sessionEvent applies a session's change, reported by its VDA or made by
+// the broker.
+func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent) error {
+	if ev.Change == ChangeLogoff {
 		return b.endSession(ctx, ev.SessionID, ev.Machine)
 	}
 	var next site.SessionState
-	switch ev.Event {
-	case vdaproto.EventLogon, vdaproto.EventReconnect:
+	switch ev.Change {
+	case ChangeLogon, ChangeReconnect:
 		next = site.SessionActive
-	case vdaproto.EventDisconnect:
+	case ChangeDisconnect:
 		next = site.SessionDisconnected
 	default:
-		return site.Errorf(site.EInvalid, "unknown session event %q", ev.Event)
+		return site.Errorf(site.EInvalid, "unknown session event %q", ev.Change)
 	}
 	var wasPending bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
@@ -307,7 +451,7 @@ func (b *Broker) Disconnect(ctx context.Context, user, id string) error {
 	if err := b.cfg.Control.Disconnect(cctx, ms.control, id); err != nil {
 		return site.Errorf(site.EUnavailable, "the machine did not disconnect the session")
 	}
-	return b.SessionEvent(ctx, vdaproto.SessionEvent{Machine: s.Machine, SessionID: id, Event: vdaproto.EventDisconnect, At: time.Now()})
+	return b.sessionEvent(ctx, SessionEvent{Machine: s.Machine, SessionID: id, Change: ChangeDisconnect})
 }
 
 // Reconnect launches the resource of one of the user's sessions again,
@@ -317,5 +461,76 @@ func (b *Broker) Reconnect(ctx context.Context, user, id, clientName string) (*L
 	if err != nil {
 		return nil, err
 	}
-	return b.Launch(ctx, LaunchRequest{User: user, Resource: s.Resource, ClientName: clientName})
+	return b.launch(ctx, LaunchRequest{User: user, Resource: s.Resource, ClientName: clientName}, OpReconnect)
+}
+
+// DeleteMachine deletes a machine from the configuration. A machine with
+// live sessions is refused with EConflict, which counts them, unless force:
+// then its VDA is asked to log each off (whatever it answers) and they end
+// in the site DB in the delete's transaction. ENotFound for an unknown
+// machine.
+func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) error {
+	if force {
+		b.logoffAll(ctx, name)
+	}
+	now := b.cfg.Now().UTC()
+	ended := 0
+	err := b.store.Update(ctx, func(tx site.Tx) error {
+		if force {
+			p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: name, Live: true}, site.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, sess := range p.Items {
+				sess.State, sess.UpdatedAt, sess.EndedAt = site.SessionLoggedOff, now, now
+				if err := tx.Sessions().Update(ctx, sess); err != nil {
+					return err
+				}
+			}
+			ended = len(p.Items)
+		}
+		_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+			n := len(c.Machines)
+			c.Machines = slices.DeleteFunc(c.Machines, func(m site.Machine) bool { return m.Name == name })
+			if len(c.Machines) == n {
+				return site.NotFound(site.KindMachine, name)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if ended > 0 {
+		b.log.WarnContext(ctx, "machine deleted with live sessions; they were ended", "machine", name, "sessions", ended)
+	}
+	return b.Refresh(ctx)
+}
+
+// logoffAll asks a registered machine's VDA to log off its live sessions.
+func (b *Broker) logoffAll(ctx context.Context, name string) {
+	ms, ok := b.machines.get(name)
+	if !ok || !ms.registered {
+		return
+	}
+	var live []site.Session
+	err := b.store.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: name, Live: true}, site.ListOptions{})
+		live = p.Items
+		return err
+	})
+	if err != nil {
+		return
+	}
+	for _, s := range live {
+		if s.State == site.SessionPending {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
+		if err := b.cfg.Control.Logoff(cctx, ms.control, s.ID); err != nil {
+			b.log.WarnContext(ctx, "VDA logoff failed; ending the session anyway", "machine", name, "session", s.ID, "err", err)
+		}
+		cancel()
+	}
 }

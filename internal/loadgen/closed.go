@@ -12,7 +12,7 @@ import (
 // StepDuration, up to Max, each client sending its next request as soon as
 // the last one returns. Each concurrency level is a step, measured from
 // Warmup after it starts to Cooldown before it ends. Levels, when set,
-// lists the concurrencies instead of Start, Step and Max (seed 000's 10,
+// lists the concurrencies instead of Start, Step and Max (the LHC test's 10,
 // 20, 40, 60, 100); they must rise.
 type Stepped struct {
 	Start, Step, Max int
@@ -134,7 +134,7 @@ func (s Stepped) Run(ctx context.Context, t Target, o Options) (*Result, error) 
 	})
 }
 
-// FixedWork is seed 002's closed model: Requests transactions at each
+// FixedWork is the zones-and-latency test's closed model: Requests transactions at each
 // concurrency in turn, reporting the time to finish them. Transactions are
 // numbered on across steps, so a Target that maps i to a user gives each
 // step fresh users when it has enough of them. Warmup transactions run

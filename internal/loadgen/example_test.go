@@ -9,7 +9,7 @@ import (
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
-// Seed 004's WCAT scenario against an NFuse endpoint: enumerations at 10,
+// The IMA/FMA test's WCAT scenario against an NFuse endpoint: enumerations at 10,
 // 20, ... 100 concurrent clients, a minute each, the first 10 s of each
 // not measured, with users from a file and ctx1 passwords.
 func Example_stepped() {

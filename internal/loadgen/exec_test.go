@@ -8,13 +8,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/memnet"
 )
 
 // delayServer answers every request after delay(n), n counting requests
-// from 0, and remembers when each arrived.
+// from 0, and remembers when each arrived. It serves on an in-memory
+// network, for a test in a synctest bubble: the delays, and so what the
+// executors measure, are exact on the bubble's clock.
 type delayServer struct {
 	*httptest.Server
+	net      *memnet.Network
 	n        atomic.Int64
 	mu       sync.Mutex
 	arrivals []time.Time
@@ -22,8 +28,8 @@ type delayServer struct {
 
 func newDelayServer(t *testing.T, delay func(n int64) time.Duration) *delayServer {
 	t.Helper()
-	s := &delayServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &delayServer{net: memnet.New()}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := s.n.Add(1) - 1
 		s.mu.Lock()
 		s.arrivals = append(s.arrivals, time.Now())
@@ -33,16 +39,29 @@ func newDelayServer(t *testing.T, delay func(n int64) time.Duration) *delayServe
 		}
 		w.Write([]byte("ok"))
 	}))
+	ln, err := s.net.Listen("target.test:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Listener.Close()
+	s.Listener = ln
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
 
-func constant(d time.Duration) func(int64) time.Duration {
-	return func(int64) time.Duration { return d }
+// get returns a GET of the server by a NewClient that dials the in-memory
+// network.
+func (s *delayServer) get(t *testing.T) *Request {
+	c := NewClient(100)
+	tr := c.Transport.(*http.Transport)
+	tr.DialContext = s.net.DialContext
+	t.Cleanup(tr.CloseIdleConnections)
+	return &Request{Client: c, URL: s.URL}
 }
 
-func get(url string) *Request {
-	return &Request{Client: NewClient(100), URL: url}
+func constant(d time.Duration) func(int64) time.Duration {
+	return func(int64) time.Duration { return d }
 }
 
 func within(t *testing.T, what string, got, lo, hi float64) {
@@ -53,10 +72,15 @@ func within(t *testing.T, what string, got, lo, hi float64) {
 }
 
 func TestClosedModelThroughput(t *testing.T) {
+	t.Run("stepped", func(t *testing.T) { synctest.Test(t, testClosedModelStepped) })
+	t.Run("fixed work", func(t *testing.T) { synctest.Test(t, testClosedModelFixedWork) })
+}
+
+func testClosedModelStepped(t *testing.T) {
 	srv := newDelayServer(t, constant(10*time.Millisecond))
-	t.Run("stepped", func(t *testing.T) {
+	{
 		res, err := Stepped{Start: 10, Step: 10, Max: 10, StepDuration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond}.
-			Run(context.Background(), get(srv.URL), Options{})
+			Run(context.Background(), srv.get(t), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,9 +93,13 @@ func TestClosedModelThroughput(t *testing.T) {
 		if s.Errors != 0 || s.Excluded == 0 {
 			t.Errorf("errors %d, excluded %d; want 0 and the warm-up's", s.Errors, s.Excluded)
 		}
-	})
-	t.Run("fixed work", func(t *testing.T) {
-		res, err := FixedWork{Concurrency: []int{5, 10}, Requests: 400}.Run(context.Background(), get(srv.URL), Options{})
+	}
+}
+
+func testClosedModelFixedWork(t *testing.T) {
+	srv := newDelayServer(t, constant(10*time.Millisecond))
+	{
+		res, err := FixedWork{Concurrency: []int{5, 10}, Requests: 400}.Run(context.Background(), srv.get(t), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +113,7 @@ func TestClosedModelThroughput(t *testing.T) {
 				t.Errorf("time to finish %v, window %v", s.TimeToFinish, s.Window)
 			}
 		}
-	})
+	}
 }
 
 func TestFixedWorkNumbersTransactionsAcrossSteps(t *testing.T) {
@@ -117,6 +145,10 @@ func TestFixedWorkNumbersTransactionsAcrossSteps(t *testing.T) {
 // schedule: the requests queued behind the stall waited, and only the
 // corrected latency shows it (coordinated omission).
 func TestOpenModelCorrectsForCoordinatedOmission(t *testing.T) {
+	synctest.Test(t, testOpenModelCorrectsForCoordinatedOmission)
+}
+
+func testOpenModelCorrectsForCoordinatedOmission(t *testing.T) {
 	srv := newDelayServer(t, func(n int64) time.Duration {
 		if n == 20 {
 			return 500 * time.Millisecond
@@ -124,7 +156,7 @@ func TestOpenModelCorrectsForCoordinatedOmission(t *testing.T) {
 		return 0
 	})
 	res, err := Rate{From: 100, To: 100, StepDuration: 2 * time.Second, Workers: 1, Policy: Queue}.
-		Run(context.Background(), get(srv.URL), Options{})
+		Run(context.Background(), srv.get(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +179,13 @@ func TestOpenModelCorrectsForCoordinatedOmission(t *testing.T) {
 }
 
 func TestOpenModelDropsAndCounts(t *testing.T) {
+	synctest.Test(t, testOpenModelDropsAndCounts)
+}
+
+func testOpenModelDropsAndCounts(t *testing.T) {
 	srv := newDelayServer(t, constant(50*time.Millisecond))
 	res, err := Rate{From: 100, To: 100, StepDuration: time.Second, Workers: 1, Policy: Drop}.
-		Run(context.Background(), get(srv.URL), Options{})
+		Run(context.Background(), srv.get(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +214,13 @@ func TestStormSpreadsStartsEvenly(t *testing.T) {
 			t.Fatal("more than 40 starts")
 		}
 	})
-	t.Run("run", func(t *testing.T) {
+	t.Run("run", func(t *testing.T) { synctest.Test(t, testStormRun) })
+}
+
+func testStormRun(t *testing.T) {
+	{
 		srv := newDelayServer(t, constant(time.Millisecond))
-		res, err := Storm{Count: 40, Window: 800 * time.Millisecond, Workers: 8}.Run(context.Background(), get(srv.URL), Options{})
+		res, err := Storm{Count: 40, Window: 800 * time.Millisecond, Workers: 8}.Run(context.Background(), srv.get(t), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +239,7 @@ func TestStormSpreadsStartsEvenly(t *testing.T) {
 		if s.TimeToFinish < 0.78 {
 			t.Errorf("time to finish %.2fs, less than the window", s.TimeToFinish)
 		}
-	})
+	}
 }
 
 func TestRateSchedule(t *testing.T) {
@@ -268,39 +308,47 @@ func TestSteppedLevelsAndErrors(t *testing.T) {
 	within(t, "error %", s.ErrorPct, 66, 67)
 }
 
+// The targets below take their time on the fake clock of a synctest bubble:
+// the runs are exact and take no real time.
+
 func TestInterruptedRunReturnsWhatItMeasured(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var n atomic.Int64
-	target := TargetFunc(func(ctx context.Context, i int64) error {
-		if n.Add(1) == 50 {
-			cancel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var n atomic.Int64
+		target := TargetFunc(func(ctx context.Context, i int64) error {
+			if n.Add(1) == 50 {
+				cancel()
+			}
+			time.Sleep(time.Millisecond)
+			return nil
+		})
+		res, err := Stepped{Start: 2, Step: 2, Max: 4, StepDuration: time.Minute}.Run(ctx, target, Options{})
+		if err == nil || res == nil || !res.Interrupted {
+			t.Fatalf("err %v, result %+v", err, res)
 		}
-		time.Sleep(time.Millisecond)
-		return nil
+		if res.Steps[0].Requests < 40 || res.Steps[0].Errors != 0 {
+			t.Errorf("step: %+v", res.Steps[0])
+		}
 	})
-	res, err := Stepped{Start: 2, Step: 2, Max: 4, StepDuration: time.Minute}.Run(ctx, target, Options{})
-	if err == nil || res == nil || !res.Interrupted {
-		t.Fatalf("err %v, result %+v", err, res)
-	}
-	if res.Steps[0].Requests < 40 || res.Steps[0].Errors != 0 {
-		t.Errorf("step: %+v", res.Steps[0])
-	}
 }
 
 func TestProgress(t *testing.T) {
-	var calls atomic.Int64
-	_, err := FixedWork{Concurrency: []int{2}, Requests: 120}.Run(context.Background(),
-		TargetFunc(func(context.Context, int64) error { time.Sleep(10 * time.Millisecond); return nil }),
-		Options{Progress: func(p Progress) {
-			calls.Add(1)
-			if p.Steps != 1 || p.Level != "2" {
-				t.Errorf("progress %+v", p)
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calls.Load() == 0 {
-		t.Error("no progress in a run of about 600 ms")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		_, err := FixedWork{Concurrency: []int{2}, Requests: 120}.Run(context.Background(),
+			TargetFunc(func(context.Context, int64) error { time.Sleep(10 * time.Millisecond); return nil }),
+			Options{Progress: func(p Progress) {
+				calls.Add(1)
+				if p.Steps != 1 || p.Level != "2" {
+					t.Errorf("progress %+v", p)
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() == 0 {
+			t.Error("no progress in a run of 600 ms")
+		}
+	})
 }

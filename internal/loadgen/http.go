@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/xml"
 	"fmt"
@@ -108,7 +109,7 @@ func (t Template) Expand(v Vars, escape func(string) string) string {
 		case "domain":
 			b.WriteString(escape(v.Cred.Domain))
 		case "encoding":
-			b.WriteString(escape(cmpOr(v.Encoding, Cleartext)))
+			b.WriteString(escape(cmp.Or(v.Encoding, Cleartext)))
 		case "app":
 			b.WriteString(escape(v.App))
 		case "i":
@@ -116,13 +117,6 @@ func (t Template) Expand(v Vars, escape func(string) string) string {
 		}
 	}
 	return b.String()
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func xmlEscape(s string) string {

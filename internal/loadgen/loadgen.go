@@ -14,8 +14,27 @@
 //     and charge the wait (latency corrected for coordinated omission is
 //     reported beside the uncorrected one) or drop and count.
 //
-// loadgen knows nothing of usher's internals: it speaks HTTP to the URL it
-// is given and works as well against a Citrix XML broker. Every run is
+// Every command that takes a load plan (usher load, usher bench) reads it
+// with this package's parsers, in one grammar; spaces around numbers are
+// ignored:
+//
+//	levels  C1,C2,...         these concurrencies, in turn (ParseLevels; a
+//	                          stepped run needs them rising)
+//	        START:STEP:MAX    START, START+STEP, ... up to MAX
+//	        C                 one concurrency
+//	rate    R                 arrivals per second (ParseRate)
+//	        FROM:TO           a rate going from FROM to TO per second
+//	rates   R1,R2,...         these rates, in turn (ParseRates)
+//
+// Concurrencies are whole numbers from 1, rates finite decimal numbers
+// above zero (a ramp may start or end at 0), durations Go's, as
+// time.ParseDuration reads them (300ms, 1h23m20s). The parsers' errors
+// start with the input, quoted, so that a command can put the flag's name
+// before them: --concurrency "10:x:20" is not START:STEP:MAX.
+//
+// loadgen knows nothing of usher's internals (of usher's packages it
+// imports only the leaf internal/ctx1): it speaks HTTP to the URL it is
+// given and works as well against a Citrix XML broker. Every run is
 // bounded in count and in time. Any package may import it; cmd/usher wires
 // it as `usher load`, and internal/bench uses it for the seed experiments.
 package loadgen

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,7 +13,7 @@ import (
 
 // NFuse request bodies. Their credentials are placeholders (see Template).
 const (
-	// AppDataRequest is seed 004's enumeration, as its WCAT scenario sent
+	// AppDataRequest is the IMA/FMA test's enumeration, as its WCAT scenario sent
 	// it to a Citrix XML broker: every application with its permissions.
 	AppDataRequest = `<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE NFuseProtocol SYSTEM "NFuse.dtd"><NFuseProtocol version="5.4"><RequestAppData><Scope traverse="subtree"></Scope><DesiredDetails>permissions</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType><ClientType>content</ClientType><Credentials><UserName>{{user}}</UserName><Password encoding="{{encoding}}">{{password}}</Password><Domain type="NT">{{domain}}</Domain></Credentials><ClientName>LOADTESTER</ClientName><ClientAddress addresstype="dot">10.10.10.10</ClientAddress></RequestAppData></NFuseProtocol>`
 
@@ -25,7 +26,7 @@ const (
 // template; default AppDataRequest) as text/xml to URL, usually
 // http://broker/scripts/wpnbr.dll. A body without placeholders has the
 // text of its UserName, Password and Domain elements replaced by each
-// transaction's credential, so a captured request (seed 004's WCAT body)
+// transaction's credential, so a captured request (the IMA/FMA test's WCAT body)
 // works as it is.
 //
 // An answer succeeds when it is 200 OK, a whole NFuseProtocol document,
@@ -76,7 +77,7 @@ func CredentialTemplate(body string) string {
 
 func (n *NFuse) init() error {
 	n.once.Do(func() {
-		body := cmpOr(n.Body, AppDataRequest)
+		body := cmp.Or(n.Body, AppDataRequest)
 		if len(n.Users) > 0 {
 			body = CredentialTemplate(body)
 		}

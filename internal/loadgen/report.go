@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"image/color"
 	"io"
 	"maps"
 	"os"
@@ -17,10 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 )
 
 // Table is a table for people: Markdown on a terminal, HTML in a report.
@@ -171,86 +166,6 @@ func FormatKinds(m map[string]int64) string {
 	return strings.Join(parts, " ")
 }
 
-// Series is one line of a plot.
-type Series struct {
-	Name string
-	X, Y []float64
-}
-
-// Figure is a plot, as SVG.
-type Figure struct {
-	Name  string // file name without extension
-	Title string
-	SVG   []byte
-}
-
-// LinePlot draws series as lines with points, against a shared X axis.
-func LinePlot(name, title, xLabel, yLabel string, series ...Series) (Figure, error) {
-	return linePlot(name, title, xLabel, yLabel, false, series)
-}
-
-// LogLinePlot is LinePlot with a logarithmic Y axis, for series that
-// differ by orders of magnitude (usher beside seed 000). Points at or
-// below zero are left out.
-func LogLinePlot(name, title, xLabel, yLabel string, series ...Series) (Figure, error) {
-	return linePlot(name, title, xLabel, yLabel, true, series)
-}
-
-func linePlot(name, title, xLabel, yLabel string, logY bool, series []Series) (Figure, error) {
-	if logY {
-		positive := false
-		for _, s := range series {
-			for _, y := range s.Y {
-				positive = positive || y > 0
-			}
-		}
-		logY = positive // a log axis needs a point above zero
-	}
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = xLabel
-	p.Y.Label.Text = yLabel
-	if logY {
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	} else {
-		p.Y.Min = 0
-	}
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	palette := []color.RGBA{{0xd6, 0x27, 0x28, 255}, {0x1f, 0x77, 0xb4, 255}, {0x2c, 0xa0, 0x2c, 255},
-		{0xff, 0x7f, 0x0e, 255}, {0x94, 0x67, 0xbd, 255}, {0x8c, 0x56, 0x4b, 255}}
-	for k, s := range series {
-		xys := make(plotter.XYs, 0, len(s.X))
-		for i := range s.X {
-			if i < len(s.Y) && (!logY || s.Y[i] > 0) {
-				xys = append(xys, plotter.XY{X: s.X[i], Y: s.Y[i]})
-			}
-		}
-		if len(xys) == 0 {
-			continue
-		}
-		line, points, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return Figure{}, fmt.Errorf("plot %s: %w", name, err)
-		}
-		c := palette[k%len(palette)]
-		line.Color, points.Color = c, c
-		line.Width = vg.Points(1.5)
-		p.Add(line, points)
-		p.Legend.Add(s.Name, line, points)
-	}
-	w, err := p.WriterTo(7*vg.Inch, 4*vg.Inch, "svg")
-	if err != nil {
-		return Figure{}, fmt.Errorf("plot %s: %w", name, err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		return Figure{}, fmt.Errorf("plot %s: %w", name, err)
-	}
-	return Figure{Name: name, Title: title, SVG: buf.Bytes()}, nil
-}
-
 // Run is a named result in a report.
 type Run struct {
 	Name   string  `json:"name"`
@@ -273,25 +188,25 @@ func (r *Result) LevelSeries(name string) (tps, avg Series) {
 }
 
 // LevelFigures plots transactions/s and average latency against the load
-// level of each run, as seed 000's graphs do.
+// level of each run, as the LHC test's graphs do.
 func LevelFigures(runs ...Run) ([]Figure, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	x := "concurrent requests"
+	x := "concurrent requests (load level)"
 	if runs[0].Result.Model == Open {
-		x = "arrival rate (per second)"
+		x = "arrival rate (transactions per second)"
 	}
 	var tps, avg []Series
 	for _, r := range runs {
 		t, a := r.Result.LevelSeries(r.Name)
 		tps, avg = append(tps, t), append(avg, a)
 	}
-	f1, err := LinePlot("tps", "Transactions per second (higher is better)", x, "transactions/s", tps...)
+	f1, err := LinePlot("tps", "Transactions per second (higher is better)", x, "transactions per second", tps...)
 	if err != nil {
 		return nil, err
 	}
-	f2, err := LinePlot("latency", "Average transaction time (lower is better)", x, "ms", avg...)
+	f2, err := LinePlot("latency", "Average transaction time (lower is better)", x, "average transaction time (ms)", avg...)
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +224,9 @@ type Report struct {
 	Tables  []Table           `json:"tables"`
 	Figures []Figure          `json:"-"`
 	Runs    []Run             `json:"runs"`
+	// CSV, when set, is what report.csv holds, for experiments whose
+	// data are not steps of runs; otherwise it holds a row per step.
+	CSV *Table `json:"-"`
 }
 
 // NewReport starts a report with the host's description.
@@ -345,9 +263,15 @@ var CSVHeader = []string{"run", "step", "concurrency", "rate", "requests", "ok",
 	"excluded", "window_s", "tps", "avg_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms", "uncorrected_avg_ms",
 	"uncorrected_p99_ms", "time_to_finish_s", "errors_by_kind"}
 
-// WriteCSV writes one row per step of every run.
+// WriteCSV writes one row per step of every run, or the CSV table when
+// the report has one.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
+	if r.CSV != nil {
+		cw.Write(r.CSV.Header)
+		cw.WriteAll(r.CSV.Rows)
+		return cw.Error()
+	}
 	cw.Write(CSVHeader)
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }

@@ -128,16 +128,3 @@ func TestThresholds(t *testing.T) {
 		}
 	}
 }
-
-func TestLogLinePlot(t *testing.T) {
-	for _, series := range [][]Series{
-		{{Name: "a", X: []float64{1, 2, 3}, Y: []float64{0, 10, 1000}}, {Name: "b", X: []float64{1, 2}, Y: []float64{5, 7}}},
-		{{Name: "zeros", X: []float64{1, 2}, Y: []float64{0, 0}}},
-		{},
-	} {
-		f, err := LogLinePlot("x", "title", "x", "y", series...)
-		if err != nil || !bytes.Contains(f.SVG, []byte("<svg")) {
-			t.Errorf("%v: %v", series, err)
-		}
-	}
-}

@@ -11,19 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-func TestEncodeCtx1(t *testing.T) {
-	// Test vectors from shared/reference/nfuse.md.
-	for in, want := range map[string]string{
-		"a": "MEGB", "aa": "MEGBKFAA", "ab": "MEGBKGAD", "ba": "MHGCKGAD", "A": "OEEB",
-		"password": "NFHALEBBMHGCLEBBMDGGKMAJNOHLLKBP", "": "",
-	} {
-		if got := EncodeCtx1(in); got != want {
-			t.Errorf("EncodeCtx1(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
+	"github.com/usher-vdi/usher/internal/ctx1"
+)
 
 func TestParseUsers(t *testing.T) {
 	for _, tc := range []struct {
@@ -87,7 +77,7 @@ func nfuseStub(t *testing.T) (*httptest.Server, *[]string) {
 			fmt.Fprint(w, head+`<ResponseAppData><ErrorId>retry-required</ErrorId></ResponseAppData></NFuseProtocol>`)
 		case strings.Contains(string(b), "<UserName>cut</UserName>"):
 			fmt.Fprint(w, head+`<ResponseAppData><LeasingStatus>working</LeasingStatus>`)
-		case !strings.Contains(string(b), `<Password encoding="ctx1">`+EncodeCtx1("secret")+`</Password>`):
+		case !strings.Contains(string(b), `<Password encoding="ctx1">`+ctx1.Encode("secret")+`</Password>`):
 			fmt.Fprint(w, head+`<ResponseAppData><ErrorId>failed-credentials</ErrorId></ResponseAppData></NFuseProtocol>`)
 		default:
 			fmt.Fprint(w, head+`<ResponseAppData><LeasingStatus>working</LeasingStatus><AppDataSet><AppData><InName>a</InName></AppData></AppDataSet></ResponseAppData></NFuseProtocol>`)
@@ -109,7 +99,7 @@ func TestNFuseTarget(t *testing.T) {
 	if want := []string{"", "nfuse-failed-credentials", "nfuse-retry-required", KindMismatch}; fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Errorf("kinds %q, want %q", kinds, want)
 	}
-	if !strings.Contains((*bodies)[0], `<UserName>alice</UserName><Password encoding="ctx1">`+EncodeCtx1("secret")+`</Password><Domain type="NT">DEMO</Domain>`) {
+	if !strings.Contains((*bodies)[0], `<UserName>alice</UserName><Password encoding="ctx1">`+ctx1.Encode("secret")+`</Password><Domain type="NT">DEMO</Domain>`) {
 		t.Errorf("request body: %s", (*bodies)[0])
 	}
 	if err := (&NFuse{URL: srv.URL}).Check(); err == nil {

@@ -7,7 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
-	"unicode/utf16"
+
+	"github.com/usher-vdi/usher/internal/ctx1"
 )
 
 // Credential is one user's logon.
@@ -144,29 +145,9 @@ const (
 	Ctx1      = "ctx1"
 )
 
-// EncodeCtx1 obfuscates a password as Citrix ctx1: its UTF-16LE bytes
-// chained as t[i] = b[i] ^ 0xA5 ^ t[i-1], each t written as the letters
-// 'A'+(t>>4) and 'A'+(t&0xF). It is obfuscation, not encryption.
-//
-// internal/nfuse has the server's codec; loadgen keeps its own encoder so
-// that it needs nothing of usher to load a Citrix broker.
-func EncodeCtx1(password string) string {
-	units := utf16.Encode([]rune(password))
-	out := make([]byte, 0, 4*len(units))
-	var prev byte
-	for _, u := range units {
-		for _, b := range [2]byte{byte(u), byte(u >> 8)} {
-			t := b ^ 0xA5 ^ prev
-			out = append(out, 'A'+t>>4, 'A'+t&0xF)
-			prev = t
-		}
-	}
-	return string(out)
-}
-
 func encodePassword(password, encoding string) string {
 	if encoding == Ctx1 {
-		return EncodeCtx1(password)
+		return ctx1.Encode(password)
 	}
 	return password
 }

@@ -173,7 +173,7 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	start := time.Now()
 	snap := h.broker.Snapshot()
 	q := queryOf(x.req)
-	u, err := h.authenticate(ctx, snap, x.req.Credentials)
+	u, err := h.authenticate(ctx, snap, x.req.Credentials, remoteHost(x))
 	sc := h.snapCache(snap)
 	switch {
 	case errors.Is(err, errNoCredentials) && snap.Settings.AnonymousAppData:
@@ -188,7 +188,7 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	}
 	x.user = u.Name
 	e := snap.EntitlementsOf(u.Name)
-	defer h.broker.Metrics().Observe(broker.OpEnumerate, start, nil)
+	defer h.broker.Observe(broker.OpEnumerate, start, nil)
 	if q.cacheable() {
 		x.shared = true
 		return e.Rendered(variantKeys[q.variant()], func() []byte { return h.renderAppData(sc, e.Resources, &q) })

@@ -128,13 +128,3 @@ func BenchmarkDecodeSeed004(b *testing.B) {
 		}
 	}
 }
-
-func BenchmarkDecodeCtx1(b *testing.B) {
-	s := nfuse.EncodeCtx1(userPassword)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := nfuse.DecodeCtx1(s); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

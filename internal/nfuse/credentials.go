@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/ctx1"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -21,9 +23,11 @@ var errNoCredentials = fmt.Errorf("no credentials: %w", broker.ErrBadCredentials
 // cleartext or ctx1; the user name "user", "DOMAIN\user" or "user@domain",
 // with or without a Domain element; any domain named must be the site's.
 // ID-only credentials are honoured only when the site trusts XML requests.
-// Errors: errNoCredentials, broker.ErrBadCredentials (also for a password
-// that is not valid ctx1), broker.ErrAccountDisabled, broker.ErrAccountLocked.
-func (h *Handler) authenticate(ctx context.Context, snap *broker.Snapshot, c *Credentials) (*site.User, error) {
+// Failures are throttled per source, the connection's address (never one
+// the request names). Errors: errNoCredentials, broker.ErrBadCredentials
+// (also for a password that is not valid ctx1, and for a locked-out
+// account), broker.ErrAccountDisabled, a broker.ThrottledError.
+func (h *Handler) authenticate(ctx context.Context, snap *broker.Snapshot, c *Credentials, source string) (*site.User, error) {
 	switch {
 	case c == nil || (c.UserName == "" && len(c.IDs) == 0):
 		return nil, errNoCredentials
@@ -38,7 +42,16 @@ func (h *Handler) authenticate(ctx context.Context, snap *broker.Snapshot, c *Cr
 	if err != nil || name == "" || password == "" {
 		return nil, broker.ErrBadCredentials
 	}
-	return h.broker.Authenticate(ctx, name, password)
+	return h.broker.Authenticate(ctx, name, password, source)
+}
+
+// remoteHost is the address of the connection that sent the request.
+func remoteHost(x *exchange) string {
+	host, _, err := net.SplitHostPort(x.r.RemoteAddr)
+	if err != nil {
+		return x.r.RemoteAddr
+	}
+	return host
 }
 
 // ownDomain reports whether a domain given with credentials is the site's;
@@ -53,7 +66,7 @@ func (p Password) decode() (string, error) {
 	case "", "cleartext":
 		return p.Value, nil
 	case "ctx1":
-		return DecodeCtx1(p.Value)
+		return ctx1.Decode(p.Value)
 	}
 	return "", fmt.Errorf("unknown password encoding %q", p.Encoding)
 }

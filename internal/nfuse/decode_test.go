@@ -12,7 +12,7 @@ import (
 	"github.com/usher-vdi/usher/internal/nfuse"
 )
 
-// seed004 is the exact request body of seed 004's WCAT scenario.
+// seed004 is the exact request body of the IMA/FMA test's WCAT scenario.
 const seed004 = `<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE NFuseProtocol SYSTEM "NFuse.dtd"><NFuseProtocol version="5.4"><RequestAppData><Scope traverse="subtree"></Scope><DesiredDetails>permissions</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType><ClientType>content</ClientType><Credentials><UserName>adtest90</UserName><Password encoding="ctx1">PASSWORDLOL</Password><Domain type="NT">HEALTHY</Domain></Credentials><ClientName>LOADTESTER</ClientName><ClientAddress addresstype="dot">10.10.10.10</ClientAddress></RequestAppData></NFuseProtocol>`
 
 func TestDecodeSeed004(t *testing.T) {

@@ -1,9 +1,10 @@
 // Package nfuse is usher's NFuse XML service: the protocol of the Citrix
 // XML Service (POST /scripts/wpnbr.dll) that Web Interface, StoreFront,
 // monitors and load scripts speak to enumerate and launch published
-// resources. It holds a lenient request decoder, the ctx1 password codec,
-// the response renderer (dialect 5.9, as FMA 7.x brokers answer) and an
-// http.Handler that serves the protocol over a *broker.Broker.
+// resources. It holds a lenient request decoder (ctx1 passwords decoded
+// by internal/ctx1), the response renderer (dialect 5.9, as FMA 7.x
+// brokers answer) and an http.Handler that serves the protocol over a
+// *broker.Broker.
 //
 // Enumeration answers are rendered once per entitlement set, request
 // options and configuration snapshot and then served from memory; every
@@ -25,7 +26,8 @@
 //   - Folders are the resources' client folders. A Scope at the root
 //     lists everything, onelevel or subtree: usher has no administrative
 //     folders.
-//   - RequestServerData lists the site's configured machines.
+//   - RequestServerData lists the site's configured machines (only to valid
+//     credentials when the site's ServerDataCredentials setting is on).
 //   - RequestAddress launches by application name or reconnects by
 //     session ID; a resource that does not exist and one the user may not
 //     use both answer unspecified. FarmLoadHint is always 0.
@@ -35,5 +37,8 @@
 //     made-up one, derived from the domain and the user name, which
 //     trusted requests may repeat.
 //
-// Only cmd/usher wires it; other packages should not import it.
+// Each answered request is reported through Config.Observe (brokerprom
+// counts them); the brokering it does is observed by the broker itself.
+// It imports broker, site and auth. Only cmd/usher wires it; other
+// packages should not import it.
 package nfuse

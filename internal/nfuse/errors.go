@@ -17,7 +17,10 @@ const (
 	ErrorRetryRequired          = "retry-required"
 )
 
-// errorID maps an error onto an NFuse ErrorId. Everything without a
+// errorID maps an error onto an NFuse ErrorId. A locked-out account
+// answers failed-credentials (broker.LockedError unwraps to
+// ErrBadCredentials), as an unknown one does: usher never sends
+// account-locked-out, so that lock-out tells no one which names exist. Everything without a
 // specific ErrorId is unspecified, including a resource that does not
 // exist or that the user may not use (broker.ErrNotEntitled): the answer
 // must not tell the two apart, and no code of the protocol says "not
@@ -28,8 +31,6 @@ func errorID(err error) string {
 		return ErrorFailedCredentials
 	case errors.Is(err, broker.ErrAccountDisabled):
 		return ErrorAccountDisabled
-	case errors.Is(err, broker.ErrAccountLocked):
-		return ErrorAccountLockedOut
 	}
 	switch site.ErrorCode(err) {
 	case site.EOverloaded:

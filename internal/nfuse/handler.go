@@ -333,7 +333,9 @@ func (h *Handler) serve(ctx context.Context, x *exchange) []byte {
 	case KindServerFarmData:
 		return h.serverFarmData(x)
 	case KindServerData:
-		return h.serverData(x)
+		if !h.broker.Snapshot().Settings.ServerDataCredentials {
+			return h.serverData(x)
+		}
 	case KindProtocolInfo:
 		return h.protocolInfo(x)
 	case KindAltAddress:
@@ -349,6 +351,8 @@ func (h *Handler) serve(ctx context.Context, x *exchange) []byte {
 	}
 	defer release()
 	switch x.kind {
+	case KindServerData:
+		return h.serverDataWithCredentials(ctx, x)
 	case KindValidateCredentials:
 		return h.validateCredentials(ctx, x)
 	case KindAppData:

@@ -11,24 +11,27 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/ctx1"
+	"github.com/usher-vdi/usher/internal/memnet"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/sitetest"
 )
 
-// seed004For is seed 004's body with a user's ctx1 password and domain.
+// seed004For is the IMA/FMA test's body with a user's ctx1 password and domain.
 func seed004For(user, password, domain string) string {
-	r := strings.NewReplacer("adtest90", user, "PASSWORDLOL", nfuse.EncodeCtx1(password), "HEALTHY", domain)
+	r := strings.NewReplacer("adtest90", user, "PASSWORDLOL", ctx1.Encode(password), "HEALTHY", domain)
 	return r.Replace(seed004)
 }
 
@@ -242,8 +245,9 @@ func TestLockout(t *testing.T) {
 	for range 3 {
 		wantAnswer(t, f.post(seed004For(financeUser, "wrong", "DEMO")), "ResponseAppData", "failed-credentials")
 	}
-	wantAnswer(t, f.post(seed004For(financeUser, userPassword, "DEMO")), "ResponseAppData", "account-locked-out")
-	wantAnswer(t, f.post(request(`<RequestValidateCredentials>`+credentials(financeUser, userPassword, "DEMO")+`</RequestValidateCredentials>`)), "ResponseValidateCredentials", "account-locked-out")
+	// A locked account answers as an unknown one does.
+	wantAnswer(t, f.post(seed004For(financeUser, userPassword, "DEMO")), "ResponseAppData", "failed-credentials")
+	wantAnswer(t, f.post(request(`<RequestValidateCredentials>`+credentials(financeUser, userPassword, "DEMO")+`</RequestValidateCredentials>`)), "ResponseValidateCredentials", "failed-credentials")
 	wantAnswer(t, f.post(seed004For("user0251", userPassword, "DEMO")), "ResponseAppData", "")
 }
 
@@ -545,7 +549,7 @@ func TestLogsKeepSecrets(t *testing.T) {
 	f := newFixture(t, options{handlerConfig: func(c *nfuse.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}})
-	secrets := []string{userPassword, nfuse.EncodeCtx1(userPassword), "wrong password", nfuse.EncodeCtx1("wrong password"), "PASSWORDLOL"}
+	secrets := []string{userPassword, ctx1.Encode(userPassword), "wrong password", ctx1.Encode("wrong password"), "PASSWORDLOL"}
 	f.post(seed004)
 	f.post(seed004For(financeUser, "wrong password", "DEMO"))
 	f.post(requestWith("RequestValidateCredentials", `<Credentials><UserName>`+financeUser+`</UserName><Password>wrong password</Password></Credentials>`))
@@ -584,17 +588,34 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func TestIOTimeout(t *testing.T) {
-	t.Parallel()
+// ioTimeoutServer serves a handler with a 300ms IOTimeout on an in-memory
+// network of the test's synctest bubble, so that the deadlines on the
+// connection run on the bubble's clock.
+func ioTimeoutServer(t *testing.T) *memnet.Network {
 	f := newFixture(t, options{handlerConfig: func(c *nfuse.Config) { c.IOTimeout = 300 * time.Millisecond }})
-	srv := httptest.NewServer(f.handler)
+	n := memnet.New()
+	ln, err := n.Listen("nfuse.test:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f.handler)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(srv.Close)
-	t.Run("a stalled body is cut off", func(t *testing.T) {
-		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	return n
+}
+
+func TestIOTimeoutCutsOffAStalledBody(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		n := ioTimeoutServer(t)
+		conn, err := n.DialContext(t.Context(), "tcp", "nfuse.test:80")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
+		start := time.Now()
 		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/xml\r\nContent-Length: 1000\r\n\r\n<NFuseProtocol><RequestAppData>", nfuse.Path)
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -605,21 +626,31 @@ func TestIOTimeout(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(body), "<ResponseAppData><ErrorId>unspecified</ErrorId>") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
+		if took := time.Since(start); took != 300*time.Millisecond {
+			t.Errorf("the stalled body was cut off after %v, want the 300ms IOTimeout", took)
+		}
 	})
-	t.Run("a kept-alive connection outlives the timeout", func(t *testing.T) {
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+}
+
+func TestIOTimeoutSparesAKeptAliveConnection(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		n := ioTimeoutServer(t)
+		tr := n.Transport()
+		tr.MaxIdleConnsPerHost = 1
+		client := &http.Client{Transport: tr}
 		defer client.CloseIdleConnections()
 		reused := 0
 		for i := range 3 {
 			if i > 0 {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // past the IOTimeout, on the bubble's clock
 			}
 			trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
 				if c.Reused {
 					reused++
 				}
 			}}
-			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", srv.URL+nfuse.Path, strings.NewReader(request(`<RequestServerFarmData/>`)))
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", "http://nfuse.test"+nfuse.Path, strings.NewReader(request(`<RequestServerFarmData/>`)))
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -651,7 +682,7 @@ func TestLenientRequests(t *testing.T) {
 		{"ISO-8859-1 without a declaration", latin1("<NFuseProtocol><RequestValidateCredentials><Credentials><UserName>DEMO\\user0999</UserName><Password>Grüße 1</Password></Credentials></RequestValidateCredentials></NFuseProtocol>")},
 		{"UTF-8 without a declaration", []byte("<NFuseProtocol><RequestValidateCredentials><Credentials><UserName>user0999@demo</UserName><Password>Grüße 1</Password></Credentials></RequestValidateCredentials></NFuseProtocol>")},
 		{"lower case and character references", []byte(`<nfuseprotocol version="1.1"><requestvalidatecredentials><credentials><username>user0999</username><password encoding="cleartext">Gr&#252;&#xDF;e&#32;1</password><domain type="nt">demo</domain></credentials></requestvalidatecredentials></nfuseprotocol>`)},
-		{"upper case, Nil placeholders and unknown elements", []byte(`<NFUSEPROTOCOL VERSION="9.9"><NIL/><REQUESTVALIDATECREDENTIALS><FUTURE a="b"><X/></FUTURE><CREDENTIALS><USERNAME>user0999</USERNAME><PASSWORD ENCODING="CTX1">` + nfuse.EncodeCtx1(password) + `</PASSWORD><DOMAIN><NIL /></DOMAIN></CREDENTIALS><CLIENTNAME><NIL/></CLIENTNAME></REQUESTVALIDATECREDENTIALS></NFUSEPROTOCOL>`)},
+		{"upper case, Nil placeholders and unknown elements", []byte(`<NFUSEPROTOCOL VERSION="9.9"><NIL/><REQUESTVALIDATECREDENTIALS><FUTURE a="b"><X/></FUTURE><CREDENTIALS><USERNAME>user0999</USERNAME><PASSWORD ENCODING="CTX1">` + ctx1.Encode(password) + `</PASSWORD><DOMAIN><NIL /></DOMAIN></CREDENTIALS><CLIENTNAME><NIL/></CLIENTNAME></REQUESTVALIDATECREDENTIALS></NFUSEPROTOCOL>`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantAnswer(t, f.postBytes(tc.body), "ResponseValidateCredentials", "")
@@ -663,7 +694,7 @@ func TestLenientRequests(t *testing.T) {
 func setPassword(t testing.TB, f *fixture, name, password string) {
 	t.Helper()
 	ctx := context.Background()
-	hash, err := auth.HashPassword(password, cheap)
+	hash, err := auth.HashPassword(password, sitetest.Cheap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,9 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
 )
 
 // What usher's resources are in NFuse terms: every one runs on a
@@ -68,6 +68,15 @@ func (h *Handler) serverData(x *exchange) []byte {
 	return x.finish()
 }
 
+// serverDataWithCredentials answers a RequestServerData only with valid
+// credentials, for a site whose ServerDataCredentials setting is on.
+func (h *Handler) serverDataWithCredentials(ctx context.Context, x *exchange) []byte {
+	if _, failed := h.logon(ctx, x, h.broker.Snapshot()); failed != nil {
+		return failed
+	}
+	return h.serverData(x)
+}
+
 // protocolInfo tells the client the address of the server it asked about,
 // or of the XML service it reached.
 func (h *Handler) protocolInfo(x *exchange) []byte {
@@ -121,10 +130,10 @@ func hostPortAddress(hostPort string) Address {
 // validateCredentials answers an empty response for good credentials,
 // with the user's identities when DesiredInfo asks for user-identity.
 func (h *Handler) validateCredentials(ctx context.Context, x *exchange) []byte {
-	start := time.Now()
+	done := h.broker.Begin(broker.OpLogin)
 	snap := h.broker.Snapshot()
-	u, err := h.authenticate(ctx, snap, x.req.Credentials)
-	h.broker.Metrics().Observe(broker.OpLogin, start, err)
+	u, err := h.authenticate(ctx, snap, x.req.Credentials, remoteHost(x))
+	done(err)
 	if err != nil {
 		h.logonFailed(x, err)
 		return h.fail(x, err)
@@ -150,6 +159,19 @@ func (h *Handler) validateCredentials(ctx context.Context, x *exchange) []byte {
 
 // logonFailed logs a failed authentication, naming the user but never the
 // password.
+// logon authenticates the request's credentials against snap and names
+// the exchange's user; on failure it logs the failure and returns the
+// answer to send instead.
+func (h *Handler) logon(ctx context.Context, x *exchange, snap *broker.Snapshot) (*site.User, []byte) {
+	u, err := h.authenticate(ctx, snap, x.req.Credentials, remoteHost(x))
+	if err != nil {
+		h.logonFailed(x, err)
+		return nil, h.fail(x, err)
+	}
+	x.user = u.Name
+	return u, nil
+}
+
 func (h *Handler) logonFailed(x *exchange, err error) {
 	var name string
 	if c := x.req.Credentials; c != nil {

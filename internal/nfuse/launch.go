@@ -25,14 +25,13 @@ import (
 // not exist or that the user may not use.
 func (h *Handler) address(ctx context.Context, x *exchange) []byte {
 	snap := h.broker.Snapshot()
-	u, err := h.authenticate(ctx, snap, x.req.Credentials)
-	if err != nil {
-		h.logonFailed(x, err)
-		return h.fail(x, err)
+	u, failed := h.logon(ctx, x, snap)
+	if failed != nil {
+		return failed
 	}
-	x.user = u.Name
 	name := x.req.Name
 	var l *broker.Launch
+	var err error
 	switch {
 	case name.Session != nil && name.Session.SessionID != "":
 		l, err = h.broker.Reconnect(ctx, u.Name, name.Session.SessionID, x.req.ClientName)
@@ -113,12 +112,10 @@ func sharingKey(snap *broker.Snapshot, l *broker.Launch) string {
 // answers unspecified alike.
 func (h *Handler) redeem(ctx context.Context, x *exchange) []byte {
 	snap := h.broker.Snapshot()
-	u, err := h.authenticate(ctx, snap, x.req.Credentials)
-	if err != nil {
-		h.logonFailed(x, err)
-		return h.fail(x, err)
+	u, failed := h.logon(ctx, x, snap)
+	if failed != nil {
+		return failed
 	}
-	x.user = u.Name
 	key := x.req.TicketTag
 	if key == "" {
 		key = x.req.LaunchRef

@@ -6,10 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 type addressAnswer struct {
@@ -168,14 +167,14 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("%d disconnected sessions, want 0", len(d.Sessions))
 	}
 	desktop := live.Sessions[1]
-	event := func(ev string) {
+	event := func(ev broker.SessionChange) {
 		t.Helper()
-		if err := f.broker.SessionEvent(ctx, vdaproto.SessionEvent{Machine: desktop.HostID, SessionID: desktop.SessionID, Event: ev, At: time.Now()}); err != nil {
+		if err := f.broker.SessionEvent(ctx, broker.SessionEvent{Machine: desktop.HostID, SessionID: desktop.SessionID, Change: ev}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	event(vdaproto.EventLogon)
-	event(vdaproto.EventDisconnect)
+	event(broker.ChangeLogon)
+	event(broker.ChangeDisconnect)
 	disc := f.sessions(t, user, "RequestDiscSessionData")
 	if len(disc.Sessions) != 1 || disc.Sessions[0].SessionID != desktop.SessionID || disc.Sessions[0].State != "disconnected" {
 		t.Fatalf("disconnected sessions %+v", disc.Sessions)
@@ -189,7 +188,7 @@ func TestSessions(t *testing.T) {
 		other := f.post(requestWith("RequestAddress", `<Name><SessionName><SessionId>`+desktop.SessionID+`</SessionId></SessionName></Name>`+credentials("user0002", userPassword, "DEMO")))
 		wantAnswer(t, other, "ResponseAddress", "unspecified")
 	})
-	event(vdaproto.EventReconnect)
+	event(broker.ChangeReconnect)
 	t.Run("disconnect", func(t *testing.T) {
 		a := f.post(requestWith("RequestDisconnectUserSessions", credentials(user, userPassword, "DEMO")))
 		wantAnswer(t, a, "ResponseDisconnectUserSessions", "")

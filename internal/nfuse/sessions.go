@@ -90,7 +90,7 @@ func (h *Handler) endSessions(ctx context.Context, x *exchange) []byte {
 // userSessions authenticates the request and returns the user's live
 // sessions, oldest first.
 func (h *Handler) userSessions(ctx context.Context, x *exchange) ([]site.Session, error) {
-	u, err := h.authenticate(ctx, h.broker.Snapshot(), x.req.Credentials)
+	u, err := h.authenticate(ctx, h.broker.Snapshot(), x.req.Credentials, remoteHost(x))
 	if err != nil {
 		h.logonFailed(x, err)
 		return nil, err

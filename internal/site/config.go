@@ -69,10 +69,14 @@ func all[T any](ctx context.Context, c Collection[T]) ([]T, error) {
 	return p.Items, nil
 }
 
-// Normalize puts c in canonical form: objects sorted by name, string lists
-// sorted, empty lists nil, resource kinds and display names filled in. Two
-// equivalent configurations normalize to deeply equal values.
+// Normalize puts c in canonical form: user and group names in Unicode
+// normal form C, references to users and groups spelled as the objects
+// they name are (account names match case-insensitively), objects sorted
+// by name, string lists sorted, empty lists nil, resource kinds and
+// display names filled in. Two equivalent configurations normalize to
+// deeply equal values.
 func (c *Config) Normalize() {
+	c.normalizeAccounts()
 	sortByName(c.Zones, func(z Zone) string { return z.Name })
 	sortByName(c.Catalogs, func(x Catalog) string { return x.Name })
 	sortByName(c.Groups, func(g Group) string { return g.Name })
@@ -115,6 +119,58 @@ func (c *Config) Normalize() {
 	nilIfEmpty(&c.Entitlements)
 }
 
+// normalizeAccounts puts user and group names in normal form C and spells
+// every reference to a user or a group as its object does.
+func (c *Config) normalizeAccounts() {
+	if len(c.Users) == 0 && len(c.Groups) == 0 {
+		return
+	}
+	groups := make(map[string]string, len(c.Groups))
+	for i := range c.Groups {
+		g := &c.Groups[i]
+		g.Name = NormalizeName(g.Name)
+		if _, ok := groups[FoldName(g.Name)]; !ok { // a second is a conflict Validate reports
+			groups[FoldName(g.Name)] = g.Name
+		}
+	}
+	users := make(map[string]string, len(c.Users))
+	for i := range c.Users {
+		u := &c.Users[i]
+		u.Name = NormalizeName(u.Name)
+		if _, ok := users[FoldName(u.Name)]; !ok {
+			users[FoldName(u.Name)] = u.Name
+		}
+	}
+	spell := func(names map[string]string, list []string) {
+		for i, n := range list {
+			if s, ok := names[FoldName(n)]; ok {
+				list[i] = s
+			}
+		}
+	}
+	for i := range c.Users {
+		spell(groups, c.Users[i].Groups)
+	}
+	for i := range c.Machines {
+		if s, ok := users[FoldName(c.Machines[i].AssignedUser)]; ok && c.Machines[i].AssignedUser != "" {
+			c.Machines[i].AssignedUser = s
+		}
+	}
+	for i := range c.Entitlements {
+		spell(users, c.Entitlements[i].Users)
+		spell(groups, c.Entitlements[i].Groups)
+	}
+}
+
+// nameKey is the key two names of a kind collide under: account names
+// (users', groups') fold, as Windows matches them.
+func nameKey(kind Kind, name string) string {
+	if kind == KindUser || kind == KindGroup {
+		return FoldName(name)
+	}
+	return name
+}
+
 func nilIfEmpty[T any](s *[]T) {
 	if len(*s) == 0 {
 		*s = nil
@@ -140,7 +196,7 @@ func (c *Config) Validate() error {
 	if err := c.Settings.Validate(); err != nil {
 		return err
 	}
-	names := map[Kind]map[string]bool{}
+	names := map[Kind]map[string]string{} // kind -> nameKey -> name
 	add := func(kind Kind, name string, err error) error {
 		if err != nil {
 			return err
@@ -150,12 +206,13 @@ func (c *Config) Validate() error {
 			ns = KindApplication // one namespace for resources
 		}
 		if names[ns] == nil {
-			names[ns] = map[string]bool{}
+			names[ns] = map[string]string{}
 		}
-		if names[ns][name] {
-			return Conflict(kind, name)
+		key := nameKey(kind, name)
+		if other, ok := names[ns][key]; ok {
+			return ConflictWith(kind, name, other)
 		}
-		names[ns][name] = true
+		names[ns][key] = name
 		return nil
 	}
 	primaries := 0
@@ -215,7 +272,7 @@ func (c *Config) Validate() error {
 	// References.
 	check := func(kind Kind, name string, refs []Ref) error {
 		for _, r := range refs {
-			if !names[r.Kind][r.Name] {
+			if _, ok := names[r.Kind][nameKey(r.Kind, r.Name)]; !ok {
 				return MissingRef(kind, name, r)
 			}
 		}

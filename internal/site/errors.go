@@ -69,6 +69,16 @@ func notFound(kind Kind, name string) *Error {
 // NotFound returns the ENotFound error for a named object of a kind.
 func NotFound(kind Kind, name string) *Error { return notFound(kind, name) }
 
+// ConflictWith returns the EConflict error for a name that collides with
+// an existing object's, other: the same name, or for users, groups and
+// admins one that differs only in case or Unicode form.
+func ConflictWith(kind Kind, name, other string) *Error {
+	if other == name {
+		return Conflict(kind, name)
+	}
+	return Errorf(EConflict, "%s %q already exists as %q (names are matched case-insensitively)", kind, name, other)
+}
+
 // Conflict returns the EConflict error for a name that is already taken.
 func Conflict(kind Kind, name string) *Error {
 	return Errorf(EConflict, "%s %q already exists", kind, name)

@@ -1,10 +1,3 @@
-// Package site is the domain model of an usher site: zones, catalogs,
-// machines (VDAs), delivery groups, resources (applications and desktops),
-// local users and groups, entitlements and sessions, with their validation
-// rules and the Store contract that site databases implement.
-//
-// The package does no I/O. Adapters (sqlitestore, the YAML codec, the REST
-// API) import it; it imports none of them.
 package site
 
 import (
@@ -44,6 +37,11 @@ type Settings struct {
 	// with every application, as Citrix does. Off by default: it leaks the
 	// application list.
 	AnonymousAppData bool `json:"anonymous_app_data" yaml:"anonymous_app_data,omitempty"`
+	// ServerDataCredentials answers an NFuse RequestServerData only with
+	// valid credentials (a user's password, or an identity when
+	// TrustXMLRequests is on). Off by default, as Citrix: anyone who
+	// reaches the XML service then reads every machine's name.
+	ServerDataCredentials bool `json:"server_data_credentials" yaml:"server_data_credentials,omitempty"`
 }
 
 // DefaultSettings are the settings of a new site.
@@ -115,14 +113,9 @@ type MachineStatus struct {
 	LastHeartbeat time.Time    `json:"last_heartbeat,omitzero"`
 	// LoadIndex is 0 (idle) to MaxLoadIndex (full, takes no new session).
 	LoadIndex int `json:"load_index"`
-	// Sessions counts the machine's live sessions, pending ones included;
-	// LogonsInProgress the pending ones. Brokers keep both.
-	Sessions         int     `json:"sessions"`
-	LogonsInProgress int     `json:"logons_in_progress"`
-	CPUPercent       float64 `json:"cpu_percent"`
-	MemoryPercent    float64 `json:"memory_percent"`
-	MemoryUsedMB     int     `json:"memory_used_mb,omitempty"`
-	MemoryTotalMB    int     `json:"memory_total_mb,omitempty"`
+	// Usage is the machine's load: the brokers keep its session counts,
+	// the VDA reports CPU and memory.
+	Usage
 	// What the VDA registered: the display-protocol address clients reach,
 	// the protocol, and where and how the broker reaches the VDA.
 	RegisteredAddress string `json:"registered_address,omitempty"`
@@ -130,6 +123,53 @@ type MachineStatus struct {
 	ControlURL        string `json:"control_url,omitempty"`
 	ControlToken      string `json:"-"`
 	AgentVersion      string `json:"agent_version,omitempty"`
+	// Credential is the ID of the machine credential whose VDA registered:
+	// heartbeats and events with another credential are not the
+	// registered VDA's.
+	Credential string `json:"-"`
+	// Conflict describes the last registration refused because another VDA
+	// held the machine's live registration, at ConflictAt: two VDAs claim
+	// to be the machine, and one of them is not.
+	Conflict   string    `json:"registration_conflict,omitempty"`
+	ConflictAt time.Time `json:"registration_conflict_at,omitzero"`
+}
+
+// MachineCredential is what a site keeps of a machine's credential and
+// enrolment. It is neither configuration nor exported.
+type MachineCredential struct {
+	// ID names the machine's current credential: the machine's tokens
+	// carry it and are refused once it changes. "" means no credential is
+	// valid (never enrolled, or revoked).
+	ID       string    `json:"-"`
+	IssuedAt time.Time `json:"issued_at,omitzero"`
+	// SecretFingerprint ties a credential enrolled with the site's
+	// enrolment secret to that secret: rotating the secret refuses it. ""
+	// for a credential enrolled with a machine enrolment token.
+	SecretFingerprint string `json:"-"`
+	// Bound machines enrol only with a machine enrolment token, never with
+	// the site's secret.
+	Bound bool `json:"bound"`
+	// EnrolmentTokenHash is the hex SHA-256 of the machine's single-use
+	// enrolment token, "" when none waits; it expires at
+	// EnrolmentTokenExpires.
+	EnrolmentTokenHash    string    `json:"-"`
+	EnrolmentTokenExpires time.Time `json:"enrolment_token_expires,omitzero"`
+}
+
+// Usage is a machine's load: what its VDA reports and what the brokers
+// count on it. The broker's load rules turn it into a load index.
+type Usage struct {
+	// Sessions counts the machine's live sessions, pending ones included;
+	// LogonsInProgress the pending ones, whose user has not finished
+	// logging on. Brokers keep both.
+	Sessions         int     `json:"sessions"`
+	LogonsInProgress int     `json:"logons_in_progress"`
+	CPUPercent       float64 `json:"cpu_percent"`
+	MemoryPercent    float64 `json:"memory_percent"`
+	// MemoryUsedMB and MemoryTotalMB let the memory rule apply its base
+	// load; 0 when unknown.
+	MemoryUsedMB  int `json:"memory_used_mb,omitempty"`
+	MemoryTotalMB int `json:"memory_total_mb,omitempty"`
 }
 
 // MachineState is a machine with its runtime state, as the admin API shows it.

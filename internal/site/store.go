@@ -65,6 +65,14 @@ type Tx interface {
 	MachineStatus(ctx context.Context, machine string) (MachineStatus, error)
 	SetMachineStatus(ctx context.Context, machine string, st MachineStatus) error
 
+	// MachineCredential returns what the site keeps of a machine's
+	// credential (ENotFound for an unknown machine); a new machine's is
+	// zero. SetMachineCredential replaces it. Neither moves the
+	// configuration version; a machine deleted and created again starts
+	// with a zero credential, so that no earlier token opens it.
+	MachineCredential(ctx context.Context, machine string) (MachineCredential, error)
+	SetMachineCredential(ctx context.Context, machine string, c MachineCredential) error
+
 	Sessions() Sessions
 	Admins() Collection[Admin]
 }
@@ -84,7 +92,8 @@ type Collection[T any] interface {
 	// EInvalid as for Create.
 	Update(ctx context.Context, obj T) error
 	// Delete removes the named object; ENotFound when there is none,
-	// EConflict when other objects still refer to it.
+	// EConflict when other objects still refer to it, or for a machine
+	// with live sessions (the message counts them).
 	Delete(ctx context.Context, name string) error
 }
 
@@ -142,7 +151,7 @@ type Admin struct {
 
 // Validate checks the admin account's own fields.
 func (a Admin) Validate() error {
-	if err := ValidateName(KindAdmin, a.Name); err != nil {
+	if err := ValidateAccountName(KindAdmin, a.Name); err != nil {
 		return err
 	}
 	if a.PasswordHash == "" || a.PasswordHash[0] != '$' {

@@ -34,6 +34,62 @@ func ValidateName(kind Kind, name string) error {
 	return nil
 }
 
+// MaxAddressLen is the longest machine address.
+const MaxAddressLen = 255
+
+// ValidateAddress checks where clients reach a machine's display protocol:
+// a host name, an IPv4 address or a bracketed IPv6 address, with an
+// optional :port, in at most MaxAddressLen ASCII letters, digits and
+// ". - _ : [ ] %". Addresses are written as they are into launch files
+// (.rdp, .ica), where a line break would add settings of its own, so
+// every path that stores or hands out an address checks it: machine
+// validation, and the VDA registration and launch handlers.
+func ValidateAddress(addr string) error {
+	switch {
+	case addr == "":
+		return Errorf(EInvalid, "address is empty")
+	case len(addr) > MaxAddressLen:
+		return Errorf(EInvalid, "address %.40q... is longer than %d characters", addr, MaxAddressLen)
+	}
+	for _, r := range addr {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune(".-_:[]%", r):
+		case !unicode.IsPrint(r):
+			return Errorf(EInvalid, "address %q contains a control character", addr)
+		default:
+			return Errorf(EInvalid, "address %q contains %q: only letters, digits and . - _ : [ ] %% may appear", addr, r)
+		}
+	}
+	return nil
+}
+
+// ValidateText checks a free-text field (a display name, a description, a
+// command line): valid UTF-8 without control characters (line breaks,
+// tabs) or Unicode line and paragraph separators, since such text is
+// written into launch files and logs one field a line.
+func ValidateText(field, v string) error {
+	if !utf8.ValidString(v) {
+		return Errorf(EInvalid, "%s %q is not valid UTF-8", field, v)
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return Errorf(EInvalid, "%s %q contains a control character or line break", field, v)
+		}
+	}
+	return nil
+}
+
+// validateTexts checks free-text fields of an object, given as field
+// name, value pairs.
+func validateTexts(kind Kind, name string, fields ...string) error {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if err := ValidateText(fields[i], fields[i+1]); err != nil {
+			return invalid(kind, name, "%s", ErrorMessage(err))
+		}
+	}
+	return nil
+}
+
 func invalid(kind Kind, name, format string, args ...any) *Error {
 	e := Errorf(EInvalid, format, args...)
 	e.Message = fmt.Sprintf("%s %q: %s", kind, name, e.Message)
@@ -48,11 +104,19 @@ func (s Settings) Validate() error {
 	if err := ValidateName("domain", s.Domain); err != nil {
 		return Errorf(EInvalid, "settings: %s", ErrorMessage(err))
 	}
+	if err := ValidateText("site name", s.Name); err != nil {
+		return Errorf(EInvalid, "settings: %s", ErrorMessage(err))
+	}
 	return nil
 }
 
 // Validate checks the zone's own fields.
-func (z Zone) Validate() error { return ValidateName(KindZone, z.Name) }
+func (z Zone) Validate() error {
+	if err := ValidateName(KindZone, z.Name); err != nil {
+		return err
+	}
+	return validateTexts(KindZone, z.Name, "description", z.Description)
+}
 
 // Validate checks the catalog's own fields.
 func (c Catalog) Validate() error {
@@ -67,7 +131,7 @@ func (c Catalog) Validate() error {
 	if c.Zone == "" {
 		return invalid(KindCatalog, c.Name, "zone is empty")
 	}
-	return nil
+	return validateTexts(KindCatalog, c.Name, "description", c.Description)
 }
 
 // Validate checks the machine's own fields.
@@ -78,8 +142,8 @@ func (m Machine) Validate() error {
 	if m.Catalog == "" {
 		return invalid(KindMachine, m.Name, "catalog is empty")
 	}
-	if m.Address == "" {
-		return invalid(KindMachine, m.Name, "address is empty")
+	if err := ValidateAddress(m.Address); err != nil {
+		return invalid(KindMachine, m.Name, "%s", ErrorMessage(err))
 	}
 	if m.MaxSessions < 0 || m.MaxSessions > 10000 {
 		return invalid(KindMachine, m.Name, "max_sessions %d is outside 0..10000", m.MaxSessions)
@@ -90,6 +154,9 @@ func (m Machine) Validate() error {
 // Validate checks the delivery group's own fields.
 func (g DeliveryGroup) Validate() error {
 	if err := ValidateName(KindDeliveryGroup, g.Name); err != nil {
+		return err
+	}
+	if err := validateTexts(KindDeliveryGroup, g.Name, "description", g.Description); err != nil {
 		return err
 	}
 	switch g.Reconnect {
@@ -148,6 +215,10 @@ func (r Resource) Validate() error {
 	if r.DisplayName == "" {
 		return invalid(kind, r.Name, "display_name is empty")
 	}
+	if err := validateTexts(kind, r.Name, "display_name", r.DisplayName, "command_line", r.CommandLine,
+		"description", r.Description, "folder", r.Folder, "icon", r.Icon); err != nil {
+		return err
+	}
 	if strings.HasPrefix(r.Folder, "/") || strings.HasSuffix(r.Folder, "/") || strings.Contains(r.Folder, "//") {
 		return invalid(kind, r.Name, "folder %q must be a path like A/B without leading, trailing or double slashes", r.Folder)
 	}
@@ -169,11 +240,14 @@ func (k ResourceKind) ObjectKind() Kind { return k.objectKind() }
 
 // Validate checks the user's own fields.
 func (u User) Validate() error {
-	if err := ValidateName(KindUser, u.Name); err != nil {
+	if err := ValidateAccountName(KindUser, u.Name); err != nil {
 		return err
 	}
 	if strings.Contains(u.Name, "@") {
 		return invalid(KindUser, u.Name, "a local user name has no @domain part")
+	}
+	if err := validateTexts(KindUser, u.Name, "display_name", u.DisplayName); err != nil {
+		return err
 	}
 	if u.PasswordHash != "" && !strings.HasPrefix(u.PasswordHash, "$argon2id$") {
 		return invalid(KindUser, u.Name, "password_hash is not an argon2id PHC string")
@@ -182,7 +256,12 @@ func (u User) Validate() error {
 }
 
 // Validate checks the group's own fields.
-func (g Group) Validate() error { return ValidateName(KindGroup, g.Name) }
+func (g Group) Validate() error {
+	if err := ValidateAccountName(KindGroup, g.Name); err != nil {
+		return err
+	}
+	return validateTexts(KindGroup, g.Name, "description", g.Description)
+}
 
 // Validate checks the entitlement's own fields.
 func (e Entitlement) Validate() error {

@@ -41,7 +41,7 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 		{"unknown-field-before-name.yaml", 3, `unknown field "maxsessions" in machine "vda-01" (known fields: name, catalog, address, max_sessions, maintenance, assigned_user); did you mean "max_sessions"?`},
 		{"unknown-nested-field.yaml", 7, `unknown field "limt" in load_rules.max_sessions of delivery-group "Office Apps" (known fields: enabled, limit)`},
 		{"unknown-top-level.yaml", 3, `unknown field "machine" at the top level (known fields: ` + topKeys + `)`},
-		{"unknown-settings-field.yaml", 3, `unknown field "Domain" in settings (known fields: name, domain, trust_xml_requests, anonymous_app_data); did you mean "domain"?`},
+		{"unknown-settings-field.yaml", 3, `unknown field "Domain" in settings (known fields: name, domain, trust_xml_requests, anonymous_app_data, server_data_credentials); did you mean "domain"?`},
 
 		// Wrong types.
 		{"wrong-type-int.yaml", 7, `delivery-group "Office Apps": load_rules.max_sessions.limit: cannot use "many" as an integer`},

@@ -16,8 +16,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/memnet"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -32,6 +34,10 @@ type fakeBroker struct {
 	t        testing.TB
 	srv      *httptest.Server
 	interval time.Duration
+	// net, when set, is the in-memory network of a synctest bubble that
+	// the broker, its machines and its clients share; hc reaches it.
+	net *memnet.Network
+	hc  *http.Client
 
 	mu         sync.Mutex
 	known      map[string]bool
@@ -47,7 +53,20 @@ type fakeBroker struct {
 
 func newFakeBroker(t testing.TB, interval time.Duration, machines ...string) *fakeBroker {
 	t.Helper()
-	fb := &fakeBroker{t: t, interval: interval, known: map[string]bool{}, creds: map[string]string{},
+	return startFakeBroker(t, nil, interval, machines)
+}
+
+// newBubbleBroker is newFakeBroker on an in-memory network, for a test in a
+// synctest bubble: startAgent and startSim put their machines on the same
+// network, and fb.post and fb.connect reach them.
+func newBubbleBroker(t testing.TB, interval time.Duration, machines ...string) *fakeBroker {
+	t.Helper()
+	return startFakeBroker(t, memnet.New(), interval, machines)
+}
+
+func startFakeBroker(t testing.TB, network *memnet.Network, interval time.Duration, machines []string) *fakeBroker {
+	t.Helper()
+	fb := &fakeBroker{t: t, interval: interval, net: network, hc: http.DefaultClient, known: map[string]bool{}, creds: map[string]string{},
 		regs: map[string][]vdaproto.RegisterRequest{}, registered: map[string]bool{},
 		beats: map[string][]time.Time{}, lastBeat: map[string]vdaproto.Heartbeat{}}
 	for _, m := range machines {
@@ -58,7 +77,7 @@ func newFakeBroker(t testing.TB, interval time.Duration, machines ...string) *fa
 	mux.HandleFunc("POST "+vdaproto.PathRegister, fb.register)
 	mux.HandleFunc("POST "+vdaproto.PathHeartbeat, fb.heartbeat)
 	mux.HandleFunc("POST "+vdaproto.PathEvents, fb.event)
-	fb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fb.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fb.mu.Lock()
 		failing := fb.fail > 0
 		if failing {
@@ -71,8 +90,25 @@ func newFakeBroker(t testing.TB, interval time.Duration, machines ...string) *fa
 		}
 		mux.ServeHTTP(w, r)
 	}))
+	if network != nil {
+		fb.srv.Listener.Close()
+		fb.srv.Listener = mustListen(t, network, "broker.test:80")
+		tr := network.Transport()
+		fb.hc = &http.Client{Transport: tr}
+		t.Cleanup(tr.CloseIdleConnections)
+	}
+	fb.srv.Start()
 	t.Cleanup(fb.srv.Close)
 	return fb
+}
+
+func mustListen(t testing.TB, network *memnet.Network, addr string) *memnet.Listener {
+	t.Helper()
+	ln, err := network.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 func (fb *fakeBroker) URL() string { return fb.srv.URL }
@@ -264,13 +300,13 @@ func (fb *fakeBroker) prepare(machine, session, user, ticket string, reconnect b
 	u, tok := fb.control(machine)
 	req := vdaproto.PrepareRequest{SessionID: session, User: user, Resource: "Notepad", CommandLine: "notepad.exe",
 		Reconnect: reconnect, TicketHash: vdaproto.TicketHash(ticket), ExpiresAt: time.Now().Add(time.Minute)}
-	status, _ := post(fb.t, u+vdaproto.PathPrepare, tok, req)
+	status, _ := fb.post(u+vdaproto.PathPrepare, tok, req)
 	return status
 }
 
 func (fb *fakeBroker) sessionRequest(machine, path, session string) (int, vdaproto.ErrorBody) {
 	u, tok := fb.control(machine)
-	status, body := post(fb.t, u+path, tok, vdaproto.SessionRequest{SessionID: session})
+	status, body := fb.post(u+path, tok, vdaproto.SessionRequest{SessionID: session})
 	return status, decodeErrorBody(body)
 }
 
@@ -278,14 +314,30 @@ func (fb *fakeBroker) sessionRequest(machine, path, session string) (int, vdapro
 // and the body.
 func post(t testing.TB, url, token string, v any) (int, []byte) {
 	t.Helper()
+	return postWith(t, http.DefaultClient, url, token, v)
+}
+
+// post is post on the broker's network.
+func (fb *fakeBroker) post(url, token string, v any) (int, []byte) {
+	fb.t.Helper()
+	return postWith(fb.t, fb.hc, url, token, v)
+}
+
+func postWith(t testing.TB, hc *http.Client, url, token string, v any) (int, []byte) {
+	t.Helper()
 	raw, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return postRaw(t, url, token, "application/json", raw)
+	return postRawWith(t, hc, url, token, "application/json", raw)
 }
 
 func postRaw(t testing.TB, url, token, contentType string, raw []byte) (int, []byte) {
+	t.Helper()
+	return postRawWith(t, http.DefaultClient, url, token, contentType, raw)
+}
+
+func postRawWith(t testing.TB, hc *http.Client, url, token, contentType string, raw []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
 	if err != nil {
@@ -297,7 +349,7 @@ func postRaw(t testing.TB, url, token, contentType string, raw []byte) (int, []b
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
@@ -315,7 +367,18 @@ func decodeErrorBody(raw []byte) vdaproto.ErrorBody {
 // connect presents a ticket at a machine's control URL, as a client does.
 func connect(t testing.TB, controlURL, ticket string) (int, vdaproto.ConnectResponse, vdaproto.ErrorBody) {
 	t.Helper()
-	status, body := post(t, controlURL+vdaproto.PathConnect, "", vdaproto.ConnectRequest{Ticket: ticket, ClientName: "laptop-7"})
+	return connectWith(t, http.DefaultClient, controlURL, ticket)
+}
+
+// connect is connect on the broker's network.
+func (fb *fakeBroker) connect(controlURL, ticket string) (int, vdaproto.ConnectResponse, vdaproto.ErrorBody) {
+	fb.t.Helper()
+	return connectWith(fb.t, fb.hc, controlURL, ticket)
+}
+
+func connectWith(t testing.TB, hc *http.Client, controlURL, ticket string) (int, vdaproto.ConnectResponse, vdaproto.ErrorBody) {
+	t.Helper()
+	status, body := postWith(t, hc, controlURL+vdaproto.PathConnect, "", vdaproto.ConnectRequest{Ticket: ticket, ClientName: "laptop-7"})
 	var resp vdaproto.ConnectResponse
 	if status == http.StatusOK {
 		if err := json.Unmarshal(body, &resp); err != nil {
@@ -326,7 +389,9 @@ func connect(t testing.TB, controlURL, ticket string) (int, vdaproto.ConnectResp
 }
 
 // waitFor polls cond until it holds, failing the test after a generous
-// deadline.
+// deadline. It is for tests on real sockets (newFakeBroker), which a
+// synctest bubble cannot wait on; a test on newBubbleBroker uses settle and
+// asserts instead.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -348,7 +413,21 @@ func testLogger(t testing.TB) *slog.Logger {
 
 func newClient(t testing.TB, brokerURL string) *vda.Client {
 	t.Helper()
-	c, err := vda.NewClient(vda.ClientConfig{BrokerURL: brokerURL, Timeout: 5 * time.Second,
+	return newClientWith(t, nil, brokerURL)
+}
+
+// newClient is newClient on the broker's network.
+func (fb *fakeBroker) newClient() *vda.Client {
+	fb.t.Helper()
+	if fb.net == nil {
+		return newClient(fb.t, fb.URL())
+	}
+	return newClientWith(fb.t, fb.hc, fb.URL())
+}
+
+func newClientWith(t testing.TB, hc *http.Client, brokerURL string) *vda.Client {
+	t.Helper()
+	c, err := vda.NewClient(vda.ClientConfig{BrokerURL: brokerURL, HTTPClient: hc, Timeout: 5 * time.Second,
 		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -368,12 +447,17 @@ type agent struct {
 // startAgent runs a machine against fb; mod adjusts its configuration.
 func startAgent(t testing.TB, fb *fakeBroker, name string, mod func(*vda.MachineConfig)) *agent {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ln net.Listener
+	if fb.net != nil {
+		ln = mustListen(t, fb.net, name+".test:80")
+	} else {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := vda.MachineConfig{
-		Name: name, Client: newClient(t, fb.URL()), Secret: testSecret,
+		Name: name, Client: fb.newClient(), Secret: testSecret,
 		ControlURL: "http://" + ln.Addr().String(), Address: name + ".test:3389",
 		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, Logger: testLogger(t),
 	}
@@ -403,4 +487,12 @@ func startAgent(t testing.TB, fb *fakeBroker, name string, mod func(*vda.Machine
 		}
 	})
 	return &agent{Machine: m, url: cfg.ControlURL, stop: stop}
+}
+
+// settle lets the fake clock of a synctest bubble run for d, then waits
+// until every goroutine of the bubble is blocked: whatever was due by then
+// has happened.
+func settle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }

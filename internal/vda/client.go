@@ -2,6 +2,7 @@ package vda
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,10 +65,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		base:       strings.TrimRight(u.String(), "/"),
 		http:       cfg.HTTPClient,
-		timeout:    cmpOr(cfg.Timeout, DefaultCallTimeout),
+		timeout:    cmp.Or(max(cfg.Timeout, 0), DefaultCallTimeout),
 		attempts:   cfg.Attempts,
-		minBackoff: cmpOr(cfg.MinBackoff, 100*time.Millisecond),
-		maxBackoff: cmpOr(cfg.MaxBackoff, 2*time.Second),
+		minBackoff: cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond),
+		maxBackoff: cmp.Or(max(cfg.MaxBackoff, 0), 2*time.Second),
 		log:        cfg.Logger,
 	}
 	if c.http == nil {
@@ -118,13 +119,41 @@ func (c Credential) LogValue() slog.Value {
 // A wrong secret gets an error matching ErrUnauthorized; a machine the site
 // does not configure gets a *BrokerError with code "not_found".
 func (c *Client) Enrol(ctx context.Context, machine, secret string) (Credential, error) {
+	return c.enrol(ctx, vdaproto.EnrolRequest{Machine: machine, Secret: secret})
+}
+
+func (c *Client) enrol(ctx context.Context, req vdaproto.EnrolRequest) (Credential, error) {
 	var resp vdaproto.EnrolResponse
-	err := c.call(ctx, vdaproto.PathEnrol, "", vdaproto.EnrolRequest{Machine: machine, Secret: secret}, &resp)
-	if err != nil {
-		return Credential{}, fmt.Errorf("enrol %q: %w", machine, err)
+	if err := c.call(ctx, vdaproto.PathEnrol, "", req, &resp); err != nil {
+		return Credential{}, fmt.Errorf("enrol %q: %w", req.Machine, err)
 	}
 	if resp.Credential == "" {
-		return Credential{}, fmt.Errorf("enrol %q: the broker sent no credential", machine)
+		return Credential{}, fmt.Errorf("enrol %q: the broker sent no credential", req.Machine)
+	}
+	return Credential{Token: resp.Credential, ExpiresAt: resp.ExpiresAt}, nil
+}
+
+// Machines returns the names of the site's machines that match req's
+// filters, in name order, asking with the enrolment secret in req. A wrong
+// secret gets an error matching ErrUnauthorized; a catalog or delivery
+// group the site does not have gets a *BrokerError with code "not_found".
+func (c *Client) Machines(ctx context.Context, req vdaproto.MachinesRequest) ([]string, error) {
+	var resp vdaproto.MachinesResponse
+	if err := c.call(ctx, vdaproto.PathMachines, "", req, &resp); err != nil {
+		return nil, fmt.Errorf("list machines: %w", err)
+	}
+	return resp.Machines, nil
+}
+
+// Renew exchanges a machine's current credential for a fresh token of it,
+// before it expires. A revoked or replaced credential gets ErrUnauthorized.
+func (c *Client) Renew(ctx context.Context, cred Credential, machine string) (Credential, error) {
+	var resp vdaproto.EnrolResponse
+	if err := c.call(ctx, vdaproto.PathRenew, cred.Token, vdaproto.RenewRequest{Machine: machine}, &resp); err != nil {
+		return Credential{}, fmt.Errorf("renew the credential of %q: %w", machine, err)
+	}
+	if resp.Credential == "" {
+		return Credential{}, fmt.Errorf("renew the credential of %q: the broker sent no credential", machine)
 	}
 	return Credential{Token: resp.Credential, ExpiresAt: resp.ExpiresAt}, nil
 }
@@ -275,11 +304,4 @@ func decodeError(resp *http.Response, raw []byte) *BrokerError {
 		be.RetryAfter = time.Duration(s) * time.Second
 	}
 	return be
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

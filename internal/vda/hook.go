@@ -2,6 +2,7 @@ package vda
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ func ParseCommand(line string) (*CommandHook, error) {
 
 // Session implements SessionHook.
 func (h *CommandHook) Session(ctx context.Context, event string, s Session) error {
-	ctx, cancel := context.WithTimeout(ctx, cmpOr(h.Timeout, DefaultHookTimeout))
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(h.Timeout, 0), DefaultHookTimeout))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h.Path, h.Args...)
 	cmd.Env = append(os.Environ(),

@@ -1,10 +1,5 @@
-//go:build integration
-
 // This test runs the simulator against the real broker, API and SQLite
-// store with the demo site. It sits behind a build tag so that work in
-// progress elsewhere never breaks this package's tests:
-//
-//	go test -race -tags integration -run RealBroker ./internal/vda/
+// store with the demo site (sitetest).
 
 package vda_test
 
@@ -22,48 +17,34 @@ import (
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
-	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+	"github.com/usher-vdi/usher/internal/sitetest"
 	"github.com/usher-vdi/usher/internal/vda"
 )
 
 func TestSimulatorAgainstRealBroker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := sqlitestore.Open(ctx, t.TempDir()+"/site.db", sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	cheap := auth.Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}
-	cfg := demo.Site()
-	hash, err := auth.HashPassword("pw", cheap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range cfg.Users {
-		cfg.Users[i].PasswordHash = hash
-	}
+	ts := sitetest.New(t, sitetest.Options{Broker: func(c *broker.Config) {
+		c.Control, c.Logger = vdacontrol.New(), testLogger(t)
+		// Heartbeats far apart enough that 57 machines under -race on a loaded
+		// 2-core machine never miss one by accident, and a timeout short
+		// enough that the silent-machine step stays quick.
+		c.HeartbeatInterval, c.HeartbeatTimeout = 250*time.Millisecond, 5*time.Second
+	}})
+	store, brk := ts.Store, ts.Broker
 	var names []string
-	for _, m := range cfg.Machines {
+	for _, m := range ts.Config.Machines {
 		names = append(names, m.Name)
-	}
-	if err := store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
-		t.Fatal(err)
 	}
 	signer, err := auth.NewSigner([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	brk, err := broker.New(ctx, broker.Config{Store: store, Control: api.NewVDAControlClient(), Logger: testLogger(t),
-		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	brokerDone := make(chan error, 1)
 	go func() { brokerDone <- brk.Run(ctx) }()
-	a, err := api.New(api.Config{Store: store, Signer: signer, PasswordParams: cheap, Broker: brk, EnrolmentSecret: testSecret, Logger: testLogger(t)})
+	a, err := api.New(api.Config{Store: store, Signer: signer, PasswordParams: sitetest.Cheap, Broker: brk, EnrolmentSecret: testSecret, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +83,7 @@ func TestSimulatorAgainstRealBroker(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	status, body := do("POST", "/api/v1/login", api.LoginRequest{Username: "user0001", Password: "pw"}, "")
+	status, body := do("POST", "/api/v1/login", api.LoginRequest{Username: "user0001", Password: sitetest.UserPassword}, "")
 	if status != 200 {
 		t.Fatalf("login: %d %s", status, body)
 	}

@@ -2,6 +2,7 @@ package vda
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -220,9 +221,9 @@ func (s *SimLoad) Load(_ context.Context, sessions int) (Load, error) {
 	s.tick++
 	tick := s.tick
 	s.mu.Unlock()
-	baseCPU, perCPU := orF(s.BaseCPU, 3), orF(s.CPUPerSession, 1.5)
-	total, base, per := orI(s.TotalMB, 16384), orI(s.BaseMB, 2048), orI(s.MBPerSession, 350)
-	noise := orF(s.Noise, 2)
+	baseCPU, perCPU := cmp.Or(s.BaseCPU, 3), cmp.Or(s.CPUPerSession, 1.5)
+	total, base, per := cmp.Or(max(s.TotalMB, 0), 16384), cmp.Or(max(s.BaseMB, 0), 2048), cmp.Or(max(s.MBPerSession, 0), 350)
+	noise := cmp.Or(s.Noise, 2)
 	if noise < 0 {
 		noise = 0
 	}
@@ -240,17 +241,3 @@ func (s *SimLoad) Load(_ context.Context, sessions int) (Load, error) {
 }
 
 func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }
-
-func orF(v, def float64) float64 {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-func orI(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
-}

@@ -40,6 +40,10 @@ type MachineConfig struct {
 	// Client reaches the broker; Secret is the site's enrolment secret.
 	Client *Client
 	Secret string
+	// EnrolmentToken, instead of Secret, is a single-use machine enrolment
+	// token (usher admin enrol-token): the machine enrols with it once and
+	// then renews its credential before it expires.
+	EnrolmentToken string
 	// ControlURL is where the broker reaches the machine's Handler.
 	ControlURL string
 	// Address is where clients reach the display protocol, host:port; ""
@@ -81,6 +85,8 @@ type Machine struct {
 	// trouble that of a broker out of reach: Info and Warn for an agent,
 	// Debug for the simulator's thousand machines, whose simulator sums up.
 	chatter, trouble slog.Level
+	// simulated is set by the simulator, and told to the broker.
+	simulated bool
 
 	mu         sync.Mutex
 	sessions   map[string]*session
@@ -89,6 +95,10 @@ type Machine struct {
 	seq        uint64          // of the last queued event
 	runCtx     context.Context // nil while Run is not running
 	registered bool
+	// cred is the machine credential, kept in the state file so that a
+	// restarted agent registers with it instead of enrolling again (a
+	// machine enrolment token is single-use).
+	cred Credential
 
 	tasks  sync.WaitGroup // goroutines started by spawn
 	wake   chan struct{}  // events queued, or pause toggled
@@ -128,8 +138,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		return nil, errors.New("machine name is required")
 	case cfg.Client == nil:
 		return nil, fmt.Errorf("machine %q: a broker client is required", cfg.Name)
-	case cfg.Secret == "":
-		return nil, fmt.Errorf("machine %q: the enrolment secret is required", cfg.Name)
+	case cfg.Secret == "" && cfg.EnrolmentToken == "":
+		return nil, fmt.Errorf("machine %q: the enrolment secret or a machine enrolment token is required", cfg.Name)
 	case cfg.MaxSessions < 0:
 		return nil, fmt.Errorf("machine %q: negative MaxSessions", cfg.Name)
 	}
@@ -139,8 +149,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.Protocol != "" && cfg.Protocol != "rdp" && cfg.Protocol != "ica" {
 		return nil, fmt.Errorf("machine %q: protocol %q is not rdp or ica", cfg.Name, cfg.Protocol)
 	}
-	cfg.MinBackoff = cmpOr(cfg.MinBackoff, DefaultMinBackoff)
-	cfg.MaxBackoff = max(cmpOr(cfg.MaxBackoff, DefaultMaxBackoff), cfg.MinBackoff)
+	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), DefaultMinBackoff)
+	cfg.MaxBackoff = max(cmp.Or(max(cfg.MaxBackoff, 0), DefaultMaxBackoff), cfg.MinBackoff)
 	if cfg.Logger == nil {
 		cfg.Logger = discard
 	}
@@ -233,7 +243,10 @@ func (m *Machine) Run(ctx context.Context) error {
 		m.mu.Unlock()
 		m.tasks.Wait()
 	}()
-	r := &runner{m: m, hb: time.NewTimer(time.Hour)}
+	m.mu.Lock()
+	saved := m.cred
+	m.mu.Unlock()
+	r := &runner{m: m, cred: saved, hb: time.NewTimer(time.Hour)}
 	r.hb.Stop()
 	defer r.hb.Stop()
 	return r.run(ctx)
@@ -247,7 +260,8 @@ type runner struct {
 	registered bool
 	interval   time.Duration
 	hb         *time.Timer
-	failures   int // consecutive failures to reach the broker
+	failures   int  // consecutive failures to reach the broker
+	usedToken  bool // the machine enrolment token was spent
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -258,7 +272,7 @@ func (r *runner) run(ctx context.Context) error {
 			continue
 		}
 		if r.cred.Token == "" || (!r.cred.ExpiresAt.IsZero() && m.now().After(r.cred.ExpiresAt.Add(-renewBefore))) {
-			cred, err := m.cfg.Client.Enrol(ctx, m.cfg.Name, m.cfg.Secret)
+			cred, err := r.enrol(ctx)
 			if err != nil {
 				if fatal(err) {
 					return err
@@ -266,13 +280,13 @@ func (r *runner) run(ctx context.Context) error {
 				r.backoff(ctx, err)
 				continue
 			}
-			r.cred = cred
+			r.setCred(cred)
 			m.log.DebugContext(ctx, "enrolled", "credential", cred)
 		}
 		if !r.registered {
 			if err := r.register(ctx); err != nil {
 				if errors.Is(err, ErrUnauthorized) {
-					r.cred = Credential{}
+					r.setCred(Credential{})
 				} else if fatal(err) {
 					return err
 				}
@@ -294,6 +308,49 @@ func (r *runner) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setCred makes cred the machine's credential (none, when refused) and
+// saves it in the state file.
+func (r *runner) setCred(cred Credential) {
+	r.cred = cred
+	m := r.m
+	m.mu.Lock()
+	changed := m.cred != cred
+	m.cred = cred
+	m.mu.Unlock()
+	if changed {
+		m.save()
+	}
+}
+
+// enrol gets a credential: a renewal of the current one when the machine
+// enrolled with a single-use token, else an enrolment.
+func (r *runner) enrol(ctx context.Context) (Credential, error) {
+	m := r.m
+	if r.cred.Token != "" && m.cfg.EnrolmentToken != "" {
+		cred, err := m.cfg.Client.Renew(ctx, r.cred, m.cfg.Name)
+		if err == nil {
+			return cred, nil
+		}
+		m.log.WarnContext(ctx, "could not renew the machine credential", keyErr, err)
+		if !errors.Is(err, ErrUnauthorized) {
+			return Credential{}, err
+		}
+	}
+	token := m.cfg.EnrolmentToken
+	if r.usedToken {
+		token = ""
+	}
+	if token == "" && m.cfg.Secret == "" {
+		return Credential{}, &BrokerError{StatusCode: http.StatusUnauthorized, Code: "unauthorized",
+			Message: "the machine enrolment token was used: ask an admin for a new one (usher admin enrol-token " + m.cfg.Name + ")"}
+	}
+	cred, err := m.cfg.Client.enrol(ctx, vdaproto.EnrolRequest{Machine: m.cfg.Name, Secret: m.cfg.Secret, Token: token, Simulated: m.simulated})
+	if err == nil && token != "" {
+		r.usedToken = true
+	}
+	return cred, err
 }
 
 // fatal reports whether err means the broker will never accept the
@@ -330,7 +387,7 @@ func (r *runner) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.interval = cmpOr(m.cfg.HeartbeatInterval, cmpOr(resp.HeartbeatInterval, DefaultHeartbeatInterval))
+	r.interval = cmp.Or(max(m.cfg.HeartbeatInterval, 0), max(resp.HeartbeatInterval, 0), DefaultHeartbeatInterval)
 	r.interval = max(r.interval, MinHeartbeatInterval)
 	r.registered = true
 	m.setRegistered(true)
@@ -397,7 +454,7 @@ func (r *runner) brokerError(ctx context.Context, err error) (retry bool) {
 		return true
 	case errors.Is(err, ErrUnauthorized):
 		r.m.log.WarnContext(ctx, "the broker refused the machine credential; enrolling again")
-		r.cred = Credential{}
+		r.setCred(Credential{})
 		r.unregister()
 		return true
 	}
@@ -458,6 +515,7 @@ func (m *Machine) registerRequest() vdaproto.RegisterRequest {
 		ControlToken: m.token,
 		MaxSessions:  m.cfg.MaxSessions,
 		AgentVersion: AgentVersion,
+		Simulated:    m.simulated,
 	}
 	for _, s := range m.Sessions() {
 		req.Sessions = append(req.Sessions, s.Report())

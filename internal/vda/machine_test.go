@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/vda"
@@ -128,29 +129,36 @@ func TestHeartbeatIntervalOverride(t *testing.T) {
 }
 
 func TestNotRegisteredRegistersAgain(t *testing.T) {
-	fb := newFakeBroker(t, 20*time.Millisecond, "vda-1")
-	a := startAgent(t, fb, "vda-1", nil)
-	waitFor(t, "registration", func() bool { return len(fb.heartbeats("vda-1")) >= 1 })
-	if got := fb.prepare("vda-1", "s1", `DEMO\alice`, "ticket-1", false); got != http.StatusNoContent {
-		t.Fatalf("prepare: %d", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		fb := newBubbleBroker(t, 20*time.Millisecond, "vda-1")
+		startAgent(t, fb, "vda-1", nil)
+		settle(100 * time.Millisecond)
+		if len(fb.heartbeats("vda-1")) == 0 {
+			t.Fatal("no heartbeat after registration")
+		}
+		if got := fb.prepare("vda-1", "s1", `DEMO\alice`, "ticket-1", false); got != http.StatusNoContent {
+			t.Fatalf("prepare: %d", got)
+		}
 
-	fb.forget("vda-1") // as a restarted broker would
-	waitFor(t, "a second registration", func() bool { return len(fb.registrations("vda-1")) >= 2 })
-	waitFor(t, "heartbeats again", func() bool {
+		fb.forget("vda-1") // as a restarted broker would
+		settle(100 * time.Millisecond)
+		if got := len(fb.registrations("vda-1")); got != 2 {
+			t.Fatalf("%d registrations, want a second one", got)
+		}
 		n := len(fb.heartbeats("vda-1"))
-		time.Sleep(50 * time.Millisecond)
-		return len(fb.heartbeats("vda-1")) > n
+		settle(100 * time.Millisecond)
+		if len(fb.heartbeats("vda-1")) <= n {
+			t.Fatal("no heartbeats after the second registration")
+		}
+		reg := fb.registrations("vda-1")[1]
+		want := []vdaproto.SessionReport{{ID: "s1", User: `DEMO\alice`, State: "pending"}}
+		if !slices.Equal(reg.Sessions, want) {
+			t.Errorf("re-registration reports sessions %+v, want %+v", reg.Sessions, want)
+		}
+		if _, tok := fb.control("vda-1"); tok != fb.registrations("vda-1")[0].ControlToken {
+			t.Error("the control token changed at re-registration")
+		}
 	})
-	reg := fb.registrations("vda-1")[1]
-	want := []vdaproto.SessionReport{{ID: "s1", User: `DEMO\alice`, State: "pending"}}
-	if !slices.Equal(reg.Sessions, want) {
-		t.Errorf("re-registration reports sessions %+v, want %+v", reg.Sessions, want)
-	}
-	if _, tok := fb.control("vda-1"); tok != fb.registrations("vda-1")[0].ControlToken {
-		t.Error("the control token changed at re-registration")
-	}
-	_ = a
 }
 
 func TestControlRequiresToken(t *testing.T) {

@@ -105,6 +105,11 @@ type Simulator struct {
 	handler http.Handler
 	users   *simUsers
 
+	// allRegistered is closed once every machine has registered, after
+	// the log says so.
+	allRegistered chan struct{}
+	allOnce       sync.Once
+
 	mu       sync.Mutex
 	machines map[string]*Machine
 	paused   map[string]bool
@@ -157,7 +162,8 @@ func NewSimulator(cfg SimConfig) (*Simulator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = discard
 	}
-	s := &Simulator{cfg: cfg, log: cfg.Logger, machines: map[string]*Machine{}, paused: map[string]bool{}}
+	s := &Simulator{cfg: cfg, log: cfg.Logger, machines: map[string]*Machine{}, paused: map[string]bool{},
+		allRegistered: make(chan struct{})}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		s.own = NewTransport(min(max(len(cfg.Machines)/4, 16), 256))
@@ -213,6 +219,21 @@ func (s *Simulator) Machine(name string) *Machine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.machines[name]
+}
+
+// AllRegistered returns a channel that is closed once every simulated
+// machine has registered for the first time (and the log has said so).
+func (s *Simulator) AllRegistered() <-chan struct{} { return s.allRegistered }
+
+// Registered returns how many simulated machines are registered now, of
+// how many.
+func (s *Simulator) Registered() (registered, total int) {
+	for _, name := range s.cfg.Machines {
+		if m := s.Machine(name); m != nil && m.Registered() {
+			registered++
+		}
+	}
+	return registered, len(s.cfg.Machines)
 }
 
 // Pause makes a simulated machine fall silent towards the broker, as a hung
@@ -369,6 +390,7 @@ func (s *Simulator) build(base string) ([]*Machine, error) {
 		}
 		m.obs = s.users
 		m.chatter, m.trouble = slog.LevelDebug, slog.LevelDebug
+		m.simulated = true
 		ms = append(ms, m)
 	}
 	s.mu.Lock()
@@ -406,6 +428,7 @@ func (s *Simulator) watch(ctx context.Context, ms []*Machine) {
 		case n == len(ms) && !all:
 			all = true
 			s.log.Info("simulated VDAs registered", keyCount, n, "took", time.Since(start).Round(time.Millisecond))
+			s.allOnce.Do(func() { close(s.allRegistered) })
 		case n < len(ms) && time.Since(reported) >= simReportEvery:
 			all, reported = false, time.Now()
 			s.log.Warn("some simulated VDAs are not registered; they keep trying (--log-level debug tells why)",

@@ -6,23 +6,30 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
-// startSim runs a simulator against fb until the test ends.
+// startSim runs a simulator against fb until the test ends. On a bubble
+// broker's network, the simulator's control endpoint is http://sim.test,
+// served by the test as an all-in-one server would (ControlBase).
 func startSim(t testing.TB, fb *fakeBroker, names []string, mod func(*vda.SimConfig)) *vda.Simulator {
 	t.Helper()
 	cfg := vda.SimConfig{Broker: fb.URL(), Secret: testSecret, Machines: names,
 		LogonDelay: 30 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		Stagger: 50 * time.Millisecond, Logger: testLogger(t)}
+	if fb.net != nil {
+		cfg.ControlBase, cfg.HTTPClient = "http://sim.test", fb.hc
+	}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -33,6 +40,17 @@ func startSim(t testing.TB, fb *fakeBroker, names []string, mod func(*vda.SimCon
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sim.Run(ctx) }()
+	if fb.net != nil {
+		ln := mustListen(t, fb.net, "sim.test:80")
+		served := make(chan error, 1)
+		go func() { served <- vda.ServeControl(ctx, ln, sim.Handler(), testLogger(t)) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-served; err != nil {
+				t.Errorf("simulator control server: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -93,33 +111,41 @@ func TestSimulatorRegistersAndLogsOn(t *testing.T) {
 }
 
 func TestSimulatorManualConnect(t *testing.T) {
-	fb := newFakeBroker(t, 20*time.Millisecond, "sim-001", "sim-002")
-	startSim(t, fb, []string{"sim-001", "sim-002"}, func(c *vda.SimConfig) { c.ManualConnect = true })
-	waitFor(t, "registrations", func() bool { return fb.registeredCount() == 2 })
+	synctest.Test(t, func(t *testing.T) {
+		fb := newBubbleBroker(t, 20*time.Millisecond, "sim-001", "sim-002")
+		startSim(t, fb, []string{"sim-001", "sim-002"}, func(c *vda.SimConfig) { c.ManualConnect = true })
+		settle(time.Second)
+		if got := fb.registeredCount(); got != 2 {
+			t.Fatalf("%d machines registered, want 2", got)
+		}
 
-	fb.prepare("sim-002", "s1", "alice", "ticket-1", false)
-	time.Sleep(100 * time.Millisecond) // well past the logon delay
-	if got := fb.eventsOf("s1"); len(got) != 0 {
-		t.Fatalf("events %v without a client", got)
-	}
-	u, _ := fb.control("sim-002")
-	if status, _, _ := connect(t, u, "ticket-1"); status != http.StatusOK {
-		t.Fatalf("connect: %d", status)
-	}
-	waitFor(t, "the logon event", func() bool { _, ok := fb.event1("s1", vdaproto.EventLogon); return ok })
-	if status, _, eb := connect(t, u, "ticket-1"); status != http.StatusUnauthorized || !strings.Contains(eb.Error.Message, "already used") {
-		t.Errorf("second connect: %d %+v", status, eb)
-	}
-	// The ticket of one machine opens nothing on another.
-	fb.prepare("sim-002", "s2", "bob", "ticket-2", false)
-	other, _ := fb.control("sim-001")
-	if status, _, _ := connect(t, other, "ticket-2"); status != http.StatusUnauthorized {
-		t.Errorf("connect on another machine: %d, want 401", status)
-	}
-	// Unknown machines and paths get the JSON error document.
-	if status, body := post(t, strings.TrimSuffix(other, "sim-001")+"sim-999/connect", "", vdaproto.ConnectRequest{Ticket: "x"}); status != http.StatusNotFound || decodeErrorBody(body).Error.Code != "not_found" {
-		t.Errorf("connect on an unknown machine: %d %s", status, body)
-	}
+		fb.prepare("sim-002", "s1", "alice", "ticket-1", false)
+		settle(time.Second) // well past the 30ms logon delay
+		if got := fb.eventsOf("s1"); len(got) != 0 {
+			t.Fatalf("events %v without a client", got)
+		}
+		u, _ := fb.control("sim-002")
+		if status, _, _ := fb.connect(u, "ticket-1"); status != http.StatusOK {
+			t.Fatalf("connect: %d", status)
+		}
+		synctest.Wait()
+		if _, ok := fb.event1("s1", vdaproto.EventLogon); !ok {
+			t.Fatalf("no logon event after the client connected; events %v", fb.eventsOf("s1"))
+		}
+		if status, _, eb := fb.connect(u, "ticket-1"); status != http.StatusUnauthorized || !strings.Contains(eb.Error.Message, "already used") {
+			t.Errorf("second connect: %d %+v", status, eb)
+		}
+		// The ticket of one machine opens nothing on another.
+		fb.prepare("sim-002", "s2", "bob", "ticket-2", false)
+		other, _ := fb.control("sim-001")
+		if status, _, _ := fb.connect(other, "ticket-2"); status != http.StatusUnauthorized {
+			t.Errorf("connect on another machine: %d, want 401", status)
+		}
+		// Unknown machines and paths get the JSON error document.
+		if status, body := fb.post(strings.TrimSuffix(other, "sim-001")+"sim-999/connect", "", vdaproto.ConnectRequest{Ticket: "x"}); status != http.StatusNotFound || decodeErrorBody(body).Error.Code != "not_found" {
+			t.Errorf("connect on an unknown machine: %d %s", status, body)
+		}
+	})
 }
 
 func TestSimulatorSessionLength(t *testing.T) {
@@ -136,32 +162,45 @@ func TestSimulatorSessionLength(t *testing.T) {
 }
 
 func TestSimulatorPause(t *testing.T) {
-	names := vda.Names("sim", 3)
-	fb := newFakeBroker(t, 15*time.Millisecond, names...)
-	sim := startSim(t, fb, names, nil)
-	waitFor(t, "registrations", func() bool { return fb.registeredCount() == 3 })
-	if err := sim.Pause("sim-404"); err == nil {
-		t.Error("Pause of an unknown machine succeeded")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		names := vda.Names("sim", 3)
+		fb := newBubbleBroker(t, 15*time.Millisecond, names...)
+		sim := startSim(t, fb, names, nil)
+		settle(time.Second)
+		if got := fb.registeredCount(); got != 3 {
+			t.Fatalf("%d machines registered, want 3", got)
+		}
+		if err := sim.Pause("sim-404"); err == nil {
+			t.Error("Pause of an unknown machine succeeded")
+		}
 
-	if err := sim.Pause("sim-002"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(30 * time.Millisecond) // a heartbeat in flight lands
-	paused := len(fb.heartbeats("sim-002"))
-	others := len(fb.heartbeats("sim-001"))
-	waitFor(t, "ten more heartbeats of a running machine", func() bool { return len(fb.heartbeats("sim-001")) >= others+10 })
-	if got := len(fb.heartbeats("sim-002")); got != paused {
-		t.Fatalf("the paused machine heartbeated %d times", got-paused)
-	}
+		if err := sim.Pause("sim-002"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // a heartbeat in flight lands
+		paused := len(fb.heartbeats("sim-002"))
+		others := len(fb.heartbeats("sim-001"))
+		settle(time.Second) // some 66 heartbeat intervals
+		if got := len(fb.heartbeats("sim-001")); got < others+10 {
+			t.Fatalf("a running machine heartbeated %d times in a second, want at least 10", got-others)
+		}
+		if got := len(fb.heartbeats("sim-002")); got != paused {
+			t.Fatalf("the paused machine heartbeated %d times", got-paused)
+		}
 
-	// The broker times the silent machine out; resumed, it registers again.
-	fb.forget("sim-002")
-	if err := sim.Resume("sim-002"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "re-registration after resume", func() bool { return len(fb.registrations("sim-002")) == 2 })
-	waitFor(t, "heartbeats after resume", func() bool { return len(fb.heartbeats("sim-002")) > paused })
+		// The broker times the silent machine out; resumed, it registers again.
+		fb.forget("sim-002")
+		if err := sim.Resume("sim-002"); err != nil {
+			t.Fatal(err)
+		}
+		settle(time.Second)
+		if got := len(fb.registrations("sim-002")); got != 2 {
+			t.Fatalf("sim-002 registered %d times, want 2 (again after resume)", got)
+		}
+		if got := len(fb.heartbeats("sim-002")); got <= paused {
+			t.Fatal("no heartbeats after resume")
+		}
+	})
 }
 
 func TestSimulatorGivesUpOnWrongSecret(t *testing.T) {
@@ -211,41 +250,31 @@ func TestNewSimulatorChecksConfig(t *testing.T) {
 }
 
 // TestSimulatorStopsEveryGoroutine runs a simulator with sessions in every
-// state and checks that, once Run returned, its goroutines are gone.
+// state, on a real control listener, and checks that, once Run returned,
+// its goroutines are gone.
 func TestSimulatorStopsEveryGoroutine(t *testing.T) {
-	before := runtime.NumGoroutine()
-	func() {
-		names := vda.Names("sim", 20)
-		fb := newFakeBroker(t, 10*time.Millisecond, names...)
-		defer fb.srv.Close()
-		sim, err := vda.NewSimulator(vda.SimConfig{Broker: fb.URL(), Secret: testSecret, Machines: names,
-			LogonDelay: 20 * time.Millisecond, SessionLength: time.Hour, Stagger: 20 * time.Millisecond, Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- sim.Run(ctx) }()
-		waitFor(t, "registrations", func() bool { return fb.registeredCount() == 20 })
-		for i, name := range names {
-			fb.prepare(name, fmt.Sprintf("active-%d", i), "alice", fmt.Sprintf("a%d", i), false)
-		}
-		waitFor(t, "logons", func() bool { _, ok := fb.event1("active-19", vdaproto.EventLogon); return ok })
-		fb.prepare("sim-001", "pending", "bob", "p", false) // its client is on the way
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}()
-	var after int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if after = runtime.NumGoroutine(); after <= before+2 {
-			return
-		}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	names := vda.Names("sim", 20)
+	fb := newFakeBroker(t, 10*time.Millisecond, names...)
+	defer fb.srv.Close()
+	sim, err := vda.NewSimulator(vda.SimConfig{Broker: fb.URL(), Secret: testSecret, Machines: names,
+		LogonDelay: 20 * time.Millisecond, SessionLength: time.Hour, Stagger: 20 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	buf := make([]byte, 1<<20)
-	t.Fatalf("%d goroutines before the simulator, %d after:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.Run(ctx) }()
+	waitFor(t, "registrations", func() bool { return fb.registeredCount() == 20 })
+	for i, name := range names {
+		fb.prepare(name, fmt.Sprintf("active-%d", i), "alice", fmt.Sprintf("a%d", i), false)
+	}
+	waitFor(t, "logons", func() bool { _, ok := fb.event1("active-19", vdaproto.EventLogon); return ok })
+	fb.prepare("sim-001", "pending", "bob", "p", false) // its client is on the way
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newHTTPServer(t testing.TB, h http.Handler) string {

@@ -11,10 +11,15 @@ import (
 )
 
 // stateFile is what a machine keeps across agent restarts: its sessions,
-// and the newest unspent ticket of each (only its hash, as ever).
+// the newest unspent ticket of each (only its hash, as ever), and its
+// machine credential. The file is written 0600: the credential lets
+// whoever reads it register as the machine until it expires or an admin
+// revokes it.
 type stateFile struct {
-	Machine  string         `json:"machine"`
-	Sessions []savedSession `json:"sessions"`
+	Machine           string         `json:"machine"`
+	Sessions          []savedSession `json:"sessions"`
+	Credential        string         `json:"credential,omitempty"`
+	CredentialExpires time.Time      `json:"credential_expires,omitzero"`
 }
 
 type savedSession struct {
@@ -45,6 +50,7 @@ func (m *Machine) load() error {
 	if st.Machine != m.cfg.Name {
 		return fmt.Errorf("state file %s is machine %q's", m.cfg.StateFile, st.Machine)
 	}
+	m.cred = Credential{Token: st.Credential, ExpiresAt: st.CredentialExpires}
 	for _, s := range st.Sessions {
 		switch s.State {
 		case StatePending, StateActive, StateDisconnected:
@@ -60,7 +66,7 @@ func (m *Machine) load() error {
 	return nil
 }
 
-// save writes the sessions as they are now to the state file, if there is
+// save writes the sessions and credential as they are now to the state file, if there is
 // one. Each write takes the state at the time it runs, so the last one
 // written is the newest.
 func (m *Machine) save() {
@@ -71,6 +77,7 @@ func (m *Machine) save() {
 	defer m.saveMu.Unlock()
 	st := stateFile{Machine: m.cfg.Name, Sessions: []savedSession{}}
 	m.mu.Lock()
+	st.Credential, st.CredentialExpires = m.cred.Token, m.cred.ExpiresAt
 	for _, s := range m.sessions {
 		ss := savedSession{ID: s.ID, User: s.User, Resource: s.Resource, CommandLine: s.CommandLine,
 			State: s.State, ClientName: s.ClientName, Since: s.Since}

@@ -1,22 +1,3 @@
-// Package vda is the VDA (session host) side of usher: the agent that runs
-// on a session host, and a simulator that runs many simulated VDAs in one
-// process for tests and benchmarks.
-//
-// A [Machine] is one VDA. It enrols with the site's enrolment secret,
-// registers with a broker, heartbeats with its load, and reports session
-// events, all through a [Client] that speaks [vdaproto] over HTTP. Its
-// [Machine.Handler] is the control endpoint where the broker prepares,
-// logs off and disconnects sessions, and where clients present their
-// single-use tickets. A [SessionHook] hands sessions to the host (the
-// agent runs a command); a [LoadSource] measures the host. [RunAgent]
-// serves one machine on its own listener: the agent of a real host.
-//
-// A [Simulator] runs many machines behind one control listener, with
-// simulated clients that arrive after a logon delay and simulated users
-// who log off after a session length.
-//
-// Only cmd/usher and tests import this package; the broker reaches VDAs
-// through the wire protocol alone.
 package vda
 
 import (

@@ -1,32 +1,3 @@
-// Package vdaproto is the wire protocol between brokers and VDAs (session
-// hosts): HTTP with JSON bodies, in two directions.
-//
-// VDA to broker, under /api/v1/vda/ on the broker:
-//
-//	POST /api/v1/vda/enrol      EnrolRequest -> EnrolResponse (no credential; the site enrolment secret)
-//	POST /api/v1/vda/register   RegisterRequest -> RegisterResponse
-//	POST /api/v1/vda/heartbeat  Heartbeat -> HeartbeatResponse
-//	POST /api/v1/vda/events     SessionEvent -> 204
-//
-// Every call but enrol carries the machine credential from enrol as
-// "Authorization: Bearer CREDENTIAL". A heartbeat or an event from a
-// machine the broker does not know as registered gets 409 with code
-// "not_registered": the VDA registers again.
-//
-// Broker to VDA, under the ControlURL the VDA registered, with the
-// ControlToken it registered as "Authorization: Bearer TOKEN":
-//
-//	POST {control}/prepare      PrepareRequest -> 204 (a session is about to arrive)
-//	POST {control}/logoff       SessionRequest -> 204
-//	POST {control}/disconnect   SessionRequest -> 204
-//
-// Client to VDA: a display-protocol client (or the simulator standing in
-// for one) presents its ticket, which is single-use and expires:
-//
-//	POST {control}/connect      ConnectRequest -> ConnectResponse
-//
-// Errors in both directions are the API's JSON error document,
-// {"error": {"code": "...", "message": "..."}}.
 package vdaproto
 
 import (
@@ -41,6 +12,8 @@ const (
 	PathRegister  = "/api/v1/vda/register"
 	PathHeartbeat = "/api/v1/vda/heartbeat"
 	PathEvents    = "/api/v1/vda/events"
+	PathMachines  = "/api/v1/vda/machines"
+	PathRenew     = "/api/v1/vda/renew"
 )
 
 // Paths under a VDA's control URL.
@@ -54,17 +27,51 @@ const (
 // CodeNotRegistered is the error code that tells a VDA to register again.
 const CodeNotRegistered = "not_registered"
 
-// EnrolRequest exchanges the site's enrolment secret for a credential of
-// one configured machine.
+// EnrolRequest exchanges the site's enrolment secret, or a single-use
+// machine enrolment token, for a credential of one configured machine.
+// Enrolling replaces the machine's earlier credential, which the broker
+// refuses from then on.
 type EnrolRequest struct {
 	Machine string `json:"machine"`
-	Secret  string `json:"secret"`
+	Secret  string `json:"secret,omitempty"`
+	// Token is a machine enrolment token (usher admin enrol-token); a
+	// machine enrolled with one is bound: the site's secret no longer
+	// enrols it.
+	Token string `json:"token,omitempty"`
+	// Simulated marks a simulated VDA, whose enrolment the broker logs
+	// only at debug level.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // EnrolResponse carries the machine credential.
 type EnrolResponse struct {
 	Credential string    `json:"credential"`
 	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// RenewRequest asks for a fresh token of the machine's current
+// credential, before it expires; the answer is an EnrolResponse.
+type RenewRequest struct {
+	Machine string `json:"machine"`
+}
+
+// MachinesRequest asks, with the site's enrolment secret, for the names of
+// the site's machines: all of them, or those that match every filter set.
+// Whoever holds the secret may enrol as any of them, so the names tell
+// them nothing more; the simulator uses them to know which machines to
+// play.
+type MachinesRequest struct {
+	Secret string `json:"secret"`
+	// Catalog and DeliveryGroup, when set, must name one of the site's;
+	// Prefix matches names that begin with it.
+	Catalog       string `json:"catalog,omitempty"`
+	DeliveryGroup string `json:"delivery_group,omitempty"`
+	Prefix        string `json:"prefix,omitempty"`
+}
+
+// MachinesResponse lists machine names in name order.
+type MachinesResponse struct {
+	Machines []string `json:"machines"`
 }
 
 // RegisterRequest announces a VDA ready for sessions.
@@ -81,6 +88,9 @@ type RegisterRequest struct {
 	// MaxSessions is the most sessions the host can take (0: no own limit).
 	MaxSessions  int    `json:"max_sessions,omitempty"`
 	AgentVersion string `json:"agent_version,omitempty"`
+	// Simulated marks a simulated VDA, whose registrations the broker
+	// logs only at debug level.
+	Simulated bool `json:"simulated,omitempty"`
 	// Sessions are the sessions already on the host, after a VDA or broker
 	// restart; the broker reconciles its records with them.
 	Sessions []SessionReport `json:"sessions,omitempty"`

@@ -19,12 +19,14 @@ import (
 // Certs are a test CA and a server certificate it signed for localhost
 // and 127.0.0.1, written to Dir in the layout GnuTLS tools (qemu's
 // tls-creds-x509, libnbd's tls-certificates) expect: ca-cert.pem,
-// server-cert.pem, server-key.pem.
+// server-cert.pem, server-key.pem; and a client certificate the CA
+// signed, client-cert.pem and client-key.pem.
 type Certs struct {
 	Dir    string
 	Server *tls.Config    // the server's certificate
 	Roots  *x509.CertPool // the CA, for clients
 	CA     *x509.Certificate
+	Client tls.Certificate // the client's certificate
 }
 
 // WriteCerts makes a CA and a server certificate in a new directory.
@@ -82,7 +84,29 @@ func WriteCerts(t testing.TB) *Certs {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ckey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "usher test client"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	cder, err := x509.CreateCertificate(rand.Reader, ctmpl, ca, &ckey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckeyDER, err := x509.MarshalPKCS8PrivateKey(ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.X509KeyPair(write("client-cert.pem", "CERTIFICATE", cder), write("client-key.pem", "PRIVATE KEY", ckeyDER))
+	if err != nil {
+		t.Fatal(err)
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
-	return &Certs{Dir: dir, Server: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, Roots: roots, CA: ca}
+	return &Certs{Dir: dir, Server: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, Roots: roots, CA: ca, Client: client}
 }

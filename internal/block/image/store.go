@@ -1,11 +1,3 @@
-// Package image is the image store: named disk images kept in a
-// directory as a raw base plus a chain of versions, each a delta of
-// changed blocks (a sparse overlay file and a block bitmap), with the
-// PVS life cycle maintenance → test → production, full and partial
-// merges, and the NBD exports targets boot from.
-//
-// Layout: DIR/NAME/image.json describes the versions; vN.raw is a base,
-// vN.delta and vN.delta.map a delta over version N's parent.
 package image
 
 import (
@@ -27,19 +19,46 @@ import (
 // State is where a version is in its life cycle.
 type State string
 
-// Version states, in the order Promote moves through them.
+// Version states, in the order Promote moves through them. An image has
+// at most one version in production: promoting a version to production
+// moves the one there before it to Superseded.
+//
+// Superseded is what Citrix PVS shows as a released version that is no
+// longer the default: it was in production, production devices no
+// longer boot it (IMAGE names the production version), and it stays
+// listed and servable by number (IMAGE@N), read-only, for targets still
+// on it. It is not Test: a test version is one on its way to
+// production, and a superseded version cannot be promoted again (merge
+// it into a new version to bring its content back).
 const (
 	Maintenance State = "maintenance"
 	Test        State = "test"
 	Production  State = "production"
+	Superseded  State = "superseded"
 )
 
-// Errors callers branch on.
+// Errors callers branch on, with errors.Is. The store's errors wrap them
+// in an *Error that says, in one sentence, which image and version.
 var (
-	ErrNotFound = errors.New("image: not found")
-	ErrExists   = errors.New("image: already exists")
-	ErrState    = errors.New("image: not allowed in this state")
+	ErrNoStore  = errors.New("no image store")
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrState    = errors.New("not allowed in this state")
 )
+
+// Error is an error of the store: Msg names the image (and version) and
+// says what is wrong; Err is one of the sentinel errors above.
+type Error struct {
+	Err error
+	Msg string
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(kind error, format string, args ...any) error {
+	return &Error{Err: kind, Msg: fmt.Sprintf(format, args...)}
+}
 
 // Version is one version of an image.
 type Version struct {
@@ -58,7 +77,8 @@ type Image struct {
 	Versions []Version `json:"versions"`
 }
 
-// Production is the newest production version, or -1.
+// Production is the production version (the newest, in a store written
+// before promotion superseded the previous one), or -1.
 func (im Image) Production() int {
 	for i := len(im.Versions) - 1; i >= 0; i-- {
 		if im.Versions[i].State == Production {
@@ -90,16 +110,18 @@ type Store struct {
 
 // ErrBusy is returned for a maintenance version that already has a writer,
 // or that cannot be promoted because its writer is still attached.
-var ErrBusy = errors.New("image: version has a writer attached")
+var ErrBusy = errors.New("version has a writer attached")
 
-// attachWriter marks version n of name as written in private mode; ErrBusy
-// if it already is. detach undoes it.
-func (s *Store) attachWriter(name string, n int) (detach func(), err error) {
+// AttachWriter marks version n of name as written in private mode, so
+// that Promote refuses it (ErrBusy) until detach is called; it fails with
+// ErrBusy when the version already has a writer. The export stack calls
+// it before opening a maintenance version writable for a connection.
+func (s *Store) AttachWriter(name string, n int) (detach func(), err error) {
 	key := fmt.Sprintf("%s@%d", name, n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.writers[key] {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, key)
+		return nil, errorf(ErrBusy, "version %d of image %q already has a writer", n, name)
 	}
 	if s.writers == nil {
 		s.writers = map[string]bool{}
@@ -112,10 +134,31 @@ func (s *Store) attachWriter(name string, n int) (detach func(), err error) {
 	}, nil
 }
 
-// Open opens (creating) the store in dir.
+// Open opens the existing store in dir. It fails with ErrNoStore when dir
+// does not exist or is not a directory: only Create makes a store.
 func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, errorf(ErrNoStore, "no image store at %s", dir)
+	case err != nil:
+		return nil, fmt.Errorf("image store: %w", err)
+	case !fi.IsDir():
+		return nil, errorf(ErrNoStore, "image store %s is not a directory", dir)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Create opens the store in dir, whose directory (and its parents) the
+// first Import creates. It fails when dir exists and is not a directory.
+func Create(dir string) (*Store, error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("image store: %w", err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("image store %s is not a directory", dir)
 	}
 	return &Store{dir: dir}, nil
 }
@@ -128,20 +171,31 @@ func (s *Store) path(name string, parts ...string) string {
 
 func (s *Store) load(name string) (Image, error) {
 	if !validName.MatchString(name) {
-		return Image{}, fmt.Errorf("%w: image %q", ErrNotFound, name)
+		return Image{}, errorf(ErrNotFound, "image %q not found", name)
 	}
 	b, err := os.ReadFile(s.path(name, "image.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return Image{}, fmt.Errorf("%w: image %q", ErrNotFound, name)
+		return Image{}, errorf(ErrNotFound, "image %q not found", name)
 	}
 	if err != nil {
-		return Image{}, err
+		return Image{}, fmt.Errorf("image %q: %w", name, err)
 	}
 	var im Image
 	if err := json.Unmarshal(b, &im); err != nil {
-		return Image{}, fmt.Errorf("image %q: %w", name, err)
+		return Image{}, fmt.Errorf("image %q: %s: %w", name, s.path(name, "image.json"), err)
 	}
+	supersede(&im, im.Production())
 	return im, nil
+}
+
+// supersede moves every production version but n to Superseded. Stores
+// written before promotion did so may hold several.
+func supersede(im *Image, n int) {
+	for i, v := range im.Versions {
+		if v.State == Production && v.Number != n {
+			im.Versions[i].State = Superseded
+		}
+	}
 }
 
 func (s *Store) save(im Image) error {
@@ -150,7 +204,7 @@ func (s *Store) save(im Image) error {
 		return err
 	}
 	tmp := s.path(im.Name, "image.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, s.path(im.Name, "image.json"))
@@ -174,23 +228,39 @@ func (s *Store) List(context.Context) ([]Image, error) {
 	return out, nil
 }
 
-// Import creates image name from the raw file src as its base, version 0
-// in production. Zero blocks are left as holes.
+// Import creates image name from src, a raw disk image file or a block
+// device, as its base, version 0 in production; zero blocks are left as
+// holes. It creates the store's directory if need be, once name and src
+// have been checked.
 func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
 	if !validName.MatchString(name) {
-		return Image{}, fmt.Errorf("image name %q: use letters, digits, '.', '_' and '-'", name)
+		return Image{}, fmt.Errorf("import %q: an image name is up to 128 letters, digits, '.', '_' and '-', starting with a letter or digit", name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := os.Stat(s.path(name)); err == nil {
-		return Image{}, fmt.Errorf("%w: image %q", ErrExists, name)
+		return Image{}, errorf(ErrExists, "image %q already exists", name)
+	}
+	fi, err := os.Stat(src)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return Image{}, fmt.Errorf("import %s: %s does not exist", name, src)
+	case err != nil:
+		return Image{}, fmt.Errorf("import %s: %w", name, err)
+	case fi.IsDir():
+		return Image{}, fmt.Errorf("import %s: %s is a directory, not a raw disk image", name, src)
+	case !fi.Mode().IsRegular() && fi.Mode()&os.ModeDevice == 0:
+		return Image{}, fmt.Errorf("import %s: %s is not a raw disk image (a regular file or a block device)", name, src)
 	}
 	in, err := block.OpenFile(src, true)
 	if err != nil {
-		return Image{}, err
+		return Image{}, fmt.Errorf("import %s: %w", name, err)
 	}
 	defer in.Close()
-	if err := os.MkdirAll(s.path(name), 0o755); err != nil {
+	if in.Size() == 0 {
+		return Image{}, fmt.Errorf("import %s: %s is empty", name, src)
+	}
+	if err := os.MkdirAll(s.path(name), 0o700); err != nil {
 		return Image{}, err
 	}
 	if err := copySparse(ctx, in, s.path(name, "v0.raw")); err != nil {
@@ -244,11 +314,11 @@ func (s *Store) NewVersion(_ context.Context, name, note string) (Version, error
 	last := im.Versions[len(im.Versions)-1]
 	for _, v := range im.Versions {
 		if v.State == Maintenance {
-			return Version{}, fmt.Errorf("%w: version %d of %q is already in maintenance", ErrState, v.Number, name)
+			return Version{}, errorf(ErrState, "image %q already has version %d in maintenance; promote it before adding another", name, v.Number)
 		}
 	}
 	v := Version{Number: last.Number + 1, Kind: "delta", Parent: last.Number, State: Maintenance, Created: time.Now().UTC(), Note: note}
-	f, err := os.OpenFile(s.path(name, deltaFile(v.Number)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(s.path(name, deltaFile(v.Number)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return Version{}, err
 	}
@@ -260,7 +330,8 @@ func (s *Store) NewVersion(_ context.Context, name, note string) (Version, error
 func deltaFile(n int) string { return fmt.Sprintf("v%d.delta", n) }
 func baseFile(n int) string  { return fmt.Sprintf("v%d.raw", n) }
 
-// Promote moves version n one step: maintenance → test → production.
+// Promote moves version n one step: maintenance → test → production. A
+// version promoted to production supersedes the one there before it.
 func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -275,18 +346,23 @@ func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) 
 		switch v.State {
 		case Maintenance:
 			if s.writers[fmt.Sprintf("%s@%d", name, n)] {
-				return Version{}, fmt.Errorf("%w: version %d of %q; disconnect it before promoting", ErrBusy, n, name)
+				return Version{}, errorf(ErrBusy, "version %d of image %q has a private-mode writer attached; disconnect it before promoting", n, name)
 			}
 			v.State = Test
 		case Test:
 			v.State = Production
+			supersede(&im, n)
+		case Production:
+			return Version{}, errorf(ErrState, "version %d of image %q is already in production", n, name)
+		case Superseded:
+			return Version{}, errorf(ErrState, "version %d of image %q was superseded by version %d and cannot go back to production; merge it into a new version instead", n, name, im.Production())
 		default:
-			return Version{}, fmt.Errorf("%w: version %d of %q is already in production", ErrState, n, name)
+			return Version{}, errorf(ErrState, "version %d of image %q is in state %q", n, name, v.State)
 		}
 		im.Versions[i] = v
 		return v, s.save(im)
 	}
-	return Version{}, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+	return Version{}, errorf(ErrNotFound, "image %q has no version %d", name, n)
 }
 
 // chain opens version n read-only (writable if it is in maintenance and
@@ -294,7 +370,7 @@ func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) 
 func (s *Store) chain(im Image, n int, writable bool) (block.Device, error) {
 	v, ok := im.Version(n)
 	if !ok {
-		return nil, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, im.Name)
+		return nil, errorf(ErrNotFound, "image %q has no version %d", im.Name, n)
 	}
 	if v.Kind == "base" {
 		return block.OpenFile(s.path(im.Name, baseFile(n)), true)
@@ -388,10 +464,10 @@ func (s *Store) Merge(ctx context.Context, name string, n int, full bool) (Versi
 	}
 	src, ok := im.Version(n)
 	if !ok {
-		return Version{}, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+		return Version{}, errorf(ErrNotFound, "image %q has no version %d", name, n)
 	}
 	if src.State == Maintenance {
-		return Version{}, fmt.Errorf("%w: version %d of %q is in maintenance; promote it first", ErrState, n, name)
+		return Version{}, errorf(ErrState, "version %d of image %q is in maintenance; promote it first", n, name)
 	}
 	dev, err := s.chain(im, n, false)
 	if err != nil {
@@ -465,7 +541,7 @@ func (s *Store) Inspect(ctx context.Context, name string, n int) (Version, int64
 	}
 	v, ok := im.Version(n)
 	if !ok {
-		return Version{}, 0, 0, fmt.Errorf("%w: version %d of %q", ErrNotFound, n, name)
+		return Version{}, 0, 0, errorf(ErrNotFound, "image %q has no version %d", name, n)
 	}
 	file := baseFile(n)
 	var blocks int64

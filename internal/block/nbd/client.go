@@ -27,6 +27,7 @@ type Client struct {
 	size     int64
 	flags    uint16
 	readOnly bool
+	desc     string // NBD_INFO_DESCRIPTION, when the server sent one
 
 	// Negotiated: structured replies, and the base:allocation context.
 	structured bool
@@ -244,11 +245,13 @@ func (c *Client) handshake(ctx context.Context, br *bufio.Reader, export string,
 		}
 	}
 
-	// NBD_OPT_GO with the export name and a request for block sizes.
+	// NBD_OPT_GO with the export name and a request for block sizes
+	// and the description.
 	data := binary.BigEndian.AppendUint32(nil, uint32(len(export)))
 	data = append(data, export...)
-	data = binary.BigEndian.AppendUint16(data, 1)
+	data = binary.BigEndian.AppendUint16(data, 2)
 	data = binary.BigEndian.AppendUint16(data, infoBlockSize)
+	data = binary.BigEndian.AppendUint16(data, infoDescription)
 	if err := c.option(optGo, data); err != nil {
 		return br, err
 	}
@@ -267,10 +270,12 @@ func (c *Client) handshake(ctx context.Context, br *bufio.Reader, export string,
 			c.size = int64(binary.BigEndian.Uint64(body[2:]))
 			c.flags = binary.BigEndian.Uint16(body[10:])
 			c.readOnly = c.flags&tfReadOnly != 0
+		case typ == repInfo && len(body) >= 2 && binary.BigEndian.Uint16(body) == infoDescription:
+			c.desc = string(body[2:])
 		case typ == repErrUnknown:
-			return br, fmt.Errorf("%w %q: %s", ErrUnknownExport, export, body)
+			return br, &refusedError{err: ErrUnknownExport, export: export, msg: string(body)}
 		case typ == repErrPolicy:
-			return br, fmt.Errorf("%w %q: %s", ErrExportBusy, export, body)
+			return br, &refusedError{err: ErrExportBusy, export: export, msg: string(body)}
 		case typ == repErrTLSReqd:
 			return br, fmt.Errorf("server requires TLS (an nbds:// URI): %s", body)
 		case typ&(1<<31) != 0:
@@ -555,6 +560,10 @@ func (c *Client) doCall(ctx context.Context, typ, flags uint16, off int64, lengt
 // Size implements block.Device.
 func (c *Client) Size() int64 { return c.size }
 
+// Description is the export's description (NBD_INFO_DESCRIPTION), or
+// "" when the server sent none.
+func (c *Client) Description() string { return c.desc }
+
 // ReadOnly implements block.Device.
 func (c *Client) ReadOnly() bool { return c.readOnly }
 
@@ -686,3 +695,20 @@ func (c *Client) Close() error {
 	<-c.done
 	return err
 }
+
+// refusedError is a server's refusal of an export, in the server's own
+// words when it sent any (usher's name the export); it unwraps to
+// ErrUnknownExport or ErrExportBusy.
+type refusedError struct {
+	err         error
+	export, msg string
+}
+
+func (e *refusedError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return fmt.Sprintf("%v %q", e.err, e.export)
+}
+
+func (e *refusedError) Unwrap() error { return e.err }

@@ -257,16 +257,18 @@ func TestClientAgainstQemuNbd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// qemu-nbd is a real process on a real socket: poll until it
+	// answers, with a deadline, rather than sleep for a guess.
 	var c *Client
-	for i := 0; ; i++ {
+	for deadline := time.Now().Add(5 * time.Second); ; {
 		var err error
 		if c, err = DialURI(context.Background(), "nbd+unix:///disk?socket="+sock); err == nil {
 			break
 		}
-		if i == 100 {
-			t.Fatal(err)
+		if time.Now().After(deadline) {
+			t.Fatalf("qemu-nbd did not answer within 5s: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	defer c.Close()
 	if !c.HasBlockStatus() {

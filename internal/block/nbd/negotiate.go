@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ type conn struct {
 	metaExport string // export the meta contexts were set for
 	metaAlloc  bool   // base:allocation selected
 	tls        bool   // upgraded with STARTTLS
+	cert       *x509.Certificate
 }
 
 // negotiate runs the handshake until the client picks an export (which
@@ -108,6 +110,7 @@ func negotiateOn(ctx context.Context, c *conn) (block.Device, ExportInfo, error)
 // option handles one option. done is true when negotiation is over.
 func (c *conn) option(ctx context.Context, opt uint32, data []byte) (dev block.Device, info ExportInfo, done bool, err error) {
 	exports := c.s.Exports
+	ctx = withPeer(ctx, c.peer())
 	switch opt {
 	case optExportName:
 		name := string(data)
@@ -138,6 +141,9 @@ func (c *conn) option(ctx context.Context, opt uint32, data []byte) (dev block.D
 			return nil, info, false, c.optReply(opt, repErrInvalid, []byte("NBD_OPT_LIST takes no data"))
 		}
 		list, err := exports.List(ctx)
+		if errors.Is(err, ErrUnauthenticated) {
+			return nil, info, false, c.optReply(opt, repErrPolicy, []byte("authentication required: present a TLS client certificate"))
+		}
 		if err != nil {
 			c.log.Warn("nbd list exports", keyErr, err)
 			return nil, info, false, c.optReply(opt, repErrPlatform, []byte("cannot list exports"))
@@ -249,15 +255,25 @@ func (c *conn) startTLS(ctx context.Context) error {
 		return fmt.Errorf("tls handshake: %w", err)
 	}
 	c.nc, c.tls = tc, true
+	if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.PeerCertificates) > 0 {
+		c.cert = st.PeerCertificates[0]
+	}
 	c.br = bufio.NewReaderSize(tc, 64<<10)
 	c.bw = bufio.NewWriterSize(tc, 4<<10)
 	return nil
+}
+
+// peer is the client as the Exporter sees it.
+func (c *conn) peer() Peer {
+	return Peer{Remote: c.nc.RemoteAddr().String(), TLS: c.tls, Certificate: c.cert}
 }
 
 func (c *conn) exportError(opt uint32, name string, err error) error {
 	switch {
 	case errors.Is(err, ErrUnknownExport):
 		return c.optReply(opt, repErrUnknown, fmt.Appendf(nil, "no export named %q", name))
+	case errors.Is(err, ErrUnauthenticated):
+		return c.optReply(opt, repErrPolicy, fmt.Appendf(nil, "export %q needs authentication: present a TLS client certificate", name))
 	case errors.Is(err, ErrExportBusy):
 		return c.optReply(opt, repErrPolicy, fmt.Appendf(nil, "export %q is busy", name))
 	case errors.Is(err, context.Canceled):

@@ -1,26 +1,9 @@
-// Package nbd serves block.Devices over the Network Block Device protocol
-// and holds a small client for them.
-//
-// The server follows doc/proto.md of the NetworkBlockDevice project:
-// fixed newstyle negotiation (OPT_GO, OPT_INFO, OPT_LIST, OPT_ABORT,
-// OPT_EXPORT_NAME, OPT_STRUCTURED_REPLY, OPT_LIST/SET_META_CONTEXT with
-// base:allocation, and OPT_STARTTLS when the server has a TLS
-// configuration, optionally required; anything else gets
-// NBD_REP_ERR_UNSUP), then READ, WRITE, FLUSH, TRIM, WRITE_ZEROES (FAST_ZERO,
-// NO_HOLE), CACHE, BLOCK_STATUS and DISC with FUA. A connection runs
-// many requests at once on a pool of workers; replies go out as each
-// finishes, matched by cookie. Reads a device serves from memory
-// (block.MemReader) and writes it takes without waiting
-// (block.InlineWriter) run on the connection's reading goroutine
-// instead, and their replies go out together once no further request
-// is buffered. Payloads are bounded by MaxPayload.
-//
-// Only cmd/usher and the block layers' tests import this package.
 package nbd
 
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +25,37 @@ var ErrUnknownExport = errors.New("nbd: unknown export")
 // another client (a private image with a writer); clients see
 // NBD_REP_ERR_POLICY.
 var ErrExportBusy = errors.New("nbd: export is busy")
+
+// ErrUnauthenticated is returned by an Exporter when the export needs a
+// client that proved who it is (Peer.Authenticated); clients see
+// NBD_REP_ERR_POLICY.
+var ErrUnauthenticated = errors.New("nbd: authentication required")
+
+// Peer is the client of a connection, as the Exporter sees it through
+// PeerFrom during negotiation.
+type Peer struct {
+	Remote string
+	TLS    bool // upgraded with STARTTLS
+	// Certificate is the client's certificate when it presented one
+	// that the server's TLS.ClientCAs verified; nil otherwise.
+	Certificate *x509.Certificate
+}
+
+// Authenticated reports whether the client proved who it is.
+func (p Peer) Authenticated() bool { return p.Certificate != nil }
+
+type peerKey struct{}
+
+// PeerFrom returns the client a server's call to an Exporter is made
+// for, or the zero Peer outside one.
+func PeerFrom(ctx context.Context) Peer {
+	p, _ := ctx.Value(peerKey{}).(Peer)
+	return p
+}
+
+func withPeer(ctx context.Context, p Peer) context.Context {
+	return context.WithValue(ctx, peerKey{}, p)
+}
 
 // ExportInfo describes an export.
 type ExportInfo struct {
@@ -87,7 +101,7 @@ func (d Devices) Open(ctx context.Context, name, _ string) (block.Device, Export
 	if err != nil {
 		return nil, info, err
 	}
-	return noClose{d[name]}, info, nil
+	return block.NopCloser(d[name]), info, nil
 }
 
 // List implements Exporter.
@@ -99,10 +113,6 @@ func (d Devices) List(ctx context.Context) ([]ExportInfo, error) {
 	}
 	return out, nil
 }
-
-type noClose struct{ block.Device }
-
-func (noClose) Close() error { return nil }
 
 // Log attribute keys.
 const (
@@ -128,8 +138,23 @@ type Server struct {
 	// drops a client that sends NBD_OPT_EXPORT_NAME before (the spec's
 	// FORCEDTLS mode).
 	RequireTLS bool
+	// MaxInFlight bounds the bytes of request payloads and read replies
+	// one connection holds (default DefaultMaxInFlight): past it the
+	// server stops reading that client's requests until replies go out.
+	MaxInFlight int64
+	// MaxTotalInFlight bounds the same bytes across every connection
+	// (default DefaultMaxTotalInFlight).
+	MaxTotalInFlight int64
+	// MaxConnections bounds the connections served at once; the server
+	// closes the ones past it as it accepts them (0: no bound).
+	MaxConnections int
+	// WriteTimeout is how long one write of replies may take (default
+	// DefaultWriteTimeout): a client that stops reading its replies is
+	// dropped after it.
+	WriteTimeout time.Duration
 
 	once   sync.Once
+	total  *budget
 	ctx    context.Context
 	cancel context.CancelFunc
 	mu     sync.Mutex
@@ -153,7 +178,39 @@ func (s *Server) init() {
 		if s.HandshakeTimeout <= 0 {
 			s.HandshakeTimeout = 30 * time.Second
 		}
+		if s.MaxInFlight <= 0 {
+			s.MaxInFlight = DefaultMaxInFlight
+		}
+		if s.MaxTotalInFlight <= 0 {
+			s.MaxTotalInFlight = DefaultMaxTotalInFlight
+		}
+		if s.WriteTimeout <= 0 {
+			s.WriteTimeout = DefaultWriteTimeout
+		}
+		s.total = newBudget(s.MaxTotalInFlight)
 	})
+}
+
+// Defaults of the Server's bounds.
+const (
+	DefaultMaxInFlight      = 64 << 20
+	DefaultMaxTotalInFlight = 1 << 30
+	DefaultWriteTimeout     = 30 * time.Second
+)
+
+// InFlight is the number of bytes of request payloads and read replies
+// the server holds across its connections.
+func (s *Server) InFlight() int64 {
+	s.init()
+	return s.total.inUse()
+}
+
+// Conns is the number of connections the server is serving.
+func (s *Server) Conns() int {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 // Listen listens on addr: "unix:/path/sock" for a unix socket, else a
@@ -209,6 +266,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			c.Close()
 			return nil
 		}
+		if s.MaxConnections > 0 && len(s.conns) >= s.MaxConnections {
+			s.mu.Unlock()
+			s.Logger.Warn("nbd connection refused: too many connections", keyRemote, c.RemoteAddr().String(), "max", s.MaxConnections)
+			c.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -263,16 +326,4 @@ func (s *Server) serveConn(nc net.Conn) {
 	if err := c.transmit(s.ctx, dev, info); err != nil && s.ctx.Err() == nil {
 		log.Info("nbd connection ended", keyErr, err)
 	}
-}
-
-func (n noClose) TryReadAt(p []byte, off int64) bool { return block.TryReadAt(n.Device, p, off) }
-
-func (n noClose) TryWriteAt(p []byte, off int64) bool { return block.TryWriteAt(n.Device, p, off) }
-
-func (n noClose) TrySlices(off, length int64, dst [][]byte) ([][]byte, bool) {
-	return block.TrySlices(n.Device, off, length, dst)
-}
-
-func (n noClose) Extents(ctx context.Context, off, length int64, dst []block.Extent) ([]block.Extent, error) {
-	return block.Extents(ctx, n.Device, off, length, dst)
 }

@@ -10,6 +10,8 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
 )
@@ -18,21 +20,31 @@ import (
 // read reply's header and data go out in one write.
 const hdrRoom = 32
 
-// bufPools hold payload buffers by power-of-two size class.
+// bufPools hold payload buffers by power-of-two size class of the
+// payload (hdrRoom is on top, so a 32 MiB payload takes 32 MiB and not
+// the next class).
 var bufPools [27]sync.Pool // up to 2^26 = 64 MiB
+
+// bufClass is the size class of an n-byte payload.
+func bufClass(n int) int {
+	if n <= 1<<12 {
+		return 12
+	}
+	return bits.Len(uint(n - 1))
+}
+
+// bufCost is the memory getBuf(n) holds beyond hdrRoom: what a request
+// of n bytes takes from the budgets.
+func bufCost(n int) int64 { return 1 << bufClass(n) }
 
 // getBuf returns a buffer of hdrRoom+n bytes.
 func getBuf(n int) *[]byte {
-	size := hdrRoom + n
-	class := bits.Len(uint(size - 1))
-	if class < 12 {
-		class = 12
-	}
+	class := bufClass(n)
 	if p, ok := bufPools[class].Get().(*[]byte); ok {
-		*p = (*p)[:size]
+		*p = (*p)[:hdrRoom+n]
 		return p
 	}
-	b := make([]byte, size, 1<<class)
+	b := make([]byte, hdrRoom+n, hdrRoom+1<<class)
 	return &b
 }
 
@@ -40,8 +52,9 @@ func putBuf(p *[]byte) {
 	if p == nil {
 		return
 	}
-	class := bits.Len(uint(cap(*p) - 1))
-	if 1<<class != cap(*p) || class >= len(bufPools) {
+	n := cap(*p) - hdrRoom
+	class := bufClass(n)
+	if n != 1<<class || class >= len(bufPools) {
 		return
 	}
 	bufPools[class].Put(p)
@@ -49,8 +62,9 @@ func putBuf(p *[]byte) {
 
 // job is one request handed from the reader to a worker.
 type job struct {
-	req request
-	buf *[]byte // payload of a WRITE, or room for a READ's data
+	req  request
+	buf  *[]byte // payload of a WRITE, or room for a READ's data
+	cost int64   // bytes taken from the budgets for buf
 }
 
 // tx is the transmission phase of one connection.
@@ -65,6 +79,9 @@ type tx struct {
 	spare   []byte
 	werr    error // first write error
 
+	own  *budget     // this connection's bytes in flight
+	dead atomic.Bool // set with werr: budget waiters give up
+
 	slices [][]byte // scratch of trySlices
 	hdr    [32]byte
 }
@@ -72,7 +89,7 @@ type tx struct {
 // transmit serves requests until the client disconnects, breaks the
 // protocol or the server closes.
 func (c *conn) transmit(ctx context.Context, dev block.Device, info ExportInfo) error {
-	t := &tx{c: c, dev: dev, info: info}
+	t := &tx{c: c, dev: dev, info: info, own: newBudget(c.s.MaxInFlight)}
 	t.wcond.L = &t.wmu
 	jobs := make(chan job, c.s.Workers)
 	var wg sync.WaitGroup
@@ -92,6 +109,31 @@ func (c *conn) transmit(ctx context.Context, dev block.Device, info ExportInfo) 
 	t.flush()
 	c.bw.Flush()
 	return err
+}
+
+// errDropped ends the reading of requests when replies cannot go out.
+var errDropped = errors.New("replies cannot be written")
+
+// charge takes n bytes from the connection's and the server's budgets,
+// waiting while either is spent: a client that does not read its
+// replies stops being read. It reports false once the connection has
+// failed.
+func (t *tx) charge(n int64) bool {
+	if !t.own.acquire(n, &t.dead) {
+		return false
+	}
+	if !t.c.s.total.acquire(n, &t.dead) {
+		t.own.release(n)
+		return false
+	}
+	return true
+}
+
+func (t *tx) uncharge(n int64) {
+	if n > 0 {
+		t.c.s.total.release(n)
+		t.own.release(n)
+	}
 }
 
 func (t *tx) readLoop(jobs chan<- job) error {
@@ -135,14 +177,23 @@ func (t *tx) readLoop(jobs chan<- job) error {
 					}
 					continue
 				}
-				j.buf = getBuf(n)
+				t.flush()
+				if !t.charge(bufCost(n)) {
+					return errDropped
+				}
+				j.buf, j.cost = getBuf(n), bufCost(n)
 				copy((*j.buf)[hdrRoom:], p)
 				br.Discard(n)
 				break
 			}
-			j.buf = getBuf(n)
+			t.flush()
+			if !t.charge(bufCost(n)) {
+				return errDropped
+			}
+			j.buf, j.cost = getBuf(n), bufCost(n)
 			if _, err := io.ReadFull(br, (*j.buf)[hdrRoom:]); err != nil {
 				putBuf(j.buf)
+				t.uncharge(j.cost)
 				return fmt.Errorf("read write payload: %w", err)
 			}
 		case cmdRead:
@@ -159,7 +210,12 @@ func (t *tx) readLoop(jobs chan<- job) error {
 				continue
 			}
 			if r.length <= MaxPayload {
-				j.buf = getBuf(int(r.length))
+				t.flush()
+				n := int(r.length)
+				if !t.charge(bufCost(n)) {
+					return errDropped
+				}
+				j.buf, j.cost = getBuf(n), bufCost(n)
 			}
 		}
 		t.flush()
@@ -180,6 +236,9 @@ func (t *tx) tryRead(r request) bool {
 	defer t.wmu.Unlock()
 	if t.werr != nil {
 		return true // the connection is failing: no reply will go out
+	}
+	if len(t.pending) >= maxPending {
+		return false // the client is slow to read: a worker waits
 	}
 	n := len(t.pending)
 	t.pending = readReplyHeader(t.pending, t.c.structured, r)
@@ -215,6 +274,12 @@ func (t *tx) trySlices(r request) bool {
 // read-only export, or a device that would wait.
 func (t *tx) tryWrite(r request, p []byte) bool {
 	if r.flags != 0 || t.info.ReadOnly || r.offset > 1<<62 {
+		return false
+	}
+	t.wmu.Lock()
+	full := len(t.pending) >= maxPending
+	t.wmu.Unlock()
+	if full {
 		return false
 	}
 	if !block.TryWriteAt(t.dev, p, int64(r.offset)) {
@@ -264,6 +329,9 @@ func (t *tx) send(b []byte) {
 		t.writeAfterQueue(net.Buffers{b})
 		return
 	}
+	for t.writing && len(t.pending) >= maxPending && t.werr == nil {
+		t.wcond.Wait() // the client is slow to read: hold no more
+	}
 	if t.werr != nil {
 		return
 	}
@@ -300,6 +368,7 @@ func (t *tx) writeAfterQueue(bufs net.Buffers) {
 	t.pending = t.spare[:0]
 	t.wmu.Unlock()
 	all := append(net.Buffers{out}, bufs...)
+	t.c.nc.SetWriteDeadline(time.Now().Add(t.c.s.WriteTimeout))
 	_, err := all.WriteTo(t.c.nc)
 	t.wmu.Lock()
 	t.spare = out[:0]
@@ -314,10 +383,12 @@ func (t *tx) drain() {
 		out := t.pending
 		t.pending = t.spare[:0]
 		t.wmu.Unlock()
+		t.c.nc.SetWriteDeadline(time.Now().Add(t.c.s.WriteTimeout))
 		_, err := t.c.nc.Write(out)
 		t.wmu.Lock()
 		t.spare = out[:0]
 		t.fail(err)
+		t.wcond.Broadcast() // room in the queue
 	}
 	t.writing = false
 	t.wcond.Broadcast()
@@ -326,12 +397,19 @@ func (t *tx) drain() {
 // maxQueued is the largest reply copied into the queue.
 const maxQueued = 64 << 10
 
+// maxPending is the size of the reply queue past which replies wait
+// for the writer instead of growing it.
+const maxPending = 1 << 20
+
 // fail records a write error; the connection is closed so that the
 // reader stops too. Called with wmu held.
 func (t *tx) fail(err error) {
 	if err != nil && t.werr == nil {
 		t.werr = err
 		t.c.nc.Close()
+		t.dead.Store(true)
+		t.own.wake()
+		t.c.s.total.wake()
 	}
 }
 
@@ -344,6 +422,7 @@ type worker struct {
 }
 
 func (w *worker) handle(ctx context.Context, j job) {
+	defer w.t.uncharge(j.cost) // after the reply is written or queued
 	defer putBuf(j.buf)
 	t, r := w.t, j.req
 	allowed, known := allowedFlags(r.typ, t.c.structured)

@@ -1,7 +1,3 @@
-// Package ramcache is the server RAM cache: an LRU of image blocks shared
-// by every target, so that the second target to boot an image reads it
-// from memory. It caches read-only devices only; the cache is sharded so
-// that reads of different blocks do not contend on one lock.
 package ramcache
 
 import (
@@ -124,7 +120,9 @@ func (c *Cache) putLocked(s *shard, k key, data []byte) {
 	s.bytes += int64(len(data))
 }
 
-// Device is a read-only device whose reads go through the cache.
+// Device is a read-only device whose reads go through the cache. It
+// refuses writes (block.ErrReadOnly) whatever the device under it
+// takes: a write there would leave the cache stale.
 type Device struct {
 	block.Device
 	c  *Cache
@@ -138,10 +136,10 @@ var (
 	_ block.SliceReader = (*Device)(nil)
 )
 
-// Wrap returns a cached view of d, which must not change while cached
-// (a read-only image version). Closing the result closes d.
+// Wrap returns a cached, read-only view of d, which must not change
+// while cached (a read-only image version). Closing the result closes d.
 func (c *Cache) Wrap(d block.Device) *Device {
-	return &Device{Device: d, c: c, id: c.nextID.Add(1)}
+	return &Device{Device: block.ReadOnly(d), c: c, id: c.nextID.Add(1)}
 }
 
 // ReadAt implements block.Device: whole blocks are read from the device

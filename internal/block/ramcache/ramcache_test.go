@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/meter"
@@ -78,41 +78,48 @@ func (g *gated) ReadAt(ctx context.Context, p []byte, off int64) error {
 }
 
 func TestConcurrentMissesReadOnce(t *testing.T) {
-	ctx := context.Background()
-	img := block.NewMemory(1 << 20)
-	img.WriteAt(ctx, bytes.Repeat([]byte("boot"), 1<<18), 0, 0)
-	img.SetReadOnly(true)
-	g := &gated{Device: img, release: make(chan struct{})}
-	c := ramcache.New(64<<20, 0)
-	dev := c.Wrap(g)
-	const readers = 16
-	errs := make(chan error, readers)
-	for i := range readers {
-		go func() {
-			p := make([]byte, 4096)
-			err := dev.ReadAt(ctx, p, int64(i)*4096) // all in block 0
-			if err == nil && !bytes.Equal(p, bytes.Repeat([]byte("boot"), 1024)) {
-				err = errors.New("read differs")
-			}
-			errs <- err
-		}()
-	}
-	// Wait until every reader has missed: one reads, the rest wait.
-	for c.Misses.Load() < readers {
-		time.Sleep(time.Millisecond)
-	}
-	close(g.release)
-	for range readers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		img := block.NewMemory(1 << 20)
+		img.WriteAt(ctx, bytes.Repeat([]byte("boot"), 1<<18), 0, 0)
+		img.SetReadOnly(true)
+		g := &gated{Device: img, release: make(chan struct{})}
+		c := ramcache.New(64<<20, 0)
+		dev := c.Wrap(g)
+		const readers = 16
+		errs := make(chan error, readers)
+		for i := range readers {
+			go func() {
+				p := make([]byte, 4096)
+				err := dev.ReadAt(ctx, p, int64(i)*4096) // all in block 0
+				if err == nil && !bytes.Equal(p, bytes.Repeat([]byte("boot"), 1024)) {
+					err = errors.New("read differs")
+				}
+				errs <- err
+			}()
 		}
-	}
-	if got := g.reads.Load(); got != 1 {
-		t.Fatalf("%d reads of the image for one block missed by %d readers, want 1", got, readers)
-	}
-	if got := c.Shared.Load(); got != readers-1 {
-		t.Fatalf("Shared = %d, want %d", got, readers-1)
-	}
+		// Every reader is blocked now: one in the image read, the rest
+		// waiting for its fill.
+		synctest.Wait()
+		if got := c.Misses.Load(); got != readers {
+			t.Errorf("Misses = %d with %d readers blocked, want %d", got, readers, readers)
+		}
+		if got := g.reads.Load(); got != 1 {
+			t.Errorf("%d reads of the image in flight for one block missed by %d readers, want 1", got, readers)
+		}
+		close(g.release) // even after an error: the bubble ends only when the readers do
+		for range readers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := g.reads.Load(); got != 1 {
+			t.Fatalf("%d reads of the image for one block missed by %d readers, want 1", got, readers)
+		}
+		if got := c.Shared.Load(); got != readers-1 {
+			t.Fatalf("Shared = %d, want %d", got, readers-1)
+		}
+	})
 }
 
 // failing fails its first read and succeeds after.

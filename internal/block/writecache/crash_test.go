@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,4 +98,45 @@ func crashChild(dir string) {
 	s := &nbd.Server{Exports: nbd.Devices{"": o}}
 	os.Stdout.WriteString("ready\n")
 	s.Serve(ln) // until killed
+}
+
+func TestFilesAreOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+	dir := t.TempDir()
+	path := filepath.Join(dir, "overlay")
+	overflow := filepath.Join(dir, "overflow")
+	for _, p := range []string{path, overflow} { // left wide by an earlier run
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := writecache.OpenOverlay(zeroBase(), path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteAt(context.Background(), make([]byte, 4096), 0, block.FUA); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	of, err := block.CreateFile(overflow, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of.Close()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("%s: mode %o, want 600", e.Name(), got)
+		}
+	}
 }

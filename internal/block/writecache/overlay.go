@@ -1,8 +1,3 @@
-// Package writecache holds the per-target write caches that sit on top of
-// a read-only image, in the modes of Citrix PVS: a sparse overlay file
-// (on the server's disk or the device's disk), device RAM with a fixed
-// budget, and device RAM with overflow to a local file written in large
-// sequential segments. A target only ever sees its own writes.
 package writecache
 
 import (
@@ -35,10 +30,19 @@ type Overlay struct {
 	f       *os.File
 	path    string
 	persist bool
+	ident   string
 	size    int64
 	bits    []atomic.Uint64
 	locks   [256]sync.Mutex // per-block stripes for read-modify-write
 	mapMu   sync.Mutex      // serialises saving the bitmap
+
+	quota *Quota       // shared bound, nil: none
+	max   int64        // this overlay's bound in bytes, 0: none
+	used  atomic.Int64 // bytes charged to quota and max
+
+	// Discarded says why OpenOverlayWith discarded an earlier
+	// persistent overlay ("" when it kept it, or found none).
+	Discarded string
 
 	// Disk counts the operations that reach the overlay file (reads
 	// of written blocks, writes, syncs): what the cache costs the disk
@@ -56,16 +60,86 @@ var (
 // set and a bitmap from an earlier run (path + ".map") matches, the
 // earlier writes are kept; otherwise the overlay starts empty.
 func OpenOverlay(base block.Device, path string, persist bool) (*Overlay, error) {
-	o := &Overlay{base: base, path: path, persist: persist, size: base.Size()}
+	return OpenOverlayWith(base, path, OverlayOptions{Persist: persist})
+}
+
+// OverlayOptions are the settings of OpenOverlayWith.
+type OverlayOptions struct {
+	// Persist keeps the overlay across runs, as OpenOverlay's persist.
+	Persist bool
+	// Max bounds the bytes of blocks written to this overlay (0: the
+	// base's size); Quota, when set, bounds them across every overlay
+	// sharing it. A write past either fails with block.ErrNoSpace.
+	Max   int64
+	Quota *Quota
+	// Identity names the base a persistent overlay was written over
+	// (its image, version and a fingerprint of its content). It is saved
+	// with the bitmap; an earlier overlay saved with another identity,
+	// or none, is discarded (Discarded says why), or with Strict refused
+	// with ErrStale.
+	Identity string
+	Strict   bool
+}
+
+// ErrStale is returned by OpenOverlayWith with Strict when the earlier
+// overlay was written over another base.
+var ErrStale = errors.New("writecache: the overlay was written over another base")
+
+// mapMagic starts a bitmap saved with an identity.
+const mapMagic = "USHERWC2"
+
+// Quota is a budget of overlay bytes shared by several overlays (a
+// server's write caches); an overlay gives back what it used when it is
+// closed. It is safe for concurrent use.
+type Quota struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewQuota returns a quota of max bytes.
+func NewQuota(max int64) *Quota { return &Quota{max: max} }
+
+// Used is the number of bytes the quota's overlays hold.
+func (q *Quota) Used() int64 { return q.used.Load() }
+
+func (q *Quota) take(n int64) bool {
+	for {
+		u := q.used.Load()
+		if u+n > q.max {
+			return false
+		}
+		if q.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// OpenOverlayWith is OpenOverlay with bounds on the bytes written.
+func OpenOverlayWith(base block.Device, path string, opts OverlayOptions) (*Overlay, error) {
+	persist := opts.Persist
+	o := &Overlay{base: base, path: path, persist: persist, ident: opts.Identity, size: base.Size(), quota: opts.Quota, max: opts.Max}
 	nblocks := (o.size + BlockSize - 1) / BlockSize
 	o.bits = make([]atomic.Uint64, (nblocks+63)/64)
 	keep := false
 	if persist {
-		if b, err := os.ReadFile(path + ".map"); err == nil && len(b) == 8+8*len(o.bits) && int64(binary.LittleEndian.Uint64(b)) == o.size {
-			for i := range o.bits {
-				o.bits[i].Store(binary.LittleEndian.Uint64(b[8+8*i:]))
+		if b, err := os.ReadFile(path + ".map"); err == nil {
+			words, why := o.parseMap(b)
+			if why == "" {
+				for i := range o.bits {
+					o.bits[i].Store(binary.LittleEndian.Uint64(words[8*i:]))
+				}
+				keep = true
+			} else {
+				if opts.Strict {
+					return nil, fmt.Errorf("%w: %s", ErrStale, why)
+				}
+				o.Discarded = why
+				// A crash before the next flush must not pair this
+				// bitmap with the emptied file.
+				if err := os.Remove(path + ".map"); err != nil {
+					return nil, err
+				}
 			}
-			keep = true
 		}
 	}
 	flag := os.O_RDWR | os.O_CREATE
@@ -76,6 +150,12 @@ func OpenOverlay(base block.Device, path string, persist bool) (*Overlay, error)
 	if err != nil {
 		return nil, err
 	}
+	// The cache holds a device's writes: its owner's alone, whatever the
+	// umask or the mode of a cache kept from before.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if err := f.Truncate(o.size); err != nil {
 		f.Close()
 		return nil, err
@@ -84,8 +164,82 @@ func OpenOverlay(base block.Device, path string, persist bool) (*Overlay, error)
 	return o, nil
 }
 
+// parseMap checks a saved bitmap against the overlay and returns its
+// words, or why it does not match.
+func (o *Overlay) parseMap(b []byte) (words []byte, why string) {
+	if o.ident != "" {
+		if len(b) < len(mapMagic)+4 || string(b[:len(mapMagic)]) != mapMagic {
+			return nil, "it records no base identity"
+		}
+		b = b[len(mapMagic):]
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if len(b) < n {
+			return nil, "its bitmap is truncated"
+		}
+		if was := string(b[:n]); was != o.ident {
+			return nil, fmt.Sprintf("it was written over %q, the base is now %q", was, o.ident)
+		}
+		b = b[n:]
+	}
+	if len(b) != 8+8*len(o.bits) || int64(binary.LittleEndian.Uint64(b)) != o.size {
+		return nil, "it was written over a base of another size"
+	}
+	return b[8:], ""
+}
+
 func (o *Overlay) has(b int64) bool { return o.bits[b/64].Load()&(1<<(b%64)) != 0 }
-func (o *Overlay) set(b int64)      { o.bits[b/64].Or(1 << (b % 64)) }
+
+// mark marks blocks [first, end) written and gives back what charge
+// took (charged bytes) for blocks another write marked meanwhile.
+func (o *Overlay) mark(first, end, charged int64) {
+	var added int64
+	for b := first; b < end; b++ {
+		m := uint64(1) << (b % 64)
+		if o.bits[b/64].Or(m)&m == 0 {
+			added += BlockSize
+		}
+	}
+	if o.bounded() && charged > added {
+		o.refund(charged - added)
+	}
+}
+
+func (o *Overlay) bounded() bool { return o.max > 0 || o.quota != nil }
+
+// charge takes the blocks of [first, end) not yet written from the
+// overlay's bounds and returns their bytes, or fails with
+// block.ErrNoSpace.
+func (o *Overlay) charge(first, end int64) (int64, error) {
+	if !o.bounded() {
+		return 0, nil
+	}
+	var n int64
+	for b := first; b < end; b++ {
+		if !o.has(b) {
+			n += BlockSize
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if u := o.used.Add(n); o.max > 0 && u > o.max {
+		o.used.Add(-n)
+		return 0, fmt.Errorf("%w: write cache full (%d bytes)", block.ErrNoSpace, o.max)
+	}
+	if o.quota != nil && !o.quota.take(n) {
+		o.used.Add(-n)
+		return 0, fmt.Errorf("%w: the server's write caches are full (%d bytes)", block.ErrNoSpace, o.quota.max)
+	}
+	return n, nil
+}
+
+func (o *Overlay) refund(n int64) {
+	o.used.Add(-n)
+	if o.quota != nil {
+		o.quota.used.Add(-n)
+	}
+}
 
 // Size implements block.Device.
 func (o *Overlay) Size() int64 { return o.size }
@@ -149,13 +303,15 @@ func (o *Overlay) WriteAt(ctx context.Context, p []byte, off int64, f block.Flag
 			continue
 		}
 		n := int64(len(p)) / BlockSize * BlockSize
+		charged, err := o.charge(b, b+n/BlockSize)
+		if err != nil {
+			return err
+		}
 		o.diskWrite(n)
 		if _, err := o.f.WriteAt(p[:n], off); err != nil {
 			return mapNoSpace(err)
 		}
-		for i := b; i < b+n/BlockSize; i++ {
-			o.set(i)
-		}
+		o.mark(b, b+n/BlockSize, charged)
 		p, off = p[n:], off+n
 	}
 	if f&block.FUA != 0 {
@@ -172,13 +328,15 @@ func (o *Overlay) TryWriteAt(p []byte, off int64) bool {
 	if n == 0 || off < 0 || off%BlockSize != 0 || n%BlockSize != 0 || off > o.size-n {
 		return false
 	}
+	charged, err := o.charge(off/BlockSize, (off+n)/BlockSize)
+	if err != nil {
+		return false // WriteAt reports it
+	}
 	o.diskWrite(n)
 	if _, err := o.f.WriteAt(p, off); err != nil {
 		return false
 	}
-	for b := off / BlockSize; b < (off+n)/BlockSize; b++ {
-		o.set(b)
-	}
+	o.mark(off/BlockSize, (off+n)/BlockSize, charged)
 	return true
 }
 
@@ -197,8 +355,13 @@ func (o *Overlay) writePartial(ctx context.Context, b, bo int64, p []byte) error
 		_, err := o.f.WriteAt(p, start+bo)
 		return mapNoSpace(err)
 	}
+	charged, err := o.charge(b, b+1)
+	if err != nil {
+		return err
+	}
 	buf := make([]byte, min(BlockSize, o.size-start))
 	if err := o.base.ReadAt(ctx, buf, start); err != nil {
+		o.mark(b, b, charged) // gives it back
 		return err
 	}
 	copy(buf[bo:], p)
@@ -206,7 +369,7 @@ func (o *Overlay) writePartial(ctx context.Context, b, bo int64, p []byte) error
 	if _, err := o.f.WriteAt(buf, start); err != nil {
 		return mapNoSpace(err)
 	}
-	o.set(b)
+	o.mark(b, b+1, charged)
 	return nil
 }
 
@@ -231,6 +394,11 @@ func (o *Overlay) Zero(ctx context.Context, off, n int64, f block.Flags) error {
 		if full == 0 {
 			full = l
 		}
+		stop := (off + full + BlockSize - 1) / BlockSize
+		charged, err := o.charge(b, stop)
+		if err != nil {
+			return err
+		}
 		o.Disk.Zeros.Add(1)
 		o.Disk.ZeroBytes.Add(full)
 		if err := unix.Fallocate(int(o.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, full); err != nil {
@@ -238,9 +406,7 @@ func (o *Overlay) Zero(ctx context.Context, off, n int64, f block.Flags) error {
 				return mapNoSpace(err)
 			}
 		}
-		for i := b; i*BlockSize < off+full; i++ {
-			o.set(i)
-		}
+		o.mark(b, stop, charged)
 		off += full
 	}
 	if f&block.FUA != 0 {
@@ -269,10 +435,15 @@ func (o *Overlay) Flush(context.Context) error {
 	}
 	o.mapMu.Lock()
 	defer o.mapMu.Unlock()
-	b := make([]byte, 8+8*len(o.bits))
-	binary.LittleEndian.PutUint64(b, uint64(o.size))
+	var b []byte
+	if o.ident != "" {
+		b = append([]byte(mapMagic), 0, 0, 0, 0)
+		binary.LittleEndian.PutUint32(b[len(mapMagic):], uint32(len(o.ident)))
+		b = append(b, o.ident...)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(o.size))
 	for i := range o.bits {
-		binary.LittleEndian.PutUint64(b[8+8*i:], o.bits[i].Load())
+		b = binary.LittleEndian.AppendUint64(b, o.bits[i].Load())
 	}
 	return writeFileSync(o.path+".map", b)
 }
@@ -312,6 +483,9 @@ func (o *Overlay) Close() error {
 	err := o.f.Close()
 	if !o.persist {
 		os.Remove(o.path)
+		if o.quota != nil {
+			o.quota.used.Add(-o.used.Swap(0))
+		}
 	}
 	return err
 }

@@ -48,6 +48,8 @@ type spec[T object] struct {
 	sel  string
 	scan func(scanner) (T, error)
 	name func(T) string
+	// live, when set, counts the live sessions that forbid a delete.
+	live string
 	// prepare, when set, fills defaults in and checks an object before
 	// validation.
 	prepare func(*T) error
@@ -57,7 +59,13 @@ type spec[T object] struct {
 	// config says whether objects are configuration, whose changes move
 	// the configuration version.
 	config bool
+	// fold says that names match case-insensitively and in any Unicode
+	// form, through the table's name_key column (site.FoldName of the
+	// name, with a unique index): Get, Update and Delete find the object
+	// by any spelling and keep the one it was created with.
+	fold bool
 
+	stored                                        string // query, built by newSpec when fold
 	get, exists, count, list, insert, update, del string // queries, built by newSpec
 }
 
@@ -86,6 +94,9 @@ func newSpec[T object](sp spec[T]) *spec[T] {
 	sp.insert = "INSERT INTO " + sp.table + " (" + strings.Join(sp.cols, ", ") + ") VALUES (" + strings.Join(params, ", ") + ")"
 	sp.update = "UPDATE " + sp.table + " SET " + strings.Join(sets, ", ") + " WHERE name = ?1" + and
 	sp.del = "DELETE FROM " + sp.table + " WHERE name = ?1" + and
+	if sp.fold {
+		sp.stored = "SELECT name FROM " + sp.table + " WHERE name_key = ?1" + and
+	}
 	for _, l := range sp.links {
 		l.get = "SELECT " + l.value + " FROM " + l.table + " WHERE " + l.owner + " = ?1 ORDER BY position"
 		l.list = "SELECT " + l.owner + ", " + l.value + " FROM " + l.table + " WHERE " + l.owner +
@@ -102,8 +113,29 @@ type collection[T object] struct {
 	sp *spec[T]
 }
 
+// stored returns the name as the object named by name spells it, or name
+// when no object has it or names do not fold.
+func (c collection[T]) stored(ctx context.Context, name string) (string, error) {
+	if !c.sp.fold {
+		return name, nil
+	}
+	var s string
+	err := c.t.scanOne(ctx, c.sp.stored, []any{site.FoldName(name)}, &s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return name, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("find %s %q: %w", c.sp.kind, name, err)
+	}
+	return s, nil
+}
+
 func (c collection[T]) Get(ctx context.Context, name string) (T, error) {
 	var zero T
+	name, err := c.stored(ctx, name)
+	if err != nil {
+		return zero, err
+	}
 	obj, err := c.sp.scan(c.t.row(ctx, c.sp.get, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return zero, site.NotFound(c.sp.kind, name)
@@ -242,7 +274,10 @@ func (c collection[T]) Update(ctx context.Context, obj T) error {
 	if err := obj.Validate(); err != nil {
 		return err
 	}
-	name := c.sp.name(obj)
+	name, err := c.stored(ctx, c.sp.name(obj))
+	if err != nil {
+		return err
+	}
 	ok, err := c.t.exists(ctx, c.sp.exists, name)
 	if err != nil {
 		return fmt.Errorf("update %s %q: %w", c.sp.kind, name, err)
@@ -253,7 +288,9 @@ func (c collection[T]) Update(ctx context.Context, obj T) error {
 	if err := c.t.checkRefs(ctx, c.sp.kind, name, obj); err != nil {
 		return err
 	}
-	if _, err := c.t.exec(ctx, c.sp.update, c.sp.args(obj)...); err != nil {
+	args := c.sp.args(obj)
+	args[0] = name // the spelling stored, which references use
+	if _, err := c.t.exec(ctx, c.sp.update, args...); err != nil {
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 			return site.Errorf(site.EInvalid, "%s %q refers to an object that does not exist", c.sp.kind, name)
 		}
@@ -275,12 +312,25 @@ func (c collection[T]) Delete(ctx context.Context, name string) error {
 	if err := c.t.writable(); err != nil {
 		return err
 	}
+	name, err := c.stored(ctx, name)
+	if err != nil {
+		return err
+	}
 	ok, err := c.t.exists(ctx, c.sp.exists, name)
 	if err != nil {
 		return fmt.Errorf("delete %s %q: %w", c.sp.kind, name, err)
 	}
 	if !ok {
 		return site.NotFound(c.sp.kind, name)
+	}
+	if c.sp.live != "" {
+		var n int
+		if err := c.t.scanOne(ctx, c.sp.live, []any{name}, &n); err != nil {
+			return fmt.Errorf("delete %s %q: %w", c.sp.kind, name, err)
+		}
+		if n > 0 {
+			return liveSessions(c.sp.kind, name, n)
+		}
 	}
 	if c.sp.referrers != "" {
 		var kind, by string
@@ -296,10 +346,22 @@ func (c collection[T]) Delete(ctx context.Context, name string) error {
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 			return site.Errorf(site.EConflict, "%s %q is still in use", c.sp.kind, name)
 		}
+		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_TRIGGER) {
+			return site.Errorf(site.EConflict, "%s %q has live sessions; end them first", c.sp.kind, name)
+		}
 		return fmt.Errorf("delete %s %q: %w", c.sp.kind, name, err)
 	}
 	c.t.configChanged = c.t.configChanged || c.sp.config
 	return nil
+}
+
+// liveSessions is the error of a delete refused for live sessions.
+func liveSessions(kind site.Kind, name string, n int) error {
+	noun := "sessions"
+	if n == 1 {
+		noun = "session"
+	}
+	return site.Errorf(site.EConflict, "%s %q has %d live %s; end them first", kind, name, n, noun)
 }
 
 // check runs the checks of Create: writable, defaults, validation and
@@ -334,6 +396,11 @@ func (c collection[T]) writeLinks(ctx context.Context, name string, obj *T) erro
 // of the object that holds it: a desktop may hold an application's name.
 func (c collection[T]) conflict(ctx context.Context, name string) error {
 	kind := c.sp.kind
+	if c.sp.fold {
+		if other, err := c.stored(ctx, name); err == nil {
+			return site.ConflictWith(kind, name, other)
+		}
+	}
 	if c.sp.table == "resources" {
 		var k string
 		if err := c.t.scanOne(ctx, `SELECT kind FROM resources WHERE name = ?1`, []any{name}, &k); err == nil {

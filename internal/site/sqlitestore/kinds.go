@@ -71,9 +71,14 @@ var catalogs = newSpec(spec[site.Catalog]{
 var groups = newSpec(spec[site.Group]{
 	kind:  site.KindGroup,
 	table: "groups",
-	cols:  []string{"name", "description"},
-	args:  func(g site.Group) []any { return []any{g.Name, g.Description} },
-	sel:   "name, description",
+	cols:  []string{"name", "description", "name_key"},
+	args:  func(g site.Group) []any { return []any{g.Name, g.Description, site.FoldName(g.Name)} },
+	fold:  true,
+	prepare: func(g *site.Group) error {
+		g.Name = site.NormalizeName(g.Name)
+		return nil
+	},
+	sel: "name, description",
 	scan: func(r scanner) (g site.Group, err error) {
 		err = r.Scan(&g.Name, &g.Description)
 		return g, err
@@ -89,9 +94,16 @@ var groups = newSpec(spec[site.Group]{
 var users = newSpec(spec[site.User]{
 	kind:  site.KindUser,
 	table: "users",
-	cols:  []string{"name", "display_name", "disabled", "password_hash"},
-	args:  func(u site.User) []any { return []any{u.Name, u.DisplayName, u.Disabled, u.PasswordHash} },
-	sel:   "name, display_name, disabled, password_hash",
+	cols:  []string{"name", "display_name", "disabled", "password_hash", "name_key"},
+	args: func(u site.User) []any {
+		return []any{u.Name, u.DisplayName, u.Disabled, u.PasswordHash, site.FoldName(u.Name)}
+	},
+	fold: true,
+	prepare: func(u *site.User) error {
+		u.Name = site.NormalizeName(u.Name)
+		return nil
+	},
+	sel: "name, display_name, disabled, password_hash",
 	scan: func(r scanner) (u site.User, err error) {
 		err = r.Scan(&u.Name, &u.DisplayName, &u.Disabled, &u.PasswordHash)
 		return u, err
@@ -120,6 +132,7 @@ var machines = newSpec(spec[site.Machine]{
 		return m, err
 	},
 	name:   func(m site.Machine) string { return m.Name },
+	live:   `SELECT count(*) FROM sessions WHERE machine = ?1 AND state <> 'logged-off'`,
 	config: true,
 })
 
@@ -224,9 +237,16 @@ var entitlements = newSpec(spec[site.Entitlement]{
 var admins = newSpec(spec[site.Admin]{
 	kind:  site.KindAdmin,
 	table: "admins",
-	cols:  []string{"name", "password_hash", "created_at"},
-	args:  func(a site.Admin) []any { return []any{a.Name, a.PasswordHash, timeArg(a.CreatedAt)} },
-	sel:   "name, password_hash, coalesce(created_at, '')",
+	cols:  []string{"name", "password_hash", "created_at", "name_key"},
+	args: func(a site.Admin) []any {
+		return []any{a.Name, a.PasswordHash, timeArg(a.CreatedAt), site.FoldName(a.Name)}
+	},
+	fold: true,
+	prepare: func(a *site.Admin) error {
+		a.Name = site.NormalizeName(a.Name)
+		return nil
+	},
+	sel: "name, password_hash, coalesce(created_at, '')",
 	scan: func(r scanner) (a site.Admin, err error) {
 		var created string
 		if err = r.Scan(&a.Name, &a.PasswordHash, &created); err != nil {

@@ -94,9 +94,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	// A new site starts with the default settings at version 1.
 	def := site.DefaultSettings()
-	if _, err := s.write.ExecContext(ctx, `INSERT INTO settings (id, name, domain, trust_xml_requests, anonymous_app_data, config_version)
-		SELECT 1, ?, ?, ?, ?, 1 WHERE NOT EXISTS (SELECT 1 FROM settings)`,
-		def.Name, def.Domain, def.TrustXMLRequests, def.AnonymousAppData); err != nil {
+	if _, err := s.write.ExecContext(ctx, `INSERT INTO settings (id, name, domain, trust_xml_requests, anonymous_app_data, server_data_credentials, config_version)
+		SELECT 1, ?, ?, ?, ?, ?, 1 WHERE NOT EXISTS (SELECT 1 FROM settings)`,
+		def.Name, def.Domain, def.TrustXMLRequests, def.AnonymousAppData, def.ServerDataCredentials); err != nil {
 		return fmt.Errorf("seed settings: %w", dbErr(err))
 	}
 	return nil

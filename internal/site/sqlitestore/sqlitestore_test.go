@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +263,42 @@ func TestSchemaIsRelational(t *testing.T) {
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
 		t.Errorf("journal mode %q, %v; want wal", mode, err)
+	}
+}
+
+func TestDatabaseFilesAreOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+	for _, tc := range []struct {
+		name  string
+		wider bool // the files exist, left 0644 by an earlier usher
+	}{{"new", false}, {"existing", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "site.db")
+			if tc.wider {
+				s := MustOpen(t, path)
+				s.Close()
+				for _, p := range []string{path, path + "-wal", path + "-shm"} {
+					if err := os.Chmod(p, 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+						t.Fatal(err)
+					}
+				}
+			}
+			s := MustOpen(t, path)
+			if err := s.Update(context.Background(), func(tx site.Tx) error {
+				return tx.Groups().Create(context.Background(), site.Group{Name: "g"})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode().Perm(); got != 0o600 {
+					t.Errorf("%s: mode %o, want 600", filepath.Base(p), got)
+				}
+			}
+		})
 	}
 }

@@ -1,21 +1,15 @@
-// Package sqlitestore is the site database on embedded SQLite, the default
-// implementation of site.Store.
-//
-// A Store keeps one write connection, on which every Update runs as a
-// BEGIN IMMEDIATE transaction, and a pool of read connections for View:
-// in WAL mode readers run beside the writer and each sees one snapshot.
-// The schema is migrated at Open.
-//
-// Only cmd/usher wires a Store; everything else sees a site.Store.
 package sqlitestore
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,6 +79,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		log:  opts.Logger.With(logKeyPath, path),
 	}
 
+	if err := ownerOnly(path); err != nil {
+		return nil, fmt.Errorf("open site database %s: %w", path, err)
+	}
 	var err error
 	s.write, err = sql.Open("sqlite", dsn(path, opts.BusyTimeout, true))
 	if err != nil {
@@ -113,7 +110,31 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.write.Close()
 		return nil, fmt.Errorf("open site database %s: %w", path, err)
 	}
+	if err := ownerOnly(path); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open site database %s: %w", path, err)
+	}
 	return s, nil
+}
+
+// ownerOnly creates the database file when it does not exist and makes it
+// and its WAL and shared-memory files readable and writable by their owner
+// alone (0600), whatever the umask or an earlier mode. SQLite gives the
+// -wal and -shm files it creates the database file's mode, so creating the
+// database 0600 first keeps them private from the start; the chmods cover
+// files an earlier usher left wider.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // dsn returns the data source name of a write connection (WAL, BEGIN
@@ -248,4 +269,16 @@ func dbErr(err error) error {
 func isConstraint(err error, code int) bool {
 	var e *sqlite.Error
 	return errors.As(err, &e) && e.Code() == code
+}
+
+// usher_fold_name(name) is site.FoldName in SQL, for migrations that key
+// account names by their folded form.
+func init() {
+	sqlite.MustRegisterDeterministicScalarFunction("usher_fold_name", 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		s, ok := args[0].(string)
+		if !ok {
+			return nil, fmt.Errorf("usher_fold_name: argument is %T, not text", args[0])
+		}
+		return site.FoldName(s), nil
+	})
 }

@@ -126,8 +126,8 @@ func (t *tx) ConfigVersion(ctx context.Context) (int64, error) {
 
 func (t *tx) Settings(ctx context.Context) (site.Settings, error) {
 	var s site.Settings
-	err := t.scanOne(ctx, `SELECT name, domain, trust_xml_requests, anonymous_app_data FROM settings WHERE id = 1`, nil,
-		&s.Name, &s.Domain, &s.TrustXMLRequests, &s.AnonymousAppData)
+	err := t.scanOne(ctx, `SELECT name, domain, trust_xml_requests, anonymous_app_data, server_data_credentials FROM settings WHERE id = 1`, nil,
+		&s.Name, &s.Domain, &s.TrustXMLRequests, &s.AnonymousAppData, &s.ServerDataCredentials)
 	if err != nil {
 		return site.Settings{}, fmt.Errorf("settings: %w", err)
 	}
@@ -141,8 +141,8 @@ func (t *tx) SetSettings(ctx context.Context, s site.Settings) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, `UPDATE settings SET name = ?, domain = ?, trust_xml_requests = ?, anonymous_app_data = ? WHERE id = 1`,
-		s.Name, s.Domain, s.TrustXMLRequests, s.AnonymousAppData)
+	_, err := t.exec(ctx, `UPDATE settings SET name = ?, domain = ?, trust_xml_requests = ?, anonymous_app_data = ?, server_data_credentials = ? WHERE id = 1`,
+		s.Name, s.Domain, s.TrustXMLRequests, s.AnonymousAppData, s.ServerDataCredentials)
 	if err != nil {
 		return fmt.Errorf("set settings: %w", err)
 	}
@@ -194,18 +194,22 @@ func (t *tx) Sessions() site.Sessions { return sessions{t} }
 
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
 	var st site.MachineStatus
-	var heartbeat string
+	var heartbeat, conflictAt string
 	err := t.scanOne(ctx, `SELECT registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent,
-		logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version
+		logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version,
+		registration_conflict, coalesce(registration_conflict_at, ''), registered_credential
 		FROM machines WHERE name = ?`, []any{machine},
 		&st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
 		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
-		&st.ControlURL, &st.ControlToken, &st.AgentVersion)
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, &conflictAt, &st.Credential)
 	if errors.Is(err, sql.ErrNoRows) {
 		return site.MachineStatus{}, site.NotFound(site.KindMachine, machine)
 	}
 	if err == nil {
 		st.LastHeartbeat, err = parseTime(heartbeat)
+	}
+	if err == nil {
+		st.ConflictAt, err = parseTime(conflictAt)
 	}
 	if err != nil {
 		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
@@ -220,12 +224,50 @@ func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.Machi
 	ok, err := t.execOne(ctx, `UPDATE machines SET registration = ?2, last_heartbeat = ?3, load_index = ?4,
 		sessions = ?5, cpu_percent = ?6, memory_percent = ?7, logons_in_progress = ?8, memory_used_mb = ?9,
 		memory_total_mb = ?10, registered_address = ?11, protocol = ?12, control_url = ?13, control_token = ?14,
-		agent_version = ?15 WHERE name = ?1`,
+		agent_version = ?15, registration_conflict = ?16, registration_conflict_at = ?17,
+		registered_credential = ?18 WHERE name = ?1`,
 		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent,
 		st.LogonsInProgress, st.MemoryUsedMB, st.MemoryTotalMB, st.RegisteredAddress, st.Protocol, st.ControlURL,
-		st.ControlToken, st.AgentVersion)
+		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential)
 	if err != nil {
 		return fmt.Errorf("set machine status %q: %w", machine, err)
+	}
+	if !ok {
+		return site.NotFound(site.KindMachine, machine)
+	}
+	return nil
+}
+
+func (t *tx) MachineCredential(ctx context.Context, machine string) (site.MachineCredential, error) {
+	var c site.MachineCredential
+	var issued, expires string
+	err := t.scanOne(ctx, `SELECT credential_id, coalesce(credential_issued_at, ''), credential_secret, credential_bound,
+		enrolment_token_hash, coalesce(enrolment_token_expires, '') FROM machines WHERE name = ?`, []any{machine},
+		&c.ID, &issued, &c.SecretFingerprint, &c.Bound, &c.EnrolmentTokenHash, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return site.MachineCredential{}, site.NotFound(site.KindMachine, machine)
+	}
+	if err == nil {
+		c.IssuedAt, err = parseTime(issued)
+	}
+	if err == nil {
+		c.EnrolmentTokenExpires, err = parseTime(expires)
+	}
+	if err != nil {
+		return site.MachineCredential{}, fmt.Errorf("machine credential %q: %w", machine, err)
+	}
+	return c, nil
+}
+
+func (t *tx) SetMachineCredential(ctx context.Context, machine string, c site.MachineCredential) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	ok, err := t.execOne(ctx, `UPDATE machines SET credential_id = ?2, credential_issued_at = ?3, credential_secret = ?4,
+		credential_bound = ?5, enrolment_token_hash = ?6, enrolment_token_expires = ?7 WHERE name = ?1`,
+		machine, c.ID, timeArg(c.IssuedAt), c.SecretFingerprint, c.Bound, c.EnrolmentTokenHash, timeArg(c.EnrolmentTokenExpires))
+	if err != nil {
+		return fmt.Errorf("set machine credential %q: %w", machine, err)
 	}
 	if !ok {
 		return site.NotFound(site.KindMachine, machine)

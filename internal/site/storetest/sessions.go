@@ -34,18 +34,17 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 			Registration:  site.Registered,
 			LastHeartbeat: ms(2025, 6, 30, 23, 59, 58, 123, cet),
 			LoadIndex:     site.MaxLoadIndex,
-			Sessions:      42,
-			CPUPercent:    87.5,
-			MemoryPercent: 12.25,
+			Usage: site.Usage{Sessions: 42, CPUPercent: 87.5, MemoryPercent: 12.25,
+				LogonsInProgress: 3, MemoryUsedMB: 2048, MemoryTotalMB: 16384},
 			// What a VDA registers.
-			LogonsInProgress:  3,
-			MemoryUsedMB:      2048,
-			MemoryTotalMB:     16384,
 			RegisteredAddress: "10.1.2.3:3389",
 			Protocol:          "rdp",
 			ControlURL:        "http://10.1.2.3:8081/vda/app2",
 			ControlToken:      "secret-control-token",
 			AgentVersion:      "1.2.3",
+			Conflict:          "another VDA tried to register from http://10.9.9.9:8490",
+			ConflictAt:        ms(2025, 6, 30, 23, 59, 57, 5, nil),
+			Credential:        "cred-of-the-registered-vda",
 		}
 		v := version(t, s)
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "app2", want) })
@@ -86,7 +85,7 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 	})
 
 	t.Run("ConfigUpdateKeepsStatus", func(t *testing.T) {
-		want := site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms(2025, 1, 1, 0, 0, 0, 1, nil), LoadIndex: 1234, Sessions: 5, CPUPercent: 50, MemoryPercent: 60}
+		want := site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms(2025, 1, 1, 0, 0, 0, 1, nil), LoadIndex: 1234, Usage: site.Usage{Sessions: 5, CPUPercent: 50, MemoryPercent: 60}}
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "spare1", want) })
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			return modify(ctx, tx.Machines(), "spare1", func(m *site.Machine) { m.Maintenance, m.Address = true, "10.9.9.9:1494" })
@@ -311,6 +310,12 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			}
 			return tx.Sessions().Create(ctx, sess)
 		})
+		// A machine with a live session cannot go: the session ends first.
+		err := try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Machines().Delete(ctx, "temp-vda") })
+		wantMessage(t, err, site.EConflict, "1 live session")
+		ended := sess
+		ended.State = site.SessionLoggedOff
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Update(ctx, ended) })
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			for _, err := range []error{
 				tx.Applications().Delete(ctx, "temp-app"),
@@ -324,9 +329,6 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			}
 			return nil
 		})
-		ended := sess
-		ended.State = site.SessionLoggedOff
-		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Update(ctx, ended) })
 		view(t, s, func(ctx context.Context, tx site.Tx) error {
 			got, err := tx.Sessions().Get(ctx, "history")
 			if err != nil || !same(got, ended) {
@@ -342,3 +344,141 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 }
 
 func sessionID(s site.Session) string { return s.ID }
+
+// testDeleteMachineWithSessions checks that a machine with live sessions
+// cannot be deleted, by itself or by a whole configuration, and that
+// ending its sessions in the same transaction lets it go.
+func testDeleteMachineWithSessions(t *testing.T, open func(*testing.T) site.Store) {
+	t.Parallel()
+	s := openBase(t, open)
+	live := []site.Session{
+		{ID: "d-1", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionActive},
+		{ID: "d-2", User: "bob", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionPending},
+		{ID: "d-3", User: "dave", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionDisconnected},
+		{ID: "d-old", User: "erin", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionLoggedOff},
+	}
+	update(t, s, func(ctx context.Context, tx site.Tx) error {
+		for _, sess := range live {
+			if err := tx.Sessions().Create(ctx, sess); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	v := version(t, s)
+
+	t.Run("DeleteIsAConflictNamingTheCount", func(t *testing.T) {
+		err := try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Machines().Delete(ctx, "app1") })
+		wantMessage(t, err, site.EConflict, `"app1" has 3 live sessions`)
+		wantVersion(t, s, v)
+	})
+
+	t.Run("ApplyingAConfigWithoutTheMachineIsAConflict", func(t *testing.T) {
+		err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+			_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+				c.Machines = slices.DeleteFunc(c.Machines, func(m site.Machine) bool { return m.Name == "app1" })
+				return nil
+			})
+			return err
+		})
+		wantCode(t, err, site.EConflict)
+		wantVersion(t, s, v)
+	})
+
+	t.Run("EndingTheSessionsFirstLetsItGo", func(t *testing.T) {
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			for _, sess := range live[:3] {
+				sess.State = site.SessionLoggedOff
+				if err := tx.Sessions().Update(ctx, sess); err != nil {
+					return err
+				}
+			}
+			return tx.Machines().Delete(ctx, "app1")
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: "app1"}, site.ListOptions{})
+			if err != nil || p.Total != 4 {
+				t.Errorf("sessions of the deleted machine = %+v, %v; want its 4 ended ones kept", p, err)
+			}
+			return nil
+		})
+	})
+}
+
+func testMachineCredential(t *testing.T, open func(*testing.T) site.Store) {
+	t.Parallel()
+	s := openBase(t, open)
+	want := site.MachineCredential{
+		ID: "cred-1", IssuedAt: ms(2025, 5, 6, 7, 8, 9, 10, nil), SecretFingerprint: "fp",
+		Bound: true, EnrolmentTokenHash: "abc123", EnrolmentTokenExpires: ms(2025, 5, 7, 7, 8, 9, 10, nil),
+	}
+
+	t.Run("NewMachineHasNone", func(t *testing.T) {
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineCredential(ctx, "app1")
+			if err != nil || !same(got, site.MachineCredential{}) {
+				t.Errorf("credential = %+v, %v; want zero", got, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("RoundTripsWithoutMovingTheVersion", func(t *testing.T) {
+		v := version(t, s)
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineCredential(ctx, "app1", want) })
+		wantVersion(t, s, v)
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineCredential(ctx, "app1")
+			if err != nil || !same(got, want) {
+				t.Errorf("credential = %+v, %v; want %+v", got, err, want)
+			}
+			return nil
+		})
+	})
+
+	t.Run("StatusAndConfigWritesKeepIt", func(t *testing.T) {
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			if err := tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered}); err != nil {
+				return err
+			}
+			return modify(ctx, tx.Machines(), "app1", func(m *site.Machine) { m.MaxSessions = 7 })
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineCredential(ctx, "app1")
+			if err != nil || !same(got, want) {
+				t.Errorf("credential = %+v, %v; want %+v", got, err, want)
+			}
+			return nil
+		})
+	})
+
+	t.Run("UnknownMachineIsNotFound", func(t *testing.T) {
+		err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+			_, err := tx.MachineCredential(ctx, "no-such")
+			wantMessage(t, err, site.ENotFound, `"no-such"`)
+			return tx.SetMachineCredential(ctx, "no-such", want)
+		})
+		wantMessage(t, err, site.ENotFound, `"no-such"`)
+	})
+
+	t.Run("ReadOnlyInView", func(t *testing.T) {
+		err := s.View(t.Context(), func(tx site.Tx) error { return tx.SetMachineCredential(t.Context(), "app1", want) })
+		if err == nil {
+			t.Fatal("SetMachineCredential in View succeeded")
+		}
+	})
+
+	t.Run("ARecreatedMachineStartsWithNone", func(t *testing.T) {
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Machines().Delete(ctx, "app1") })
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			return tx.Machines().Create(ctx, site.Machine{Name: "app1", Catalog: "apps-cat", Address: "10.0.0.1:1494"})
+		})
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			got, err := tx.MachineCredential(ctx, "app1")
+			if err != nil || !same(got, site.MachineCredential{}) {
+				t.Errorf("credential of a re-created machine = %+v, %v; want zero", got, err)
+			}
+			return nil
+		})
+	})
+}

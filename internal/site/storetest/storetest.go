@@ -1,9 +1,3 @@
-// Package storetest is the conformance suite of site.Store: every store
-// (sqlitestore, a PostgreSQL store, the local host cache) runs Run from its
-// tests and passes it. The suite checks the contracts written in
-// internal/site/store.go and nothing specific to one database.
-//
-// Only tests import this package.
 package storetest
 
 import (
@@ -29,6 +23,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		run  func(*testing.T, func(*testing.T) site.Store)
 	}{
 		{"Collections", testCollections},
+		{"AccountNames", testAccountNames},
 		{"References", testReferences},
 		{"ResourceNamespace", testResourceNamespace},
 		{"Paging", testPaging},
@@ -37,6 +32,8 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Settings", testSettings},
 		{"MachineStatus", testMachineStatus},
 		{"Sessions", testSessions},
+		{"DeleteMachineWithSessions", testDeleteMachineWithSessions},
+		{"MachineCredential", testMachineCredential},
 		{"Config", testConfig},
 		{"Concurrency", testConcurrency},
 	}

@@ -42,7 +42,7 @@ var writes = []struct {
 		return tx.Entitlements().Update(ctx, site.Entitlement{Name: "apps-staff", DeliveryGroup: "apps", Users: []string{"erin"}})
 	}},
 	{"SetMachineStatus", func(ctx context.Context, tx site.Tx) error {
-		return tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered, LoadIndex: 500, Sessions: 3})
+		return tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered, LoadIndex: 500, Usage: site.Usage{Sessions: 3}})
 	}},
 	{"CreateSession", func(ctx context.Context, tx site.Tx) error {
 		return tx.Sessions().Create(ctx, site.Session{ID: "new-session", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionPending})

@@ -1,4 +1,4 @@
-package broker
+package brokerprom
 
 import (
 	"context"
@@ -6,39 +6,62 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// Operations measured by the broker's transaction metrics.
-const (
-	OpEnumerate = "enumerate"
-	OpLaunch    = "launch"
-	OpReconnect = "reconnect"
-	OpLogin     = "login"
-	OpRegister  = "register"
-)
-
-// Metrics are the broker's Prometheus metrics. Their names map onto the
-// Citrix counters admins watch:
+// Metrics are the broker's and the NFuse endpoint's Prometheus metrics.
+// Their names map onto the Citrix counters admins watch:
 //
 //	usher_broker_concurrent_transactions{operation}      "Concurrent Transactions"
 //	usher_broker_transactions_total{operation,result}    "Transactions/sec" (use rate())
 //	usher_broker_transaction_duration_seconds{operation} "Avg. Transaction Time" (sum/count)
+//	usher_broker_reconnections_total                     launches that returned to a session
+//	usher_broker_refused_transactions_total              transactions refused by admission control
+//	usher_vda_registration_conflicts_total               registrations refused: another VDA held the machine
+//	usher_nfuse_transactions_total{request,error_id}     "Citrix XML Service - Transactions/sec"
+//	usher_nfuse_transaction_duration_seconds{request}    NFuse "Avg. Transaction Time"
 //	usher_machines{state}, usher_machine_load_index      registered machines and their load index
+//	usher_machine_sessions                               sessions per machine
 //	usher_sessions{state}                                sessions by state
+//
+// Metrics is a broker.Observer; the machine and session gauges are read
+// from the State given to Attach when Prometheus scrapes.
 type Metrics struct {
 	concurrent *prometheus.GaugeVec
 	total      *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	reconnects prometheus.Counter
 	refused    prometheus.Counter
+	conflicts  prometheus.Counter
 	xmlTotal   *prometheus.CounterVec
 	xmlTime    *prometheus.HistogramVec
 	state      *stateCollector
 }
 
-// NewMetrics returns unregistered metrics; Register adds them to a registry.
-func NewMetrics() *Metrics {
+var _ broker.Observer = (*Metrics)(nil)
+
+// State is what the machine and session gauges report; *broker.Broker
+// implements it.
+type State interface {
+	MachineLoads() []broker.MachineLoad
+	SessionCounts(ctx context.Context) (map[site.SessionState]int, error)
+}
+
+var _ State = (*broker.Broker)(nil)
+
+// New returns unregistered metrics; Register adds them to a registry.
+// Every operation of broker.Operations has its concurrent-transactions
+// series from the start, at 0 while idle.
+func New() *Metrics {
+	m := newMetrics()
+	for _, op := range broker.Operations {
+		m.concurrent.WithLabelValues(op)
+	}
+	return m
+}
+
+func newMetrics() *Metrics {
 	return &Metrics{
 		concurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "usher_broker_concurrent_transactions",
@@ -61,6 +84,10 @@ func NewMetrics() *Metrics {
 			Name: "usher_broker_refused_transactions_total",
 			Help: "Transactions refused at once because the broker was at its concurrency bound (answered retry-required).",
 		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "usher_vda_registration_conflicts_total",
+			Help: "VDA registrations refused because another VDA held the machine's live registration: two VDAs claim one machine.",
+		}),
 		xmlTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "usher_nfuse_transactions_total",
 			Help: "NFuse XML Service requests answered, by request type and ErrorId (\"\" for success); Citrix: Citrix XML Service - Transactions/sec.",
@@ -81,7 +108,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.xmlTotal, m.xmlTime, m.state} {
+	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.conflicts, m.xmlTotal, m.xmlTime, m.state} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -89,44 +116,41 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	return nil
 }
 
-func (m *Metrics) attach(b *Broker) { m.state.broker = b }
+// Attach makes the machine and session gauges report s. Call it before
+// the registry is first scraped; until then they report nothing.
+func (m *Metrics) Attach(s State) { m.state.source = s }
 
-// begin counts a transaction in progress; the returned function ends it
-// with its outcome.
-func (m *Metrics) begin(op string) func(error) {
-	return m.beginAs(op, func() string { return op })
-}
+// TransactionStarted implements broker.Observer.
+func (m *Metrics) TransactionStarted(op string) { m.concurrent.WithLabelValues(op).Inc() }
 
-// beginAs is begin whose final operation label is decided at the end (a
-// launch that reconnected counts as a reconnect).
-func (m *Metrics) beginAs(op string, final func() string) func(error) {
-	start := time.Now()
-	g := m.concurrent.WithLabelValues(op)
-	g.Inc()
-	return func(err error) {
-		g.Dec()
-		result := "ok"
-		if err != nil {
-			result = site.ErrorCode(err)
-		}
-		f := final()
-		m.total.WithLabelValues(f, result).Inc()
-		m.duration.WithLabelValues(f).Observe(time.Since(start).Seconds())
-	}
-}
+// TransactionFinished implements broker.Observer.
+func (m *Metrics) TransactionFinished(op string) { m.concurrent.WithLabelValues(op).Dec() }
 
-// Observe records a transaction measured by a transport, such as a login.
-func (m *Metrics) Observe(op string, start time.Time, err error) {
+// TransactionDone implements broker.Observer: the result label is "ok" or
+// the error's site error code.
+func (m *Metrics) TransactionDone(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = site.ErrorCode(err)
 	}
 	m.total.WithLabelValues(op, result).Inc()
-	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	m.duration.WithLabelValues(op).Observe(d.Seconds())
 }
 
+// Refused implements broker.Observer.
+func (m *Metrics) Refused() { m.refused.Inc() }
+
+// Reconnected implements broker.Observer.
+func (m *Metrics) Reconnected() { m.reconnects.Inc() }
+
+// RegistrationConflict counts a registration refused because another VDA
+// held the machine.
+func (m *Metrics) RegistrationConflict() { m.conflicts.Inc() }
+
+var _ broker.ConflictObserver = (*Metrics)(nil)
+
 // ObserveXML records an NFuse XML Service request answered with errorID
-// ("" for success).
+// ("" for success); it fits nfuse.Config.Observe.
 func (m *Metrics) ObserveXML(request, errorID string, d time.Duration) {
 	m.xmlTotal.WithLabelValues(request, errorID).Inc()
 	m.xmlTime.WithLabelValues(request).Observe(d.Seconds())
@@ -134,7 +158,7 @@ func (m *Metrics) ObserveXML(request, errorID string, d time.Duration) {
 
 // stateCollector reports machine and session state at scrape time.
 type stateCollector struct {
-	broker                            *Broker
+	source                            State
 	machines, load, sessions, byState *prometheus.Desc
 }
 
@@ -146,35 +170,29 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.broker == nil {
+	if c.source == nil {
 		return
 	}
 	counts := map[string]float64{"registered": 0, "unregistered": 0, "maintenance": 0}
-	for _, ms := range c.broker.machines.snapshot() {
+	for _, ml := range c.source.MachineLoads() {
 		switch {
-		case ms.maintenance:
+		case ml.Maintenance:
 			counts["maintenance"]++
-		case ms.registered:
+		case ml.Registered:
 			counts["registered"]++
 		default:
 			counts["unregistered"]++
 		}
-		ch <- prometheus.MustNewConstMetric(c.load, prometheus.GaugeValue, float64(ms.load.Index), ms.name, ms.group)
-		ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(ms.effective().Sessions), ms.name, ms.group)
+		ch <- prometheus.MustNewConstMetric(c.load, prometheus.GaugeValue, float64(ml.LoadIndex), ml.Name, ml.DeliveryGroup)
+		ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(ml.Sessions), ml.Name, ml.DeliveryGroup)
 	}
 	for state, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, n, state)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c.broker.store.View(ctx, func(tx site.Tx) error {
-		for _, st := range []site.SessionState{site.SessionPending, site.SessionActive, site.SessionDisconnected} {
-			p, err := tx.Sessions().List(ctx, site.SessionFilter{State: st}, site.ListOptions{Limit: 1})
-			if err != nil {
-				return err
-			}
-			ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(p.Total), string(st))
-		}
-		return nil
-	})
+	sessions, _ := c.source.SessionCounts(ctx) // on an error, the states counted before it
+	for state, n := range sessions {
+		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(n), string(state))
+	}
 }

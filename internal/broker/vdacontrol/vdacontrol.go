@@ -1,4 +1,4 @@
-package api
+package vdacontrol
 
 import (
 	"bytes"
@@ -14,39 +14,43 @@ import (
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
-// VDAControlClient reaches VDAs' control endpoints over HTTP. It
-// implements broker.VDAControl.
-type VDAControlClient struct {
+// Client reaches VDAs' control endpoints over HTTP.
+type Client struct {
 	HTTP *http.Client
 }
 
-var _ broker.VDAControl = (*VDAControlClient)(nil)
+var _ broker.VDAControl = (*Client)(nil)
 
-// NewVDAControlClient returns a client with connection reuse sized for
-// many VDAs.
-func NewVDAControlClient() *VDAControlClient {
+// New returns a client with connection reuse sized for many VDAs.
+func New() *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	tr.MaxIdleConns = 4096
-	return &VDAControlClient{HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &Client{HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
-// Prepare tells a VDA a session is coming.
-func (c *VDAControlClient) Prepare(ctx context.Context, to broker.Control, req vdaproto.PrepareRequest) error {
-	return c.post(ctx, to, vdaproto.PathPrepare, req)
+// Prepare tells a VDA a session is coming. The VDA gets the ticket's hash,
+// never the ticket.
+func (c *Client) Prepare(ctx context.Context, to broker.Control, p broker.Prepare) error {
+	return c.post(ctx, to, vdaproto.PathPrepare, prepareRequest(p))
+}
+
+func prepareRequest(p broker.Prepare) vdaproto.PrepareRequest {
+	return vdaproto.PrepareRequest{SessionID: p.SessionID, User: p.User, Resource: p.Resource, CommandLine: p.CommandLine,
+		Reconnect: p.Reconnect, TicketHash: vdaproto.TicketHash(p.Ticket), ExpiresAt: p.ExpiresAt}
 }
 
 // Logoff asks a VDA to log a session off.
-func (c *VDAControlClient) Logoff(ctx context.Context, to broker.Control, id string) error {
+func (c *Client) Logoff(ctx context.Context, to broker.Control, id string) error {
 	return c.post(ctx, to, vdaproto.PathLogoff, vdaproto.SessionRequest{SessionID: id})
 }
 
 // Disconnect asks a VDA to disconnect a session.
-func (c *VDAControlClient) Disconnect(ctx context.Context, to broker.Control, id string) error {
+func (c *Client) Disconnect(ctx context.Context, to broker.Control, id string) error {
 	return c.post(ctx, to, vdaproto.PathDisconnect, vdaproto.SessionRequest{SessionID: id})
 }
 
-func (c *VDAControlClient) post(ctx context.Context, to broker.Control, path string, body any) error {
+func (c *Client) post(ctx context.Context, to broker.Control, path string, body any) error {
 	if to.URL == "" {
 		return fmt.Errorf("vda control: no control URL registered")
 	}

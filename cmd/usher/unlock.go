@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/usher-vdi/usher/internal/server"
+)
+
+// adminUnlock clears an account's lock-out through the running server's
+// admin API. Unlike the other admin subcommands it does not open the site
+// DB: lock-out state lives in the memory of the server that counted the
+// failures (auth.Guard), so only that server can clear it.
+func (m *Main) adminUnlock(ctx context.Context, args []string) error {
+	fs := m.flagSet("admin unlock", "NAME [--server URL] [--admin NAME] [--password-stdin] [--kind user|admin]")
+	serverURL := fs.String("server", "http://"+server.DefaultListen, "base URL of the running usher serve whose lock to clear")
+	admin := fs.String("admin", "admin", "admin account to authenticate as (HTTP basic); its password comes from $USHER_ADMIN_PASSWORD or --password-stdin, or use $USHER_ADMIN_TOKEN")
+	fromStdin := fs.Bool("password-stdin", false, "read the admin password from standard input")
+	kind := fs.String("kind", "user", "the locked account's kind: user or admin")
+	if err := parse(fs, args, 1); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"admin unlock needs an account NAME"}
+	}
+	name := fs.Arg(0)
+	u := strings.TrimRight(*serverURL, "/") + "/api/v1/admin/lockouts/" + url.PathEscape(name) + "?kind=" + url.QueryEscape(*kind)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
+	if err != nil {
+		return usageError{fmt.Sprintf("--server %q: %v", *serverURL, err)}
+	}
+	switch token := m.Getenv("USHER_ADMIN_TOKEN"); {
+	case *fromStdin:
+		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("read the password: %w", err)
+		}
+		req.SetBasicAuth(*admin, strings.TrimRight(line, "\r\n"))
+	case m.Getenv("USHER_ADMIN_PASSWORD") != "":
+		req.SetBasicAuth(*admin, m.Getenv("USHER_ADMIN_PASSWORD"))
+	case token != "":
+		req.Header.Set("Authorization", "Bearer "+token)
+	default:
+		return usageError{"admin unlock needs the admin's password (--password-stdin or $USHER_ADMIN_PASSWORD) or $USHER_ADMIN_TOKEN"}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("unlock %q: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("unlock %q: %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintf(m.Stdout, "%s %q: lock-out cleared\n", *kind, name)
+	return nil
+}

@@ -1,0 +1,18 @@
+// Package bench runs the seed experiments end to end against an usher
+// site on one machine and reports usher's figures beside the published
+// ones (docs/published-results.md):
+//
+//   - Launch: the zones-and-latency test, launches through the REST API at fixed concurrency
+//     onto 57 simulated VDAs of one delivery group;
+//   - LogonStorm: users logging on and launching at a fixed arrival rate
+//     (Citrix's 20/s sizing test), and the highest rate held with bounded
+//     latency;
+//   - Enumerate: the LHC and IMA/FMA enumeration tests, 400 applications enumerated over NFuse
+//     at stepped concurrency, beside nginx serving the same bytes.
+//
+// The package builds the bench site and drives the load with
+// internal/loadgen; starting the site is the caller's (cmd/usher starts an
+// internal/server site), through a StartFunc. It only ever loads the URL
+// of the site it was given. It imports the domain (site, demo, auth) and
+// loadgen; only cmd/usher imports it.
+package bench

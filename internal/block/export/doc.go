@@ -1,0 +1,11 @@
+// Package export is the NBD export stack of `usher stream`: Images
+// serves the versions of an image store (block/image) as NBD exports
+// named IMAGE or IMAGE@VERSION (Name, ParseName), each built from the
+// version's chain, the I/O meters (block/meter), the server RAM cache
+// shared by every connection (block/ramcache) and, per connection, a
+// server-disk write cache (block/writecache) or, for a maintenance
+// version, its one private-mode writer.
+//
+// export imports block, its layers and block/nbd; cmd/usher and
+// blockbench import it.
+package export

@@ -1,0 +1,16 @@
+// Package image is the image store: named disk images kept in a
+// directory as a raw base plus a chain of versions, each a delta of
+// changed blocks (a sparse overlay file and a block bitmap), with the
+// PVS life cycle maintenance → test → production (one production version
+// per image; the one before is superseded), import, full and partial
+// merges, and inspection. It opens versions as block.Devices; serving
+// them is block/export's job. Only Create (for Import) makes a store;
+// Open fails with ErrNoStore on a missing one.
+//
+// Layout: DIR/NAME/image.json describes the versions; vN.raw is a base,
+// vN.delta and vN.delta.map a delta over version N's parent.
+//
+// image imports block and block/writecache (deltas are overlays), never
+// nbd or the other layers; cmd/usher, block/export and blockbench import
+// it.
+package image

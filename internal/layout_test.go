@@ -1,0 +1,115 @@
+// Package internal_test holds the test of usher's import rules: which
+// packages may import which, so that the layering that `go doc
+// ./internal/...` describes stays true as the code grows.
+package internal_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/usher-vdi/usher/"
+
+type pkg struct {
+	ImportPath  string
+	Imports     []string
+	Deps        []string
+	TestImports []string
+}
+
+// list returns every package of the module, with its direct imports and
+// its transitive dependencies, from the go tool.
+func list(t *testing.T) map[string]pkg {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go tool is not on PATH")
+	}
+	out, err := exec.Command("go", "list", "-json", module+"...").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[strings.TrimPrefix(p.ImportPath, module)] = p
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// transport, driver and instrumentation packages that the domain never
+// reaches, directly or through another package.
+var edges = []string{"net/http", "database/sql", "github.com/prometheus/", "modernc.org/sqlite",
+	module + "internal/vdaproto", module + "internal/api", module + "internal/nfuse", module + "internal/server"}
+
+func TestDomainImportsNoEdges(t *testing.T) {
+	pkgs := list(t)
+	for _, name := range []string{"internal/site", "internal/broker", "internal/block", "internal/demo"} {
+		p, ok := pkgs[name]
+		if !ok {
+			t.Errorf("package %s is gone: update this test", name)
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, e := range edges {
+				if d == e || strings.HasPrefix(d, e) && strings.HasSuffix(e, "/") {
+					t.Errorf("%s depends on %s, an adapter's concern", name, d)
+				}
+			}
+		}
+	}
+}
+
+// TestOnlyAdaptersImportDrivers checks that each driver or transport
+// library is imported directly only by the adapters that wrap it.
+func TestOnlyAdaptersImportDrivers(t *testing.T) {
+	allowed := map[string][]string{
+		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
+		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/block/meter", "cmd/usher"},
+	}
+	for name, p := range list(t) {
+		for _, imp := range p.Imports {
+			for lib, who := range allowed {
+				if strings.HasPrefix(imp, lib) && !slices.Contains(who, name) {
+					t.Errorf("%s imports %s; only %v may", name, imp, who)
+				}
+			}
+		}
+	}
+}
+
+// TestNothingImportsTheAssembly checks that internal/server (which
+// imports every adapter) and the test-only helpers are leaves: only
+// commands and tests import them.
+func TestNothingImportsTheAssembly(t *testing.T) {
+	for name, p := range list(t) {
+		for _, imp := range p.Imports {
+			imp = strings.TrimPrefix(imp, module)
+			switch {
+			case imp == "internal/server" && !strings.HasPrefix(name, "cmd/"):
+				t.Errorf("%s imports internal/server; only commands may", name)
+			case imp == "internal/memnet":
+				t.Errorf("%s imports internal/memnet outside its tests", name)
+			case strings.HasPrefix(imp, "cmd/"):
+				t.Errorf("%s imports the command %s", name, imp)
+			}
+		}
+	}
+}

@@ -1,0 +1,542 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/usher-vdi/usher/internal/api"
+	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/broker/brokerprom"
+	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
+	"github.com/usher-vdi/usher/internal/datadir"
+	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/nfuse"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+	"github.com/usher-vdi/usher/internal/vda"
+	"github.com/usher-vdi/usher/internal/web"
+)
+
+// Defaults for Config.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultSendBuffer is the socket send buffer of client connections.
+	// An enumeration of 400 applications is 110 KB: with the kernel's
+	// initial 16 KB the server writes it in pieces, waking up for each as
+	// the client drains the last, which at thousands of connections costs
+	// a quarter of the throughput and doubles p99 (bench enumerate at
+	// 2,000 connections).
+	DefaultSendBuffer = 256 << 10
+	// MaxSendBuffer bounds Config.SendBuffer.
+	MaxSendBuffer = 64 << 20
+)
+
+// HTTP server limits of the listeners.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+	// nfuseShutdown bounds the NFuse listener's graceful shutdown.
+	nfuseShutdown = 5 * time.Second
+)
+
+// Config describes a site to run. The zero value of every field but
+// DataDir means its default, so that a Config built by hand never gets a
+// zero where a command's flag would have given a default.
+type Config struct {
+	// DataDir holds the site DB, the token key and the enrolment secret;
+	// required. The server locks it.
+	DataDir string
+	// Listen is the address of the main HTTP listener: REST, admin and VDA
+	// APIs, NFuse, metrics, health and the index page (default
+	// DefaultListen).
+	Listen string
+	// NFuseListen, when set, also serves the NFuse XML service alone on
+	// this address.
+	NFuseListen string
+
+	// Demo loads the demo site into an empty site DB, with DemoPassword
+	// (random when empty) on its users and on its admin account. A site DB
+	// that holds a site already is kept as it is, passwords included,
+	// unless DemoPassword is set (then the demo accounts get it) or
+	// DemoReset is (then the demo site replaces the site).
+	Demo         bool
+	DemoReset    bool
+	DemoPassword string
+
+	// ShutdownTimeout is how long in-flight requests may run at Close
+	// (default DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (default api.DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// SendBuffer is each HTTP connection's socket send buffer in bytes, at
+	// most MaxSendBuffer (default DefaultSendBuffer; negative leaves the
+	// kernel's autotuning).
+	SendBuffer int64
+
+	// HeartbeatInterval and HeartbeatTimeout are the broker's (defaults
+	// broker.DefaultHeartbeatInterval and DefaultHeartbeatTimeout).
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// AllowVDAAddressChange lets a VDA register a display-protocol address
+	// on another host than its machine's configured address; off, such a
+	// registration is refused.
+	AllowVDAAddressChange bool
+
+	// SimVDAs runs that many simulated VDAs in-process, for the site's
+	// first machines; -1 runs one for every machine.
+	SimVDAs int
+	// SimLogonDelay is the time from launch to a simulated user's logon
+	// (default vda.DefaultLogonDelay; negative: at once).
+	SimLogonDelay time.Duration
+	// SimSessionLength is how long a simulated user stays (0: until
+	// logged off).
+	SimSessionLength time.Duration
+
+	// LockoutThreshold failed password checks within the lock-out window
+	// lock a user or admin account out (default
+	// auth.DefaultLockoutThreshold; negative: never). SourceFree failed
+	// logons from one client address cost nothing; after them each
+	// attempt from the address waits a delay that doubles with each
+	// failure (default auth.DefaultSourceFree; negative: no per-source
+	// throttling).
+	LockoutThreshold, SourceFree int
+	// MetricsAuth serves /metrics to admins only (HTTP basic or an admin
+	// bearer token, both of which Prometheus can send). Off, anyone who
+	// reaches the listener reads machine names, loads and counts.
+	MetricsAuth bool
+	// PasswordParams are the argon2id costs of passwords the site sets
+	// (default auth.DefaultParams); tests make them cheap.
+	PasswordParams auth.Params
+	// Now is the clock of lock-out and throttling (default time.Now).
+	Now func() time.Time
+
+	// Logger receives the site's logs (default: discarded).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.DataDir == "" {
+		return c, errors.New("server: Config.DataDir is required")
+	}
+	if c.SendBuffer > MaxSendBuffer {
+		return c, fmt.Errorf("server: send buffer %d is over %d bytes", c.SendBuffer, MaxSendBuffer)
+	}
+	if (c.DemoPassword != "" || c.DemoReset) && !c.Demo {
+		return c, errors.New("server: a demo password or reset needs the demo site")
+	}
+	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, api.DefaultMaxBodyBytes)
+	c.SendBuffer = cmp.Or(c.SendBuffer, DefaultSendBuffer)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, broker.DefaultHeartbeatInterval)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, broker.DefaultHeartbeatTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Server is a running site. Open starts it; Close stops it.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	addr, nfuseAddr string
+	dataDir         string
+	secret          string
+	secretPath      string
+	demoPassword    string
+	store           *sqlitestore.Store
+	broker          *broker.Broker
+	// sim runs the in-process simulated VDAs, if any.
+	sim *vda.Simulator
+
+	srv      *http.Server
+	served   chan struct{} // closed when srv.Serve returns, with serveErr
+	serveErr error
+	cleanup  []func() // run in reverse order by Close
+	close    sync.Once
+	closeErr error
+}
+
+// Open binds the listeners, opens the data directory and its site DB
+// (loading the demo site when asked), starts the broker, serves HTTP and
+// starts the simulated VDAs, and returns once the site serves. Binding
+// comes first, so that a taken port fails before anything is changed. On
+// error, whatever it started is stopped.
+func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	s := &Server{cfg: cfg, log: log, served: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.shutdown(0)
+		}
+	}()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	s.cleanup = append(s.cleanup, func() { ln.Close() })
+	var nln net.Listener
+	if cfg.NFuseListen != "" {
+		if nln, err = net.Listen("tcp", cfg.NFuseListen); err != nil {
+			return nil, fmt.Errorf("listen on %s (NFuse): %w", cfg.NFuseListen, err)
+		}
+		s.cleanup = append(s.cleanup, func() { nln.Close() })
+	}
+
+	dir, err := datadir.Open(cfg.DataDir, true)
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, func() { dir.Close() })
+	s.dataDir = dir.Path()
+	store, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, func() { store.Close() })
+	s.store = store
+	log.Info("site DB open", "path", dir.SiteDB())
+
+	params := cmp.Or(cfg.PasswordParams, auth.DefaultParams)
+	if cfg.Demo {
+		if err := s.loadDemo(ctx, params); err != nil {
+			return nil, err
+		}
+	}
+	if err := api.CheckAdmins(ctx, store, log); err != nil {
+		return nil, err
+	}
+
+	key, err := dir.TokenKey()
+	if err != nil {
+		return nil, err
+	}
+	signer, err := auth.NewSigner(key)
+	if err != nil {
+		return nil, err
+	}
+	if s.secret, s.secretPath, err = dir.EnrolmentSecret(); err != nil {
+		return nil, err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := brokerprom.New()
+	if err := metrics.Register(registry); err != nil {
+		return nil, err
+	}
+	// One guard and one cache of verified passwords for users and admins:
+	// a source is throttled for both, and every argon2id computation waits
+	// in one queue.
+	guard := auth.NewGuard(auth.GuardConfig{Threshold: cfg.LockoutThreshold, SourceFree: cfg.SourceFree, Now: cfg.Now})
+	verified := auth.NewVerifiedCache(15*time.Minute, 100000)
+	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
+		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, Now: cfg.Now,
+		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
+	if err != nil {
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
+	metrics.Attach(brk)
+	s.broker = brk
+	// The broker and the simulator outlive ctx (which only bounds
+	// opening): Close stops them.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	brokerDone := make(chan struct{})
+	go func() { defer close(brokerDone); brk.Run(runCtx) }()
+	s.cleanup = append(s.cleanup, func() { stopRun(); <-brokerDone })
+
+	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
+		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret})
+	if err != nil {
+		return nil, err
+	}
+	nf, err := nfuse.New(nfuse.Config{Broker: brk, Logger: log.With("component", "nfuse"),
+		Observe: func(k nfuse.Kind, errorID string, d time.Duration) { metrics.ObserveXML(k.String(), errorID, d) }})
+	if err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/", apiServer)
+	var metricsHandler http.Handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
+	if cfg.MetricsAuth {
+		metricsHandler = apiServer.RequireAdmin(metricsHandler)
+	}
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.HandleFunc("GET /healthz", api.Healthz)
+	mux.Handle("GET /readyz", api.Readyz(store, log))
+	mux.Handle("GET /{$}", web.Index(brk.Snapshot))
+	// The NFuse path is matched in any case, as Citrix clients spell it
+	// variously.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if nfuse.IsPath(req.URL.Path) {
+			nf.ServeHTTP(w, req)
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})
+
+	if nln != nil {
+		nsrv := s.httpServer(ctx, nf)
+		s.nfuseAddr = nln.Addr().String()
+		log.Info("NFuse listening", "addr", s.nfuseAddr)
+		nfDone := make(chan struct{})
+		go func() { defer close(nfDone); nsrv.Serve(nln) }()
+		s.cleanup = append(s.cleanup, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), nfuseShutdown)
+			defer cancel()
+			if nsrv.Shutdown(sctx) != nil {
+				nsrv.Close()
+			}
+			<-nfDone
+		})
+	}
+
+	s.srv = s.httpServer(ctx, handler)
+	s.addr = ln.Addr().String()
+	log.Info("listening", "addr", s.addr)
+	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
+
+	if cfg.SimVDAs != 0 {
+		stop, err := s.startSimulator(runCtx)
+		if err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, stop)
+	}
+	return s, nil
+}
+
+// loadDemo loads the demo site as Config.Demo says.
+func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
+	empty, err := demo.Empty(ctx, s.store)
+	if err != nil {
+		return fmt.Errorf("read site DB: %w", err)
+	}
+	if !empty && !s.cfg.DemoReset {
+		if s.cfg.DemoPassword != "" {
+			changed, err := demo.SetPassword(ctx, s.store, s.cfg.DemoPassword, params)
+			if err != nil {
+				return fmt.Errorf("set demo password: %w", err)
+			}
+			s.demoPassword = s.cfg.DemoPassword
+			if changed {
+				s.log.Info("site kept as it is; demo accounts' password set")
+			} else {
+				s.log.Info("site kept as it is, passwords included (--demo-reset reloads the demo site)")
+			}
+			return nil
+		}
+		s.log.Info("site kept as it is, passwords included (--demo-reset reloads the demo site)")
+		return nil
+	}
+	s.demoPassword = cmp.Or(s.cfg.DemoPassword, auth.RandomSecret(12))
+	start := time.Now()
+	plan, err := demo.Load(ctx, s.store, s.demoPassword, params)
+	if err != nil {
+		return fmt.Errorf("load demo site: %w", err)
+	}
+	c, u, d := plan.Counts()
+	s.log.Info("demo site loaded", "created", c, "updated", u, "deleted", d, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// httpServer is an http.Server with the site's limits. Requests' contexts
+// are not cancelled with ctx: Close drains them.
+func (s *Server) httpServer(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       sendBuffer(s.cfg.SendBuffer),
+	}
+}
+
+// Run serves until ctx is done or the main listener fails, then closes
+// the site. It returns nil after a shutdown asked through ctx.
+func (s *Server) Run(ctx context.Context) error {
+	select {
+	case <-s.served:
+		s.Close()
+		return fmt.Errorf("http server: %w", s.serveErr)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	if err := s.Close(); err != nil {
+		return err
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// Close shuts the site down: in-flight requests get up to the shutdown
+// timeout, then the simulated VDAs, the broker and the site DB stop and
+// the data directory is unlocked. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.close.Do(func() { s.closeErr = s.shutdown(s.cfg.ShutdownTimeout) })
+	return s.closeErr
+}
+
+func (s *Server) shutdown(timeout time.Duration) error {
+	var err error
+	if s.srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if serr := s.srv.Shutdown(sctx); serr != nil {
+			s.srv.Close()
+		}
+		cancel()
+		<-s.served
+		if !errors.Is(s.serveErr, http.ErrServerClosed) {
+			err = s.serveErr
+		}
+		s.srv = nil
+	}
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
+	s.cleanup = nil
+	return err
+}
+
+// Addr is the main listener's address, host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// URL is the main listener's base URL.
+func (s *Server) URL() string { return "http://" + s.addr }
+
+// NFuseAddr is the NFuse listener's address, "" when there is none.
+func (s *Server) NFuseAddr() string { return s.nfuseAddr }
+
+// DataDir is the data directory's absolute path.
+func (s *Server) DataDir() string { return s.dataDir }
+
+// EnrolmentSecret returns the secret VDAs enrol with and its file.
+func (s *Server) EnrolmentSecret() (secret, path string) { return s.secret, s.secretPath }
+
+// DemoPassword is the password Open set on the demo accounts, "" when it
+// set none (no demo site, or a kept one).
+func (s *Server) DemoPassword() string { return s.demoPassword }
+
+// Store is the site DB.
+func (s *Server) Store() site.Store { return s.store }
+
+// Broker is the site's broker.
+func (s *Server) Broker() *broker.Broker { return s.broker }
+
+// startSimulator runs simulated VDAs for the site's first machines against
+// this server, and returns a function that stops them and waits.
+func (s *Server) startSimulator(ctx context.Context) (func(), error) {
+	names := s.broker.Snapshot().MachineNames()
+	if n := s.cfg.SimVDAs; n > 0 && n < len(names) {
+		names = names[:n]
+	}
+	if len(names) == 0 {
+		return nil, errors.New("simulated VDAs: the site has no machines to simulate")
+	}
+	// The simulator reads 0 as its default and a negative delay as "at
+	// once", as Config does.
+	sim, err := vda.NewSimulator(vda.SimConfig{Broker: s.URL(), Secret: s.secret, Machines: names,
+		LogonDelay: s.cfg.SimLogonDelay, SessionLength: s.cfg.SimSessionLength, Logger: s.log.With("role", "sim-vda")})
+	if err != nil {
+		return nil, fmt.Errorf("simulated VDAs: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("simulated VDAs stopped", "err", err)
+		}
+	}()
+	s.sim = sim
+	s.log.Debug("simulated VDAs started", "machines", len(names))
+	return func() { cancel(); <-done }, nil
+}
+
+// WaitSimulated waits until every in-process simulated VDA has registered,
+// or limit passes, and returns how many of how many have registered; it
+// returns 0, 0 at once when the server runs none. The simulated VDAs keep
+// trying after it returns.
+func (s *Server) WaitSimulated(ctx context.Context, limit time.Duration) (registered, total int) {
+	if s.sim == nil {
+		return 0, 0
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-s.sim.AllRegistered():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return s.sim.Registered()
+}
+
+// WaitRegistered waits until every machine of the site has registered with
+// the broker, or limit passes.
+func (s *Server) WaitRegistered(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		want := s.broker.Snapshot().MachineNames()
+		n := 0
+		err := s.store.View(ctx, func(tx site.Tx) error {
+			for _, name := range want {
+				if st, err := tx.MachineStatus(ctx, name); err == nil && st.Registration == site.Registered {
+					n++
+				}
+			}
+			return nil
+		})
+		if err == nil && n == len(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("wait for registrations: %w", err)
+			}
+			return fmt.Errorf("%d of %d machines registered in %s", n, len(want), limit)
+		case <-tick.C:
+		}
+	}
+}
+
+// sendBuffer returns a ConnContext hook that sets each TCP connection's
+// send buffer to n bytes (the kernel doubles it for its bookkeeping), or
+// leaves the kernel's autotuning when n is not positive.
+func sendBuffer(n int64) func(context.Context, net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		if tc, ok := c.(*net.TCPConn); ok && n > 0 {
+			tc.SetWriteBuffer(int(n))
+		}
+		return ctx
+	}
+}
