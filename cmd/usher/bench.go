@@ -251,7 +251,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps, usher's then nginx's, this many times and report each level's median round")
-	useWrk := fs.Bool("wrk", false, "then drive usher, nginx and nginx's null answer (the client's ceiling) with "+bench.DefaultWrk+" from another process at each level, a step each")
+	fs.StringVar(&cfg.Wrk, "wrk", bench.DefaultWrk, "wrk binary that then drives usher (NFuse and REST), nginx and nginx's null answer (the client's ceiling) from another process, pinned to its own CPU, at each level, a step each (\"\" to skip; skipped with a note when missing)")
 	b.register(fs, "enumerate")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -264,9 +264,6 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("--concurrency %q must rise", *conc)}
 	}
 	cfg.Concurrency = lv.Concurrencies()
-	if *useWrk {
-		cfg.Wrk = bench.DefaultWrk
-	}
 	// The bench site keeps usher serve's default send buffer.
 	cfg.SendBuffer = server.DefaultSendBuffer
 	if cfg.Users < 1 {
@@ -302,6 +299,9 @@ type benchSite struct{ s *server.Server }
 
 func (b benchSite) URL() string  { return b.s.URL() }
 func (b benchSite) Close() error { return b.s.Close() }
+
+// Hashes counts the site's password checks and decoy hashes (bench.Hasher).
+func (b benchSite) Hashes() (checks, decoys int64) { return b.s.Broker().Verified().Hashes() }
 
 // benchStarter starts bench sites in data directories under root: each
 // gets the configuration applied to a new site DB, then runs as usher

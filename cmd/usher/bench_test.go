@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,7 +103,7 @@ func TestBenchEnumerate(t *testing.T) {
 	profile := filepath.Join(t.TempDir(), "cpu.prof")
 	// nginx runs when installed; the bench says so when it is not.
 	code, stdout, stderr := run(t, "", "bench", "enumerate", "--url", stub.URL+bench.NFusePath, "--concurrency", "2,4", "--users", "50",
-		"--step-duration", "400ms", "--warmup", "100ms", "--rounds", "2", "--cpuprofile", profile, "--out", out)
+		"--step-duration", "400ms", "--warmup", "100ms", "--rounds", "2", "--cpuprofile", profile, "--out", out, "--wrk", "")
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
@@ -133,17 +134,19 @@ func TestBenchEnumerate(t *testing.T) {
 	}
 
 	// The site's own endpoint.
-	code, stdout, stderr = run(t, "", "bench", "enumerate", "--nginx", "", "--users", "10", "--concurrency", "1", "--step-duration", "300ms", "--warmup", "0s", "--out", "")
+	code, stdout, stderr = run(t, "", "bench", "enumerate", "--nginx", "", "--wrk", "", "--users", "10", "--concurrency", "1", "--step-duration", "300ms", "--warmup", "0s", "--out", "")
 	if code != 0 || !strings.Contains(stdout, "answers 400 applications") {
 		t.Errorf("the site's own NFuse endpoint: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
 
 func TestBenchEnumerateWrk(t *testing.T) {
-	code, stdout, stderr := run(t, "", "bench", "enumerate", "--wrk", "--users", "10", "--concurrency", "2", "--step-duration", "1s", "--warmup", "0s", "--out", "")
+	out := t.TempDir()
+	code, stdout, stderr := run(t, "", "bench", "enumerate", "--users", "10", "--concurrency", "2", "--step-duration", "1s", "--warmup", "0s", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
+	rep := readReport(t, out)
 	_, werr := os.Stat(bench.DefaultWrk)
 	_, nerr := os.Stat(bench.DefaultNginx)
 	switch {
@@ -156,15 +159,42 @@ func TestBenchEnumerateWrk(t *testing.T) {
 			t.Errorf("nginx is absent and the bench did not say so:\n%s", stdout)
 		}
 	default:
-		for _, want := range []string{"driven by wrk from another process", "client ceiling req/s", "tcp_nopush off"} {
+		for _, want := range []string{"over NFuse, driven by wrk from another process", "over REST, driven by wrk", "client ceiling req/s", "tcp_nopush off", "wrk CPU (cores)"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("output lacks %q:\n%s", want, stdout)
 			}
 		}
-		// One row, usher and nginx both answered without errors.
-		if strings.Contains(stdout, "| 2          | ") && !strings.Contains(stdout, "| 0            |") {
-			t.Errorf("wrk counted errors:\n%s", stdout)
+		// usher and nginx answered both APIs without errors.
+		var wrkTables int
+		for _, tb := range rep.Tables {
+			if !strings.Contains(tb.Title, "driven by wrk") {
+				continue
+			}
+			wrkTables++
+			for _, col := range []string{"usher errors", "nginx errors"} {
+				i := slices.Index(tb.Header, col)
+				if i < 0 || len(tb.Rows) != 1 || tb.Rows[0][i] != "0" {
+					t.Errorf("%s: %s in %v", tb.Title, col, tb.Rows)
+				}
+			}
 		}
+		if wrkTables != 2 {
+			t.Errorf("%d wrk tables, want NFuse and REST", wrkTables)
+		}
+		var heads []string
+		for _, h := range rep.Headlines {
+			heads = append(heads, h.What)
+			if strings.Contains(h.What, "enumeration") && !strings.Contains(h.What, "Cold") && (h.Ceiling == "" || h.Ratio == "" || h.Client == "") {
+				t.Errorf("headline without its ceiling, ratio or client: %+v", h)
+			}
+		}
+		if len(heads) != 3 {
+			t.Errorf("headlines: %q, want NFuse, REST and the cold start", heads)
+		}
+	}
+	// The cold start: concurrent first requests of one user share a check.
+	if !strings.Contains(stdout, "100 concurrent first requests of one user: 1 check(s)") {
+		t.Errorf("cold start did not share one check:\n%s", stdout)
 	}
 }
 

@@ -21,6 +21,13 @@ type Site interface {
 	Close() error
 }
 
+// Hasher is a Site that counts its argon2id computations: password
+// checks against an account's hash, and decoys for unknown or locked-out
+// names.
+type Hasher interface {
+	Hashes() (checks, decoys int64)
+}
+
 // StartFunc starts a site holding cfg and returns once every machine's
 // simulated VDA has registered.
 type StartFunc func(ctx context.Context, cfg *site.Config) (Site, error)

@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -13,8 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
+
+// ColdStartRequests is how many concurrent first requests of one user
+// the cold-start figure sends.
+const ColdStartRequests = 100
 
 // NFusePath is where NFuse clients post: Citrix's XML Service path.
 const NFusePath = "/scripts/wpnbr.dll"
@@ -81,6 +88,19 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	}
 	fmt.Fprintf(env.out(), "NFuse at %s answers %d applications in %d bytes.\n", url, apps, len(answer))
 
+	// Cold start: concurrent first requests of one user (the last, whom
+	// the cold pass below reaches last) share one password check.
+	var counted Site = s
+	if cfg.URL != "" {
+		counted = nil // another site's checks are not ours to count
+	}
+	cs, err := coldStart(ctx, counted, url, users[len(users)-1], ColdStartRequests)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(env.out(), "cold start: %d concurrent first requests of one user: %d check(s), p99 %s ms (one check alone: %s ms)\n",
+		cs.Requests, cs.Checks, fmtMs(cs.P99), fmtMs(cs.Check))
+
 	// Cold: every user's first enumeration, which verifies the password.
 	coldExec := loadgen.FixedWork{Concurrency: []int{2 * runtime.NumCPU()}, Requests: nusers}
 	fmt.Fprintf(env.out(), "usher, cold: %s\n", coldExec)
@@ -141,108 +161,219 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 		rep.Tables = append(rep.Tables, RoundsTable(ushers, nginxes))
 	}
 	rep = finishEnumerate(rep, ngxMedian, apps, len(answer), cfg)
+	rep.Tables = append(rep.Tables, cs.table())
+	rep.Headlines = append(rep.Headlines, cs.headline())
 	if cfg.Wrk != "" && runErr == nil {
-		body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: users[0], Encoding: loadgen.Ctx1}, nil)
-		t, notes, err := enumerateWrk(ctx, env, cfg, url, answer, body, rep.Runs[0].Result, ngxMedian)
-		if t != nil {
-			rep.Tables = append([]loadgen.Table{rep.Tables[0], *t}, rep.Tables[1:]...)
+		base := s.URL()
+		if cfg.URL != "" {
+			base = "" // another site: its REST API is not known to be there
 		}
+		apis, err := wrkAPIs(ctx, base, url, answer, users[0])
+		if err != nil {
+			return rep, err
+		}
+		ts, notes, heads, err := enumerateWrk(ctx, env, cfg, apis)
+		rep.Tables = append(append([]loadgen.Table{rep.Tables[0]}, ts...), rep.Tables[1:]...)
 		rep.Notes = append(rep.Notes, notes...)
+		rep.Headlines = append(heads, rep.Headlines...)
 		runErr = err
 	}
 	return rep, runErr
 }
 
-// ClientBound is the share of the client's ceiling at which a server's
-// figure says more about the client than about the server.
-const ClientBound = 0.9
-
 // NullPath is where the wrk part's nginx serves padding of the answer's
 // size: the client's ceiling.
 const NullPath = "/null"
 
-// enumerateWrk drives usher, nginx and nginx's null answer with wrk at
-// each level and tabulates them beside the in-process figures. It
-// returns no table, and a note, when wrk or nginx is missing.
-func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, url string, answer []byte, body string, usher, ngx *loadgen.Result) (*loadgen.Table, []string, error) {
-	if _, err := os.Stat(cfg.Wrk); err != nil {
-		fmt.Fprintf(env.out(), "wrk: %v; skipping the wrk table (Debian: apt-get install wrk)\n", ErrNoWrk)
-		return nil, []string{fmt.Sprintf("wrk: skipped, %v (%s).", ErrNoWrk, cfg.Wrk)}, nil
-	}
-	tuning := NginxTuning{Workers: 1, NoPush: true, SendBuffer: cfg.SendBuffer, NullPath: NullPath}
-	n, err := StartTunedNginx(ctx, cfg.Nginx, tuning, NFusePath, answer, "text/xml")
-	switch {
-	case cfg.Nginx == "" || errors.Is(err, ErrNoNginx):
-		fmt.Fprintf(env.out(), "wrk: no nginx (%q); skipping the wrk table\n", cfg.Nginx)
-		return nil, []string{"wrk: skipped, no nginx to calibrate the client against."}, nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("nginx for wrk: %w", err)
-	}
-	defer n.Stop()
-	dir, err := os.MkdirTemp("", "usher-bench-wrk-*")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.RemoveAll(dir)
-	script, err := writeWrkScript(dir, body)
-	if err != nil {
-		return nil, nil, err
-	}
-	null := strings.TrimSuffix(n.URL, NFusePath) + NullPath
-	var wu, wn, wc []WrkResult
-	for _, c := range cfg.Concurrency {
-		for _, r := range []struct {
-			name, url, script string
-			into              *[]WrkResult
-		}{{"usher", url, script, &wu}, {"nginx", n.URL, script, &wn}, {"nginx " + NullPath, null, "", &wc}} {
-			fmt.Fprintf(env.out(), "wrk -t1 -c%d -d%s: %s\n", c, cfg.StepDuration, r.name)
-			res, err := RunWrk(ctx, cfg.Wrk, r.url, r.script, c, cfg.StepDuration)
-			if err != nil {
-				return nil, nil, err
-			}
-			*r.into = append(*r.into, res)
-		}
-	}
-	t := WrkTable(cfg.Concurrency, usher, ngx, wu, wn, wc)
-	return &t, []string{
-		fmt.Sprintf("wrk (another process, one thread, -c as the level, %s a level with no warm-up) posts one user's RequestAppData with ctx1 credentials. "+
-			"Its nginx: one worker, sendfile on, tcp_nopush off, sndbuf %d; the client's ceiling is wrk's GET of %s there, padding of the answer's size as a static file. "+
-			"A figure at %.0f%% of that ceiling or more is client-bound and gets no ratio.", cfg.StepDuration, cfg.SendBuffer, NullPath, 100*ClientBound),
-	}, nil
+// wrkAPI is one API the wrk part drives: usher's endpoint, and nginx
+// answering the same request with usher's answer as a static file.
+type wrkAPI struct {
+	name   string // "NFuse", "REST"
+	url    string // usher's endpoint
+	path   string // where nginx serves the answer
+	req    WrkRequest
+	answer []byte
+	ctype  string
 }
 
-// WrkTable sets wrk's figures for usher (wu), nginx (wn) and the client's
-// ceiling (wc), one per level, beside the in-process ones (ngx may be nil).
-func WrkTable(levels []int, usher, ngx *loadgen.Result, wu, wn, wc []WrkResult) loadgen.Table {
+// wrkLevel is what wrk measured at one level of one API.
+type wrkLevel struct {
+	conns              int
+	usher, nginx, null WrkResult
+	usherCPU, nginxCPU benchkit.Usage
+}
+
+func (l wrkLevel) steps() (u, n benchkit.Step) {
+	u = benchkit.Step{Rate: l.usher.RPS, Ceiling: l.null.RPS, Client: l.usher.Client, Server: l.usherCPU}
+	n = benchkit.Step{Rate: l.nginx.RPS, Ceiling: l.null.RPS, Client: l.nginx.Client, Server: l.nginxCPU}
+	return u, n
+}
+
+// enumerateWrk drives usher, nginx and nginx's null answer with wrk at
+// each level, for each API, pinned as benchkit plans, and tabulates them.
+// It returns no table, and a note, when wrk or nginx is missing.
+func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, apis []wrkAPI) ([]loadgen.Table, []string, []loadgen.Headline, error) {
+	if _, err := os.Stat(cfg.Wrk); err != nil {
+		fmt.Fprintf(env.out(), "wrk: %v; skipping the wrk tables (Debian: apt-get install wrk)\n", ErrNoWrk)
+		return nil, []string{fmt.Sprintf("wrk: skipped, %v (%s).", ErrNoWrk, cfg.Wrk)}, nil, nil
+	}
+	if _, err := os.Stat(cfg.Nginx); cfg.Nginx == "" || err != nil {
+		fmt.Fprintf(env.out(), "wrk: no nginx (%q); skipping the wrk tables\n", cfg.Nginx)
+		return nil, []string{"wrk: skipped, no nginx to calibrate the client against."}, nil, nil
+	}
+	plan := benchkit.PlanCPUs()
+	wrk := Wrk{Binary: cfg.Wrk, Plan: plan}
+	tuning := NginxTuning{Workers: plan.Workers(), CPUs: plan.Server, NoPush: true, SendBuffer: cfg.SendBuffer, NullPath: NullPath}
+	restore, err := plan.PinServer()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer restore()
+	var tables []loadgen.Table
+	var heads []loadgen.Headline
+	for _, api := range apis {
+		levels, err := wrkRun(ctx, env, cfg, wrk, tuning, api)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		tables = append(tables, WrkTable(api.name, levels))
+		heads = append(heads, wrkHeadlines(api, levels, len(Applications()), wrk.Note())...)
+	}
+	notes := []string{fmt.Sprintf("wrk (%s, -c as the level, %s a level with no warm-up): NFuse posts one user's RequestAppData with ctx1 credentials, "+
+		"REST gets /api/v1/resources with one user's bearer token. CPUs: %s; usher runs with GOMAXPROCS %d, nginx with %d worker(s) on the same CPUs, "+
+		"sendfile on, tcp_nopush off, sndbuf %d. The client's ceiling is wrk's GET of %s from that nginx, padding of the answer's size as a static file. "+
+		"A figure at %.0f%% of that ceiling or more is client-bound and gets no ratio. CPU per request: the server's CPU time over the run "+
+		"(usher: this whole process, its simulated VDAs included; nginx: master and workers) over its requests.",
+		wrk.Note(), cfg.StepDuration, plan, plan.Workers(), plan.Workers(), cfg.SendBuffer, NullPath, 100*benchkit.ClientBound)}
+	return tables, notes, heads, nil
+}
+
+// wrkRun measures one API at every level.
+func wrkRun(ctx context.Context, env Env, cfg EnumerateConfig, wrk Wrk, tuning NginxTuning, api wrkAPI) ([]wrkLevel, error) {
+	n, err := StartTunedNginx(ctx, cfg.Nginx, tuning, api.path, api.answer, api.ctype)
+	if err != nil {
+		return nil, fmt.Errorf("nginx for wrk: %w", err)
+	}
+	defer n.Stop()
+	null := strings.TrimSuffix(n.URL, api.path) + NullPath
+	nginxCPU := benchkit.TreeCPU(n.Pid())
+	var levels []wrkLevel
+	for _, c := range cfg.Concurrency {
+		l := wrkLevel{conns: c}
+		for _, r := range []struct {
+			name, url string
+			req       WrkRequest
+			into      *WrkResult
+			cpu       benchkit.Meter
+			use       *benchkit.Usage
+		}{
+			{"usher", api.url, api.req, &l.usher, benchkit.SelfCPU, &l.usherCPU},
+			{"nginx", n.URL, api.req, &l.nginx, nginxCPU, &l.nginxCPU},
+			{"nginx " + NullPath, null, WrkRequest{}, &l.null, nil, nil},
+		} {
+			fmt.Fprintf(env.out(), "wrk -t1 -c%d -d%s, %s: %s\n", c, cfg.StepDuration, api.name, r.name)
+			var before benchkit.Usage
+			if r.cpu != nil {
+				if before, err = r.cpu(); err != nil {
+					return nil, err
+				}
+			}
+			res, err := wrk.Run(ctx, r.url, r.req, c, cfg.StepDuration)
+			if err != nil {
+				return nil, err
+			}
+			if r.cpu != nil {
+				after, err := r.cpu()
+				if err != nil {
+					return nil, err
+				}
+				*r.use = after.Sub(before)
+			}
+			*r.into = res
+		}
+		levels = append(levels, l)
+	}
+	return levels, nil
+}
+
+// WrkTable sets wrk's figures for usher, nginx and the client's ceiling,
+// one row per level.
+func WrkTable(api string, levels []wrkLevel) loadgen.Table {
 	t := loadgen.Table{
-		Title: "Enumerating over NFuse, driven by wrk from another process, beside the in-process client",
-		Header: []string{"concurrent", "in-process usher tx/s", "in-process nginx tx/s", "wrk usher req/s", "usher p50 ms", "usher p99 ms", "usher errors",
-			"wrk nginx req/s", "nginx p99 ms", "nginx errors", "client ceiling req/s", "usher / nginx (wrk)"},
+		Title: fmt.Sprintf("Enumerating over %s, driven by wrk from another process: usher beside nginx serving the same bytes", api),
+		Header: []string{"concurrent", "usher req/s", "usher p50 ms", "usher p99 ms", "usher errors", "usher CPU µs/req",
+			"nginx req/s", "nginx p99 ms", "nginx errors", "nginx CPU µs/req", "client ceiling req/s", "wrk CPU (cores)", "usher / nginx"},
 	}
-	in := func(r *loadgen.Result, i int) string {
-		if r == nil || i >= len(r.Steps) {
-			return "-"
+	us := func(s benchkit.Step) string {
+		if v := s.CPUPerOp(); v > 0 {
+			return fmtF(v*1e6, 0)
 		}
-		return fmtF(r.Steps[i].TPS, 1)
+		return "-"
 	}
-	for i, c := range levels {
-		u, n, ceil := wu[i], wn[i], wc[i].RPS
-		ratio := "-"
-		switch ub, nb := u.RPS >= ClientBound*ceil, n.RPS >= ClientBound*ceil; {
-		case ub && nb:
-			ratio = "client-bound"
-		case ub:
-			ratio = "client-bound (usher)"
-		case nb:
-			ratio = "client-bound (nginx)"
-		case n.RPS > 0:
-			ratio = fmtF(u.RPS/n.RPS, 2)
-		}
-		t.Rows = append(t.Rows, []string{strconv.Itoa(c), in(usher, i), in(ngx, i), fmtF(u.RPS, 1), fmtF(u.P50, 2), fmtF(u.P99, 2),
-			strconv.FormatInt(u.Errors(), 10), fmtF(n.RPS, 1), fmtF(n.P99, 2), strconv.FormatInt(n.Errors(), 10), fmtF(ceil, 1), ratio})
+	for _, l := range levels {
+		u, n := l.steps()
+		wrkCPU := max(l.usher.Client.Cores(), l.nginx.Client.Cores(), l.null.Client.Cores())
+		t.Rows = append(t.Rows, []string{strconv.Itoa(l.conns), fmtF(u.Rate, 1), fmtF(l.usher.P50, 2), fmtF(l.usher.P99, 2),
+			strconv.FormatInt(l.usher.Errors(), 10), us(u), fmtF(n.Rate, 1), fmtF(l.nginx.P99, 2), strconv.FormatInt(l.nginx.Errors(), 10), us(n),
+			fmtF(l.null.RPS, 1), fmtF(wrkCPU, 2), benchkit.Compare(u, n, 1)})
 	}
 	return t
 }
+
+// wrkHeadlines offers the level nearest 100 connections, and the highest
+// level beside usher's peak, to a summary.
+func wrkHeadlines(api wrkAPI, levels []wrkLevel, apps int, client string) []loadgen.Headline {
+	if len(levels) == 0 {
+		return nil
+	}
+	near := levels[0]
+	for _, l := range levels {
+		if abs(l.conns-100) < abs(near.conns-100) {
+			near = l
+		}
+	}
+	u, n := near.steps()
+	heads := []loadgen.Headline{{
+		What:      fmt.Sprintf("%s enumeration, %d applications (%s), %d connections", api.name, apps, bytesize(len(api.answer)), near.conns),
+		Usher:     fmt.Sprintf("%s req/s, p99 %.1f ms, %d errors", thousands(u.Rate), near.usher.P99, near.usher.Errors()),
+		Yardstick: fmt.Sprintf("nginx %s req/s", thousands(n.Rate)),
+		Ratio:     benchkit.Compare(u, n, 1),
+		Client:    client,
+		Ceiling:   thousands(near.null.RPS) + " req/s",
+	}}
+	peak := levels[0]
+	for _, l := range levels {
+		if l.usher.RPS > peak.usher.RPS {
+			peak = l
+		}
+	}
+	if last := levels[len(levels)-1]; last.conns != near.conns && peak.usher.RPS > 0 {
+		lu, ln := last.steps()
+		heads = append(heads, loadgen.Headline{
+			What: fmt.Sprintf("%s enumeration at %d connections", api.name, last.conns),
+			Usher: fmt.Sprintf("%s req/s, %.0f%% of its peak (%s at %d), p99 %.1f ms, %d errors", thousands(lu.Rate),
+				100*lu.Rate/peak.usher.RPS, thousands(peak.usher.RPS), peak.conns, last.usher.P99, last.usher.Errors()),
+			Yardstick: fmt.Sprintf("nginx %s req/s", thousands(ln.Rate)),
+			Ratio:     benchkit.Compare(lu, ln, 1),
+			Client:    client,
+			Ceiling:   thousands(last.null.RPS) + " req/s",
+		})
+	}
+	return heads
+}
+
+func abs(i int) int { return max(i, -i) }
+
+// thousands formats a rate with thousands separators and no decimals.
+func thousands(f float64) string {
+	s := strconv.FormatInt(int64(math.Round(f)), 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func bytesize(n int) string { return fmt.Sprintf("%.0f KB", float64(n)/1000) }
 
 func roundOf(r, n int) string {
 	if n == 1 {
@@ -413,4 +544,66 @@ func probeNFuse(ctx context.Context, url string, user loadgen.Credential) ([]byt
 		return nil, 0, fmt.Errorf("NFuse endpoint %s: no ResponseAppData in the answer: %.200s", url, b)
 	}
 	return b, bytes.Count(b, []byte("<AppData")) - bytes.Count(b, []byte("<AppDataSet")), nil
+}
+
+// wrkAPIs returns the APIs the wrk part drives: NFuse at nfuseURL with
+// answer, and, when base (usher's site) is set, REST enumeration with a
+// token of user, whose answer it fetches.
+func wrkAPIs(ctx context.Context, base, nfuseURL string, answer []byte, user loadgen.Credential) ([]wrkAPI, error) {
+	body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: user, Encoding: loadgen.Ctx1}, nil)
+	apis := []wrkAPI{{name: "NFuse", url: nfuseURL, path: NFusePath, answer: answer, ctype: "text/xml",
+		req: WrkRequest{Method: "POST", ContentType: "text/xml", Body: body}}}
+	if base == "" {
+		return apis, nil
+	}
+	token, resources, err := probeREST(ctx, base, user)
+	if err != nil {
+		return nil, err
+	}
+	return append(apis, wrkAPI{name: "REST", url: base + RESTResourcesPath, path: RESTResourcesPath, answer: resources, ctype: "application/json",
+		req: WrkRequest{Header: map[string]string{"Authorization": "Bearer " + token}}}), nil
+}
+
+// RESTResourcesPath is where usher's REST API enumerates a user's
+// resources.
+const RESTResourcesPath = "/api/v1/resources"
+
+// probeREST logs user on over REST and returns the token and the user's
+// enumeration, as bytes.
+func probeREST(ctx context.Context, base string, user loadgen.Credential) (token string, answer []byte, err error) {
+	call := func(method, path, auth string, body []byte) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("REST %s: %w", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("REST %s: HTTP %d: %.200s", path, resp.StatusCode, b)
+		}
+		return b, err
+	}
+	login, _ := json.Marshal(map[string]string{"username": user.Domain + `\` + user.User, "password": user.Password})
+	b, err := call(http.MethodPost, "/api/v1/login", "", login)
+	if err != nil {
+		return "", nil, err
+	}
+	var out struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.Token == "" {
+		return "", nil, fmt.Errorf("REST login: no token in %.200s", b)
+	}
+	answer, err = call(http.MethodGet, RESTResourcesPath, out.Token, nil)
+	return out.Token, answer, err
 }

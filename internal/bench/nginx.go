@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,8 @@ type NginxTuning struct {
 	NoPush bool
 	// SendBuffer is the listen socket's sndbuf in bytes; 0: the kernel's.
 	SendBuffer int64
+	// CPUs, when set, pins every worker to these CPUs.
+	CPUs []int
 	// NullPath, when set, also serves len(body) bytes of padding as a
 	// static file at this path: the cheapest answer of that size, to
 	// calibrate a client's ceiling.
@@ -131,6 +134,9 @@ func StartTunedNginx(ctx context.Context, binary string, t NginxTuning, urlPath 
 	}
 }
 
+// Pid is the nginx master's process ID.
+func (n *Nginx) Pid() int { return n.cmd.Process.Pid }
+
 // Stop ends nginx (SIGTERM, then SIGKILL after 5 s) and removes its
 // directory.
 func (n *Nginx) Stop() {
@@ -160,6 +166,16 @@ func nginxConfig(binary, dir, www string, port int, contentType string, t NginxT
 		sndbuf = fmt.Sprintf(" sndbuf=%d", t.SendBuffer)
 	}
 	fmt.Fprintf(&b, "daemon off;\nworker_processes %s;\npid %s;\n", workers, filepath.Join(dir, "nginx.pid"))
+	if len(t.CPUs) > 0 {
+		mask := make([]byte, slices.Max(t.CPUs)+1)
+		for i := range mask {
+			mask[i] = '0'
+		}
+		for _, c := range t.CPUs {
+			mask[len(mask)-1-c] = '1'
+		}
+		fmt.Fprintf(&b, "worker_cpu_affinity %s;\n", strings.TrimSpace(strings.Repeat(string(mask)+" ", max(t.Workers, 1))))
+	}
 	fmt.Fprintf(&b, "error_log %s warn;\n", filepath.Join(dir, "error.log"))
 	fmt.Fprintf(&b, "events { worker_connections 8192; }\nhttp {\n  access_log off;\n  sendfile on;\n  tcp_nopush %s;\n", nopush)
 	b.WriteString("  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n")

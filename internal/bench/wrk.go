@@ -2,15 +2,19 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/benchkit"
 )
 
 // DefaultWrk is where Debian installs wrk.
@@ -27,6 +31,8 @@ type WrkResult struct {
 	// Non2xx counts "Non-2xx or 3xx responses"; SocketErrors the sum of
 	// connect, read, write and timeout socket errors.
 	Non2xx, SocketErrors int64
+	// Client is wrk's own CPU use over the run.
+	Client benchkit.Usage
 }
 
 // Errors is the number of failed requests wrk counted.
@@ -89,37 +95,90 @@ func wrkMillis(s string) (float64, error) {
 
 // WrkScript is a wrk Lua script that posts body as text/xml.
 func WrkScript(body string) string {
-	eq := ""
-	for strings.Contains(body, "]"+eq+"]") {
-		eq += "="
-	}
-	return fmt.Sprintf("wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"text/xml\"\nwrk.body = [%s[%s]%s]\n", eq, body, eq)
+	return WrkRequest{Method: "POST", ContentType: "text/xml", Body: body}.Script()
 }
 
-// RunWrk runs binary (wrk) with one thread and conns connections against
-// url for d, posting with script (a file; empty: GET), and parses its
-// output. wrk is killed if it outlasts d by 15 s. It returns ErrNoWrk when
+// WrkRequest is the request wrk sends again and again.
+type WrkRequest struct {
+	Method      string // default GET
+	ContentType string
+	Header      map[string]string
+	Body        string
+	// Delay, when set, makes each connection wait that long between
+	// requests: a deliberately slow client, for tests.
+	Delay time.Duration
+}
+
+// Script returns the request as a wrk Lua script.
+func (r WrkRequest) Script() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "wrk.method = %s\n", luaString(cmp.Or(r.Method, "GET")))
+	if r.ContentType != "" {
+		fmt.Fprintf(&b, "wrk.headers[\"Content-Type\"] = %s\n", luaString(r.ContentType))
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Header)) {
+		// "[ [[" and not "[[[", which Lua reads as a long string.
+		fmt.Fprintf(&b, "wrk.headers[ %s ] = %s\n", luaString(k), luaString(r.Header[k]))
+	}
+	if r.Body != "" {
+		fmt.Fprintf(&b, "wrk.body = %s\n", luaString(r.Body))
+	}
+	if r.Delay > 0 {
+		fmt.Fprintf(&b, "function delay() return %d end\n", r.Delay.Milliseconds())
+	}
+	return b.String()
+}
+
+// luaString quotes s as a Lua long string, with as many '=' as it takes
+// for s not to close it.
+func luaString(s string) string {
+	eq := ""
+	for strings.Contains(s+"]", "]"+eq+"]") {
+		eq += "="
+	}
+	return "[" + eq + "[" + s + "]" + eq + "]"
+}
+
+// Wrk runs wrk, the load generator of the benches' HTTP yardstick runs,
+// in its own process as the plan says (pinned to the client's CPU).
+type Wrk struct {
+	Binary string
+	Plan   benchkit.Plan
+}
+
+// Run runs wrk with one thread and conns connections against url for d,
+// sending req, and parses its output; the result carries wrk's CPU use.
+// wrk is killed if it outlasts d by 15 s. It returns ErrNoWrk when the
 // binary does not exist.
-func RunWrk(ctx context.Context, binary, url, script string, conns int, d time.Duration) (WrkResult, error) {
-	if _, err := os.Stat(binary); err != nil {
-		return WrkResult{}, fmt.Errorf("%w (%s)", ErrNoWrk, binary)
+func (w Wrk) Run(ctx context.Context, url string, req WrkRequest, conns int, d time.Duration) (WrkResult, error) {
+	if _, err := os.Stat(w.Binary); err != nil {
+		return WrkResult{}, fmt.Errorf("%w (%s)", ErrNoWrk, w.Binary)
+	}
+	dir, err := os.MkdirTemp("", "usher-bench-wrk-*")
+	if err != nil {
+		return WrkResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "request.lua")
+	if err := os.WriteFile(script, []byte(req.Script()), 0o600); err != nil {
+		return WrkResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+15*time.Second)
 	defer cancel()
 	secs := max(int((d+time.Second/2)/time.Second), 1)
-	args := []string{"-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s", "--latency", "--timeout", "10s"}
-	if script != "" {
-		args = append(args, "-s", script)
-	}
-	out, err := exec.CommandContext(ctx, binary, append(args, url)...).CombinedOutput()
+	args := []string{"-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s", "--latency", "--timeout", "10s", "-s", script, url}
+	cmd, _ := benchkit.Command(w.Plan, w.Binary, args...)
+	out, use, err := benchkit.Run(ctx, cmd)
 	if err != nil {
 		return WrkResult{}, fmt.Errorf("wrk %s: %w: %.300s", url, err, out)
 	}
-	return ParseWrk(string(out))
+	r, err := ParseWrk(string(out))
+	r.Client = use
+	return r, err
 }
 
-// writeWrkScript writes WrkScript(body) into dir.
-func writeWrkScript(dir, body string) (string, error) {
-	p := filepath.Join(dir, "nfuse.lua")
-	return p, os.WriteFile(p, []byte(WrkScript(body)), 0o644)
+// Note says how wrk runs, for a report.
+func (w Wrk) Note() string {
+	_, note := benchkit.Command(w.Plan, w.Binary)
+	return note + ", one thread"
 }

@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/benchkit"
 )
 
 func TestParseWrk(t *testing.T) {
@@ -41,25 +45,79 @@ func TestParseWrk(t *testing.T) {
 
 func TestWrkScript(t *testing.T) {
 	got := WrkScript(`<a>]]</a>`)
-	want := "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"text/xml\"\nwrk.body = [=[<a>]]</a>]=]\n"
+	want := "wrk.method = [[POST]]\nwrk.headers[\"Content-Type\"] = [[text/xml]]\nwrk.body = [=[<a>]]</a>]=]\n"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	got = WrkRequest{Header: map[string]string{"B": "2", "A": "x]"}, Delay: 5 * time.Millisecond}.Script()
+	want = "wrk.method = [[GET]]\nwrk.headers[ [[A]] ] = [=[x]]=]\nwrk.headers[ [[B]] ] = [[2]]\nfunction delay() return 5 end\n"
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
 
 func TestWrkTableMarksClientBound(t *testing.T) {
-	levels := []int{10, 20, 40, 80}
-	wu := []WrkResult{{RPS: 500}, {RPS: 950}, {RPS: 500}, {RPS: 950}}
-	wn := []WrkResult{{RPS: 800, Non2xx: 2, SocketErrors: 1}, {RPS: 800}, {RPS: 900}, {RPS: 990}}
-	wc := []WrkResult{{RPS: 1000}, {RPS: 1000}, {RPS: 1000}, {RPS: 1000}}
-	tb := WrkTable(levels, nil, nil, wu, wn, wc)
+	rs := func(rps ...float64) []WrkResult {
+		var out []WrkResult
+		for _, r := range rps {
+			out = append(out, WrkResult{RPS: r})
+		}
+		return out
+	}
+	wu, wn, wc := rs(500, 950, 500, 950), rs(800, 800, 900, 990), rs(1000, 1000, 1000, 1000)
+	wn[0].Non2xx, wn[0].SocketErrors = 2, 1
+	var levels []wrkLevel
+	for i, c := range []int{10, 20, 40, 80} {
+		levels = append(levels, wrkLevel{conns: c, usher: wu[i], nginx: wn[i], null: wc[i]})
+	}
+	tb := WrkTable("NFuse", levels)
 	last := len(tb.Header) - 1
-	for i, want := range []string{"0.62", "client-bound (usher)", "client-bound (nginx)", "client-bound"} {
+	for i, want := range []string{"0.62", "client-bound (usher)", "client-bound (yardstick)", "client-bound"} {
 		if got := tb.Rows[i][last]; got != want {
-			t.Errorf("level %d: %q, want %q", levels[i], got, want)
+			t.Errorf("level %d: %q, want %q", levels[i].conns, got, want)
 		}
 	}
-	if got := tb.Rows[0][9]; tb.Header[9] != "nginx errors" || got != "3" {
-		t.Errorf("nginx errors: %s = %q", tb.Header[9], got)
+	if got := tb.Rows[0][8]; tb.Header[8] != "nginx errors" || got != "3" {
+		t.Errorf("nginx errors: %s = %q", tb.Header[8], got)
+	}
+}
+
+// TestSlowClientIsMarkedBound drives nginx with a deliberately slow wrk
+// (each connection waits 20 ms between requests): the server's answer
+// and the do-nothing answer run at the same rate, the client's, and the
+// comparison says so instead of printing a ratio.
+func TestSlowClientIsMarkedBound(t *testing.T) {
+	if _, err := os.Stat(DefaultWrk); err != nil {
+		t.Skip("wrk is not installed (scripts/test installs it)")
+	}
+	body := []byte(strings.Repeat("<AppData/>", 1000))
+	n, err := StartTunedNginx(t.Context(), DefaultNginx, NginxTuning{Workers: 1, NoPush: true, NullPath: NullPath}, NFusePath, body, "text/xml")
+	if errors.Is(err, ErrNoNginx) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	w := Wrk{Binary: DefaultWrk, Plan: benchkit.PlanCPUs()}
+	slow := WrkRequest{Delay: 20 * time.Millisecond}
+	srv, err := w.Run(t.Context(), n.URL, slow, 4, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceil, err := w.Run(t.Context(), strings.TrimSuffix(n.URL, NFusePath)+NullPath, slow, 4, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 connections, one request per 20 ms each: at most 200/s.
+	if srv.RPS > 250 || ceil.RPS > 250 || srv.RPS < 50 {
+		t.Fatalf("slow client: %.0f and %.0f req/s, want about 200", srv.RPS, ceil.RPS)
+	}
+	s := benchkit.Step{Rate: srv.RPS, Ceiling: ceil.RPS}
+	if got := benchkit.Compare(s, s, 1); got != "client-bound" {
+		t.Fatalf("a slow client's figures compare as %q", got)
+	}
+	if srv.Client.Wall < time.Second {
+		t.Errorf("wrk's usage not measured: %+v", srv.Client)
 	}
 }

@@ -224,9 +224,24 @@ type Report struct {
 	Tables  []Table           `json:"tables"`
 	Figures []Figure          `json:"-"`
 	Runs    []Run             `json:"runs"`
+	// Headlines are the figures the report offers to a summary, such as
+	// the README's Figures table (see Headline).
+	Headlines []Headline `json:"headlines,omitempty"`
 	// CSV, when set, is what report.csv holds, for experiments whose
 	// data are not steps of runs; otherwise it holds a row per step.
 	CSV *Table `json:"-"`
+}
+
+// Headline is one figure of a report, with what a reader needs to trust
+// it: the yardstick measured in the same run, the load generator and its
+// ceiling. Every field is display text.
+type Headline struct {
+	What      string `json:"what"`                // what was measured: "NFuse enumeration, 400 applications, 100 connections"
+	Usher     string `json:"usher"`               // usher's figure
+	Yardstick string `json:"yardstick,omitempty"` // the yardstick's figure in the same run, or the published one
+	Ratio     string `json:"ratio,omitempty"`     // usher over the yardstick, or why there is none ("client-bound")
+	Client    string `json:"client,omitempty"`    // the load generator and how it ran
+	Ceiling   string `json:"ceiling,omitempty"`   // the client's ceiling in the same run
 }
 
 // NewReport starts a report with the host's description.

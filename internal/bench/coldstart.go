@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+// ColdStart is what n concurrent first requests of one user cost: the
+// password checks they made (one, when concurrent misses share a check)
+// and their latency beside one argon2id check's.
+type ColdStart struct {
+	Requests int           `json:"requests"`
+	Checks   int64         `json:"checks"` // -1: the site does not count
+	Errors   int           `json:"errors"`
+	P50, P99 time.Duration `json:"-"`
+	Check    time.Duration `json:"-"` // one argon2id check at the site's parameters, alone
+}
+
+// Within is how many single checks the p99 took.
+func (c ColdStart) Within() float64 {
+	if c.Check <= 0 {
+		return 0
+	}
+	return float64(c.P99) / float64(c.Check)
+}
+
+// coldStart sends n NFuse enumerations of user at once, as the first
+// requests the site sees from that user, and times one argon2id check
+// alone on this machine beforehand.
+func coldStart(ctx context.Context, site Site, url string, user loadgen.Credential, n int) (ColdStart, error) {
+	c := ColdStart{Requests: n, Checks: -1}
+	hash, err := auth.HashPassword("a password of the bench", auth.DefaultParams)
+	if err != nil {
+		return c, err
+	}
+	var ts []time.Duration
+	for range 5 {
+		start := time.Now()
+		if _, err := auth.VerifyPassword(hash, "a password of the bench"); err != nil {
+			return c, err
+		}
+		ts = append(ts, time.Since(start))
+	}
+	slices.Sort(ts)
+	c.Check = ts[len(ts)/2]
+
+	body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: user, Encoding: loadgen.Ctx1}, nil)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}, Timeout: time.Minute}
+	defer client.CloseIdleConnections()
+	var checks0 int64
+	h, counts := site.(Hasher)
+	if counts {
+		checks0, _ = h.Hashes()
+	}
+	lat := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			start := time.Now()
+			errs[i] = postNFuse(ctx, client, url, body)
+			lat[i] = time.Since(start)
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if counts {
+		checks1, _ := h.Hashes()
+		c.Checks = checks1 - checks0
+	}
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			c.Errors++
+			first = cmpErr(first, err)
+		}
+	}
+	if c.Errors == n {
+		return c, fmt.Errorf("cold start: every request failed: %w", first)
+	}
+	slices.Sort(lat)
+	c.P50, c.P99 = lat[n/2], lat[min(n-1, (n*99+99)/100-1)]
+	return c, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// postNFuse posts one enumeration and checks that it was answered.
+func postNFuse(ctx context.Context, c *http.Client, url, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/xml")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || bytes.Contains(b, []byte("<ErrorId>")) {
+		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// table sets the cold start out for a report.
+func (c ColdStart) table() loadgen.Table {
+	checks := "not counted"
+	if c.Checks >= 0 {
+		checks = fmt.Sprint(c.Checks)
+	}
+	return loadgen.Table{
+		Title:  fmt.Sprintf("Cold start: %d concurrent first enumerations of one user", c.Requests),
+		Header: []string{"requests", "argon2id checks", "errors", "p50 ms", "p99 ms", "one check alone ms", "p99 / one check"},
+		Rows: [][]string{{fmt.Sprint(c.Requests), checks, fmt.Sprint(c.Errors), fmtMs(c.P50), fmtMs(c.P99), fmtMs(c.Check),
+			fmtF(c.Within(), 2)}},
+	}
+}
+
+// headline offers the cold start to a summary.
+func (c ColdStart) headline() loadgen.Headline {
+	checks := "checks not counted"
+	if c.Checks >= 0 {
+		checks = fmt.Sprintf("%d argon2id check(s)", c.Checks)
+	}
+	return loadgen.Headline{
+		What:      fmt.Sprintf("Cold start: %d concurrent first NFuse enumerations of one user", c.Requests),
+		Usher:     fmt.Sprintf("%s, p99 %s ms, %d errors", checks, fmtMs(c.P99), c.Errors),
+		Yardstick: fmt.Sprintf("one argon2id check alone: %s ms", fmtMs(c.Check)),
+		Ratio:     fmt.Sprintf("p99 = %.2f × one check", c.Within()),
+		Client:    "Go HTTP client in the bench process, one connection per request",
+	}
+}
+
+func fmtMs(d time.Duration) string { return fmtF(float64(d)/1e6, 1) }
