@@ -19,11 +19,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
+	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
 // NBDConfig configures RunNBD.
@@ -46,6 +48,8 @@ type NBDConfig struct {
 	Cold bool
 	// Progress, when set, receives a line per run.
 	Progress io.Writer
+
+	plan benchkit.Plan // how fio, nbdkit and usher share the CPUs
 }
 
 // NBD tests, as fio jobs.
@@ -60,10 +64,15 @@ var NBDTests = []string{TestRandRead, TestSeqRead, TestCOWWrite}
 
 // NBDRun is one fio run.
 type NBDRun struct {
-	Server string  `json:"server"`
+	Server string  `json:"server"` // "usher", "nbdkit" or "ceiling" (nbdkit null)
 	Round  int     `json:"round"`
 	IOPS   float64 `json:"iops"`
 	BW     float64 `json:"bytes_per_second"`
+	// ClientCores is fio's CPU use (1: a core kept busy); CPUPerIO the
+	// server's CPU time per I/O in seconds (0 for the ceiling, not
+	// measured).
+	ClientCores float64 `json:"client_cores"`
+	CPUPerIO    float64 `json:"server_cpu_per_io,omitempty"`
 }
 
 // NBDTest is one test's runs and medians.
@@ -77,6 +86,15 @@ type NBDTest struct {
 	NbdkitBW     float64  `json:"nbdkit_bytes_per_second,omitempty"`
 	Ratio        float64  `json:"ratio_usher_nbdkit,omitempty"`
 	NbdkitServer string   `json:"nbdkit_server,omitempty"`
+	// CeilingIOPS is fio's median against nbdkit's null plugin, a server
+	// that does no work: the client's ceiling. Verdict is usher over
+	// nbdkit, or why there is no ratio (benchkit.Compare with
+	// benchkit.Headroom); then the CPU per I/O speaks instead.
+	CeilingIOPS    float64 `json:"ceiling_iops,omitempty"`
+	Verdict        string  `json:"verdict,omitempty"`
+	UsherCPUPerIO  float64 `json:"usher_cpu_per_io,omitempty"`
+	NbdkitCPUPerIO float64 `json:"nbdkit_cpu_per_io,omitempty"`
+	ClientCores    float64 `json:"client_cores,omitempty"` // the most fio used in any run
 }
 
 // NBDResult is a whole run of the NBD comparison.
@@ -87,6 +105,10 @@ type NBDResult struct {
 	NbdkitNote  string    `json:"nbdkit_note,omitempty"`
 	Tests       []NBDTest `json:"tests"`
 	Environment string    `json:"environment"`
+	// Client says how fio ran (its process, its CPUs).
+	Client string `json:"client"`
+	// CPUs says how the servers and the client shared the machine.
+	CPUs string `json:"cpus"`
 }
 
 func fioArgs(test string, runtime time.Duration) []string {
@@ -152,6 +174,15 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			cowArgs = append(cowArgs, fmt.Sprintf("cow-block-size=%d", writecache.BlockSize))
 		}
 	}
+	plan := benchkit.PlanCPUs()
+	_, res.Client = benchkit.Command(plan, cfg.Fio)
+	res.CPUs = fmt.Sprintf("%s; usher runs in the bench process, nbdkit under taskset", plan)
+	restore, err := plan.PinServer()
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
+	cfg.plan = plan
 	wcDir := filepath.Join(cfg.Dir, "writecache")
 	if err := os.MkdirAll(wcDir, 0o755); err != nil {
 		return nil, err
@@ -180,7 +211,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 				return nil, fmt.Errorf("%s warm-up: %w", test, err)
 			}
 		}
-		var u, k []NBDRun
+		var u, k, c []NBDRun
 		for round := 1; round <= cfg.Rounds; round++ {
 			r, err := runUsher(ctx, cfg, exports, args)
 			if err != nil {
@@ -203,6 +234,15 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			k = append(k, r)
 			t.Runs = append(t.Runs, r)
 			fmt.Fprintf(cfg.Progress, "%-17s round %d nbdkit %10.0f IOPS %8.1f MiB/s\n", test, round, r.IOPS, r.BW/float64(mib))
+			r, err = runNbdkitNull(ctx, cfg, args)
+			if err != nil {
+				exports.Close()
+				return nil, fmt.Errorf("%s ceiling round %d: %w", test, round, err)
+			}
+			r.Round = round
+			c = append(c, r)
+			t.Runs = append(t.Runs, r)
+			fmt.Fprintf(cfg.Progress, "%-17s round %d null   %10.0f IOPS %8.1f MiB/s (the client's ceiling)\n", test, round, r.IOPS, r.BW/float64(mib))
 		}
 		exports.Close()
 		t.UsherIOPS, t.UsherBW = medianRuns(u)
@@ -212,9 +252,16 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			if cow {
 				t.NbdkitServer = strings.Join(append([]string{"nbdkit --filter=cow file"}, cowArgs[1:]...), " ")
 			}
-			if t.NbdkitIOPS > 0 {
+			t.CeilingIOPS, _ = medianRuns(c)
+			t.UsherCPUPerIO, t.NbdkitCPUPerIO = medianCPU(u), medianCPU(k)
+			t.Verdict = benchkit.Compare(benchkit.Step{Rate: t.UsherIOPS, Ceiling: t.CeilingIOPS},
+				benchkit.Step{Rate: t.NbdkitIOPS, Ceiling: t.CeilingIOPS}, benchkit.Headroom)
+			if benchkit.Ratio(t.Verdict) {
 				t.Ratio = t.UsherIOPS / t.NbdkitIOPS
 			}
+		}
+		for _, r := range t.Runs {
+			t.ClientCores = max(t.ClientCores, r.ClientCores)
 		}
 		res.Tests = append(res.Tests, t)
 	}
@@ -252,6 +299,15 @@ func medianRuns(rs []NBDRun) (iops, bw float64) {
 		a[i], b[i] = r.IOPS, r.BW
 	}
 	return median(a), median(b)
+}
+
+// medianCPU is the median server CPU per I/O of runs.
+func medianCPU(rs []NBDRun) float64 {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, r.CPUPerIO)
+	}
+	return median(v)
 }
 
 func median(v []float64) float64 {
@@ -301,24 +357,46 @@ func runUsher(ctx context.Context, cfg NBDConfig, exports *export.Images, args [
 		<-done
 	}()
 	uri := fmt.Sprintf("nbd://%s/img", ln.Addr())
-	return runFio(ctx, cfg, "usher", uri, args)
+	return runFio(ctx, cfg, "usher", uri, args, benchkit.SelfCPU)
 }
 
-// runNbdkit starts nbdkit on a free loopback port, runs fio once and
-// kills nbdkit.
+// runNbdkitNull runs fio once against nbdkit's null plugin, a server
+// that does no work (reads return zeros, writes are dropped): the
+// client's ceiling for the test.
+func runNbdkitNull(ctx context.Context, cfg NBDConfig, args []string) (NBDRun, error) {
+	r, err := startNbdkit(ctx, cfg, "ceiling", []string{"null", fmt.Sprintf("size=%d", cfg.ImageSize)}, args, false)
+	r.CPUPerIO = 0
+	return r, err
+}
+
+// runNbdkit starts nbdkit's file plugin (with the cow filter for cow)
+// on a free loopback port, runs fio once and kills nbdkit.
 func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, cowArgs, args []string) (NBDRun, error) {
+	var a []string
+	if cow {
+		a = append([]string{"--filter=cow", "file", raw}, cowArgs[1:]...)
+	} else {
+		a = []string{"-r", "file", raw}
+	}
+	return startNbdkit(ctx, cfg, "nbdkit", a, args, true)
+}
+
+// startNbdkit runs nbdkit with plugin arguments a, pinned to the
+// servers' CPUs, and fio once against it, metering nbdkit's CPU when
+// meter is set.
+func startNbdkit(ctx context.Context, cfg NBDConfig, server string, a, args []string, meter bool) (NBDRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return NBDRun{}, err
 	}
-	a := []string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}
-	if cow {
-		a = append(a, "--filter=cow", "file", raw)
-		a = append(a, cowArgs[1:]...)
-	} else {
-		a = append(a, "-r", "file", raw)
+	a = append([]string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}, a...)
+	name := cfg.Nbdkit
+	if len(cfg.plan.Server) > 0 {
+		if ts, err := exec.LookPath("taskset"); err == nil {
+			name, a = ts, append([]string{"-c", cpuList(cfg.plan.Server), cfg.Nbdkit}, a...)
+		}
 	}
-	cmd := exec.CommandContext(ctx, cfg.Nbdkit, a...)
+	cmd := exec.CommandContext(ctx, name, a...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -333,7 +411,19 @@ func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, cowArgs
 	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
 		return NBDRun{}, fmt.Errorf("nbdkit did not listen: %w: %s", err, stderr.String())
 	}
-	return runFio(ctx, cfg, "nbdkit", "nbd://"+addr+"/", args)
+	var m benchkit.Meter
+	if meter {
+		m = benchkit.TreeCPU(cmd.Process.Pid)
+	}
+	return runFio(ctx, cfg, server, "nbd://"+addr+"/", args, m)
+}
+
+func cpuList(cpus []int) string {
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
 }
 
 func freePort() (int, error) {
@@ -372,21 +462,34 @@ type fioStats struct {
 	BWBytes float64 `json:"bw_bytes"`
 }
 
-// runFio runs fio once against uri, bounded by the runtime plus a
-// margin; fio is killed if it overstays.
-func runFio(ctx context.Context, cfg NBDConfig, server, uri string, args []string) (NBDRun, error) {
+// runFio runs fio once against uri, in its own process pinned as the
+// plan says, bounded by the runtime plus a margin (fio is killed if it
+// overstays), and measures fio's CPU and, with meter, the server's.
+func runFio(ctx context.Context, cfg NBDConfig, server, uri string, args []string, meter benchkit.Meter) (NBDRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Runtime+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cfg.Fio, append(args, "--uri="+uri)...)
+	cmd, _ := benchkit.Command(cfg.plan, cfg.Fio, append(args, "--uri="+uri)...)
 	cmd.Dir = cfg.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return NBDRun{}, fmt.Errorf("fio: %w: %s", err, stderr.String())
+	var before benchkit.Usage
+	var err error
+	if meter != nil {
+		if before, err = meter(); err != nil {
+			return NBDRun{}, err
+		}
+	}
+	out, use, err := benchkit.Run(ctx, cmd)
+	if err != nil {
+		return NBDRun{}, fmt.Errorf("fio: %w: %s", err, out)
+	}
+	var srv benchkit.Usage
+	if meter != nil {
+		after, err := meter()
+		if err != nil {
+			return NBDRun{}, err
+		}
+		srv = after.Sub(before)
 	}
 	// fio may print warnings before the JSON.
-	out := stdout.Bytes()
 	if i := bytes.IndexByte(out, '{'); i > 0 {
 		out = out[i:]
 	}
@@ -398,28 +501,86 @@ func runFio(ctx context.Context, cfg NBDConfig, server, uri string, args []strin
 		return NBDRun{}, errors.New("fio reported no jobs")
 	}
 	j := fo.Jobs[0]
-	return NBDRun{Server: server, IOPS: j.Read.IOPS + j.Write.IOPS, BW: j.Read.BWBytes + j.Write.BWBytes}, nil
+	r := NBDRun{Server: server, IOPS: j.Read.IOPS + j.Write.IOPS, BW: j.Read.BWBytes + j.Write.BWBytes, ClientCores: use.Cores()}
+	// The server's CPU over fio's whole life (start, ramp, measured time)
+	// over the I/Os it would make at the measured rate in that time: the
+	// same estimate for every server, within fio's start-up of the truth.
+	if r.IOPS > 0 && srv.Wall > 0 {
+		r.CPUPerIO = srv.CPU().Seconds() / (r.IOPS * srv.Wall.Seconds())
+	}
+	return r, nil
 }
 
 // WriteTable prints the comparison.
 func (r *NBDResult) WriteTable(out io.Writer) error {
-	fmt.Fprintf(out, "usher bench nbd: fio nbd engine, %s, %s per run, %d interleaved rounds (usher, nbdkit, usher, nbdkit, ...), medians\n",
-		r.Environment, r.Runtime, r.Rounds)
+	fmt.Fprintf(out, "usher bench nbd: fio nbd engine (%s), %s, %s per run, %d interleaved rounds (usher, nbdkit, nbdkit null, ...), medians\n",
+		r.Client, r.Environment, r.Runtime, r.Rounds)
+	fmt.Fprintf(out, "CPUs: %s\n", r.CPUs)
 	if r.NbdkitNote != "" {
 		fmt.Fprintln(out, r.NbdkitNote)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "test\tusher IOPS\tusher MiB/s\tnbdkit IOPS\tnbdkit MiB/s\tusher/nbdkit\tnbdkit server\t")
-	for _, t := range r.Tests {
-		kI, kB, ratio := "-", "-", "-"
-		if t.NbdkitIOPS > 0 {
-			kI, kB, ratio = fmt.Sprintf("%.0f", t.NbdkitIOPS), fmt.Sprintf("%.1f", t.NbdkitBW/float64(mib)), fmt.Sprintf("%.2f", t.Ratio)
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t\n", t.Test, t.UsherIOPS, t.UsherBW/float64(mib), kI, kB, ratio, t.NbdkitServer)
+	t := r.medians()
+	fmt.Fprintln(tw, strings.Join(t.Header, "\t")+"\t")
+	for _, row := range t.Rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nyardsticks on this machine kind (reference): nbdkit file 65-84k IOPS 4 KiB random read, ~1.9 GiB/s 256 KiB sequential; cow filter 26k write IOPS")
+	fmt.Fprintln(out, "\n"+ceilingNote)
 	return nil
+}
+
+const ceilingNote = "The client's ceiling is fio against nbdkit's null plugin, a server that does no work. " +
+	"usher / nbdkit is printed only where that ceiling is at least 1.5 × both servers' IOPS; elsewhere the client limits the test, and each server's CPU time per I/O (same run) compares them instead."
+
+// medians tabulates each test's medians.
+func (r *NBDResult) medians() loadgen.Table {
+	t := loadgen.Table{Title: "Medians of the rounds", Header: []string{"test", "usher IOPS", "usher MiB/s", "nbdkit IOPS", "nbdkit MiB/s",
+		"ceiling IOPS", "fio CPU (cores)", "usher µs CPU/IO", "nbdkit µs CPU/IO", "usher / nbdkit", "nbdkit server"}}
+	us := func(v float64) string {
+		if v <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v*1e6)
+	}
+	for _, x := range r.Tests {
+		kI, kB, ceil, verdict := "-", "-", "-", "-"
+		if x.NbdkitIOPS > 0 {
+			kI, kB = fmt.Sprintf("%.0f", x.NbdkitIOPS), fmt.Sprintf("%.1f", x.NbdkitBW/float64(mib))
+			verdict = x.Verdict
+		}
+		if x.CeilingIOPS > 0 {
+			ceil = fmt.Sprintf("%.0f", x.CeilingIOPS)
+		}
+		t.Rows = append(t.Rows, []string{x.Test, fmt.Sprintf("%.0f", x.UsherIOPS), fmt.Sprintf("%.1f", x.UsherBW/float64(mib)), kI, kB,
+			ceil, fmt.Sprintf("%.2f", x.ClientCores), us(x.UsherCPUPerIO), us(x.NbdkitCPUPerIO), verdict, x.NbdkitServer})
+	}
+	return t
+}
+
+// headlines offers each test to a summary: the ratio where the client
+// leaves room, the CPU per I/O of both servers where it does not.
+func (r *NBDResult) headlines() []loadgen.Headline {
+	var hs []loadgen.Headline
+	for _, x := range r.Tests {
+		h := loadgen.Headline{
+			What:   "NBD " + x.Test + " (fio, 1 connection)",
+			Usher:  fmt.Sprintf("%.0f IOPS, %.1f µs CPU/IO", x.UsherIOPS, x.UsherCPUPerIO*1e6),
+			Client: r.Client,
+		}
+		if x.NbdkitIOPS > 0 {
+			h.Yardstick = fmt.Sprintf("%s %.0f IOPS, %.1f µs CPU/IO", x.NbdkitServer, x.NbdkitIOPS, x.NbdkitCPUPerIO*1e6)
+			h.Ratio = x.Verdict
+			if !benchkit.Ratio(x.Verdict) && x.NbdkitCPUPerIO > 0 && x.UsherCPUPerIO > 0 {
+				h.Ratio = fmt.Sprintf("%s; CPU/IO usher / nbdkit %.2f", x.Verdict, x.UsherCPUPerIO/x.NbdkitCPUPerIO)
+			}
+		}
+		if x.CeilingIOPS > 0 {
+			h.Ceiling = fmt.Sprintf("%.0f IOPS (nbdkit null)", x.CeilingIOPS)
+		}
+		hs = append(hs, h)
+	}
+	return hs
 }

@@ -32,8 +32,18 @@ func TestRunNBD(t *testing.T) {
 		if tt.UsherIOPS <= 0 {
 			t.Errorf("%s: usher did no I/O", tt.Test)
 		}
-		if nbdkit != "" && tt.Ratio <= 0 {
-			t.Errorf("%s: no ratio", tt.Test)
+		if tt.UsherCPUPerIO <= 0 || tt.ClientCores <= 0 {
+			t.Errorf("%s: CPU not measured: usher %v s/IO, fio %v cores", tt.Test, tt.UsherCPUPerIO, tt.ClientCores)
+		}
+		if nbdkit == "" {
+			continue
+		}
+		if tt.CeilingIOPS <= 0 || tt.NbdkitCPUPerIO <= 0 || tt.Verdict == "" {
+			t.Errorf("%s: ceiling %v IOPS, nbdkit %v s/IO, verdict %q", tt.Test, tt.CeilingIOPS, tt.NbdkitCPUPerIO, tt.Verdict)
+		}
+		// A ratio only where the client leaves 1.5 × room above both.
+		if ratio := tt.Ratio > 0; ratio != (tt.CeilingIOPS >= 1.5*max(tt.UsherIOPS, tt.NbdkitIOPS)) {
+			t.Errorf("%s: ratio %v with ceiling %.0f, usher %.0f, nbdkit %.0f", tt.Test, tt.Ratio, tt.CeilingIOPS, tt.UsherIOPS, tt.NbdkitIOPS)
 		}
 	}
 	var out bytes.Buffer
@@ -47,7 +57,7 @@ func TestRunNBD(t *testing.T) {
 
 func TestNBDReport(t *testing.T) {
 	res := &NBDResult{Runtime: "5s", Rounds: 2, Environment: "loopback", Tests: []NBDTest{
-		{Test: TestRandRead, UsherIOPS: 60000, NbdkitIOPS: 64000, Ratio: 0.94, Runs: []NBDRun{
+		{Test: TestRandRead, UsherIOPS: 60000, NbdkitIOPS: 64000, Ratio: 0.94, Verdict: "0.94", CeilingIOPS: 100000, Runs: []NBDRun{
 			{Server: "usher", Round: 1, IOPS: 59000, BW: 59000 * 4096}, {Server: "nbdkit", Round: 1, IOPS: 65000, BW: 65000 * 4096},
 			{Server: "usher", Round: 2, IOPS: 61000, BW: 61000 * 4096}, {Server: "nbdkit", Round: 2, IOPS: 63000, BW: 63000 * 4096}}},
 		{Test: TestSeqRead, UsherIOPS: 7000, Runs: []NBDRun{{Server: "usher", Round: 1, IOPS: 7000}, {Server: "usher", Round: 2, IOPS: 7100}}},

@@ -190,26 +190,24 @@ func (r *WritecacheResult) Report(command string) (*loadgen.Report, error) {
 // IOPS over nbdkit's round by round.
 func (r *NBDResult) Report(command string) (*loadgen.Report, error) {
 	rep := loadgen.NewReport("usher bench nbd: usher's NBD server beside nbdkit under fio", command)
-	rep.Notes = append(rep.Notes, fmt.Sprintf("fio nbd engine, %s, %s per run, %d interleaved rounds (usher, nbdkit, usher, nbdkit, ...), medians.",
-		r.Environment, r.Runtime, r.Rounds))
+	rep.Notes = append(rep.Notes, fmt.Sprintf("fio nbd engine (%s), %s, %s per run, %d interleaved rounds (usher, nbdkit, nbdkit null, ...), medians. CPUs: %s.",
+		r.Client, r.Environment, r.Runtime, r.Rounds, r.CPUs), ceilingNote)
 	if r.NbdkitNote != "" {
 		rep.Notes = append(rep.Notes, r.NbdkitNote)
 	}
-	medians := loadgen.Table{Title: "Medians of the rounds", Header: []string{"test", "usher IOPS", "usher MiB/s", "nbdkit IOPS", "nbdkit MiB/s", "usher/nbdkit", "nbdkit server"}}
-	runs := loadgen.Table{Title: "Every fio run", Header: []string{"test", "server", "round", "iops", "mib_per_second"}}
+	medians := r.medians()
+	rep.Headlines = r.headlines()
+	runs := loadgen.Table{Title: "Every fio run", Header: []string{"test", "server", "round", "iops", "mib_per_second", "fio_cores", "server_us_cpu_per_io"}}
 	var ratios []loadgen.Series
 	for _, t := range r.Tests {
-		kI, kB, ratio := "-", "-", "-"
-		if t.NbdkitIOPS > 0 {
-			kI, kB, ratio = fmt.Sprintf("%.0f", t.NbdkitIOPS), fmt.Sprintf("%.1f", t.NbdkitBW/float64(mib)), fmt.Sprintf("%.2f", t.Ratio)
-		}
-		medians.Rows = append(medians.Rows, []string{t.Test, fmt.Sprintf("%.0f", t.UsherIOPS), fmt.Sprintf("%.1f", t.UsherBW/float64(mib)), kI, kB, ratio, t.NbdkitServer})
 		usher, nbdkit := map[int]float64{}, map[int]float64{}
 		for _, run := range t.Runs {
-			runs.Rows = append(runs.Rows, []string{t.Test, run.Server, fmt.Sprint(run.Round), fmt.Sprintf("%.0f", run.IOPS), fmt.Sprintf("%.1f", run.BW/float64(mib))})
-			if run.Server == "usher" {
+			runs.Rows = append(runs.Rows, []string{t.Test, run.Server, fmt.Sprint(run.Round), fmt.Sprintf("%.0f", run.IOPS), fmt.Sprintf("%.1f", run.BW/float64(mib)),
+				fmt.Sprintf("%.2f", run.ClientCores), fmt.Sprintf("%.2f", run.CPUPerIO*1e6)})
+			switch run.Server {
+			case "usher":
 				usher[run.Round] = run.IOPS
-			} else {
+			case "nbdkit":
 				nbdkit[run.Round] = run.IOPS
 			}
 		}
