@@ -50,6 +50,11 @@ Experiments:
                the disk operations under each (internal/blockbench).
   nbd          usher's NBD server beside nbdkit under fio.
 
+Every report lists its headlines (report.json "headlines": each figure with
+its yardstick, client and the client's ceiling); 'usher bench figures
+NAME=DIR' keeps them in docs/figures and writes the README's Figures
+section from what is kept there.
+
 Run 'usher bench EXPERIMENT -h' for its flags.`
 
 func (m *Main) bench(ctx context.Context, args []string) error {
@@ -71,6 +76,8 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchWritecache(ctx, args[1:])
 	case "nbd":
 		return m.benchNBD(ctx, args[1:])
+	case "figures":
+		return m.benchFigures(ctx, args[1:])
 	}
 	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache or nbd", args[0])}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/bench"
+	"github.com/usher-vdi/usher/internal/figures"
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
@@ -224,5 +225,42 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 	if code, _, stderr := run(t, "", "bench", "-h"); code != 0 || !strings.Contains(stderr, "logon-storm") {
 		t.Errorf("help: %d %s", code, stderr)
+	}
+}
+
+// TestBenchFigures keeps a report's headlines and writes a README's
+// section from them; --check tells a stale README.
+func TestBenchFigures(t *testing.T) {
+	dir := t.TempDir()
+	rep := loadgen.NewReport("t", "usher bench x")
+	rep.Headlines = []loadgen.Headline{{What: "x", Usher: "42 req/s"}}
+	if err := rep.WriteDir(filepath.Join(dir, "rep")); err != nil {
+		t.Fatal(err)
+	}
+	readme := filepath.Join(dir, "README.md")
+	doc := "# x\n" + figures.Begin + "\n" + figures.End + "\n"
+	if err := os.WriteFile(readme, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	figs := filepath.Join(dir, "figs")
+	code, _, stderr := run(t, "", "bench", "figures", "--dir", figs, "--readme", readme, "--check", "1-x="+filepath.Join(dir, "rep"))
+	if code == 0 || !strings.Contains(stderr, "differ") {
+		t.Fatalf("--check on a stale README: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(readme); string(b) != doc {
+		t.Fatal("--check wrote the README")
+	}
+	code, stdout, stderr := run(t, "", "bench", "figures", "--dir", figs, "--readme", readme)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(readme); !strings.Contains(string(b), "| x | 42 req/s |") {
+		t.Fatalf("README not written (%s):\n%s", stdout, b)
+	}
+	if code, _, _ := run(t, "", "bench", "figures", "--dir", figs, "--readme", readme, "--check"); code != 0 {
+		t.Error("--check on an up-to-date README failed")
+	}
+	if code, _, stderr := run(t, "", "bench", "figures", "--dir", figs, "--readme", readme, "nonsense"); code != 2 || !strings.Contains(stderr, "NAME=REPORT_DIR") {
+		t.Errorf("a bad argument: exit %d: %s", code, stderr)
 	}
 }
