@@ -352,9 +352,9 @@ func wrkHeadlines(api wrkAPI, levels []wrkLevel, apps int, client string) []load
 	u, n := near.steps()
 	heads := []loadgen.Headline{{
 		What:      fmt.Sprintf("%s enumeration, %d applications (%s), %d connections", api.name, apps, bytesize(len(api.answer)), near.conns),
-		Usher:     fmt.Sprintf("%s req/s, p99 %.1f ms, %d errors", thousands(u.Rate), near.usher.P99, near.usher.Errors()),
-		Yardstick: fmt.Sprintf("nginx %s req/s", thousands(n.Rate)),
-		Ratio:     benchkit.Compare(u, n, 1),
+		Usher:     fmt.Sprintf("%s req/s, p99 %.1f ms, %d errors, %s µs CPU/req", thousands(u.Rate), near.usher.P99, near.usher.Errors(), fmtF(u.CPUPerOp()*1e6, 0)),
+		Yardstick: fmt.Sprintf("nginx %s req/s, %s µs CPU/req", thousands(n.Rate), fmtF(n.CPUPerOp()*1e6, 0)),
+		Ratio:     compareWithCPU(u, n),
 		Client:    client,
 		Ceiling:   thousands(near.null.RPS) + " req/s",
 	}}
@@ -371,12 +371,23 @@ func wrkHeadlines(api wrkAPI, levels []wrkLevel, apps int, client string) []load
 			Usher: fmt.Sprintf("%s req/s, %.0f%% of its peak (%s at %d), p99 %.1f ms, %d errors", thousands(lu.Rate),
 				100*lu.Rate/peak.usher.RPS, thousands(peak.usher.RPS), peak.conns, last.usher.P99, last.usher.Errors()),
 			Yardstick: fmt.Sprintf("nginx %s req/s", thousands(ln.Rate)),
-			Ratio:     benchkit.Compare(lu, ln, 1),
+			Ratio:     compareWithCPU(lu, ln),
 			Client:    client,
 			Ceiling:   thousands(last.null.RPS) + " req/s",
 		})
 	}
 	return heads
+}
+
+// compareWithCPU is benchkit.Compare, and, where that gives no ratio,
+// the servers' CPU per request, usher's over the yardstick's (above 1:
+// usher spends more).
+func compareWithCPU(u, n benchkit.Step) string {
+	c := benchkit.Compare(u, n, 1)
+	if !benchkit.Ratio(c) && u.CPUPerOp() > 0 && n.CPUPerOp() > 0 {
+		c += fmt.Sprintf("; CPU/req usher / nginx %.2f", u.CPUPerOp()/n.CPUPerOp())
+	}
+	return c
 }
 
 func abs(i int) int { return max(i, -i) }
