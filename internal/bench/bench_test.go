@@ -57,7 +57,7 @@ func TestTablesBesideSeeds(t *testing.T) {
 	for i, h := range et.Header {
 		row[h] = et.Rows[0][i]
 	}
-	if row["usher / nginx"] != "0.10" || row["E5-2690v4 tx/s"] != "104.2" || row["usher / best the LHC test"] != "20x" {
+	if row["usher / nginx (in-process client)"] != "0.10" || row["E5-2690v4 tx/s"] != "104.2" || row["usher / best the LHC test"] != "20x" {
 		t.Errorf("enumerate row %v", row)
 	}
 	st := StormTable(loadgen.Step{TimeToFinish: 50.2, Latency: loadgen.Latency{Avg: 40}}, 1000, 20)
