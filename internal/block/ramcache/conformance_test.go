@@ -27,7 +27,7 @@ func TestConformance(t *testing.T) {
 		capacity, block int64
 	}{
 		{"Roomy", 64 << 20, 0},
-		{"Evicting", 256 << 10, 0}, // 4 KiB per shard: every block is a miss
+		{"Evicting", 256 << 10, 0}, // four 64 KiB blocks: reads evict constantly
 		{"SmallBlocks", 64 << 20, 4096},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,10 +45,15 @@ type flight struct {
 // devices, bounded in bytes.
 type Cache struct {
 	blockSize int64
-	perShard  int64
-	seed      maphash.Seed
-	shards    [shards]shard
-	nextID    atomic.Uint64
+	capacity  int64
+	// bytes is what all shards hold together. A shard that must make room
+	// evicts its own least recently used blocks: one budget for the whole
+	// cache, so that hashing cannot leave one shard short while another
+	// has room, and a cache the size of an image holds all of it.
+	bytes  atomic.Int64
+	seed   maphash.Seed
+	shards [shards]shard
+	nextID atomic.Uint64
 
 	// Hits and Misses count block lookups; Shared counts the misses
 	// that waited for another reader's read of the same block rather
@@ -62,7 +67,7 @@ func New(capacity, blockSize int64) *Cache {
 	if blockSize <= 0 {
 		blockSize = DefaultBlockSize
 	}
-	c := &Cache{blockSize: blockSize, perShard: capacity / shards, seed: maphash.MakeSeed()}
+	c := &Cache{blockSize: blockSize, capacity: capacity, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].items = make(map[key]*list.Element)
 		c.shards[i].inflight = make(map[key]*flight)
@@ -71,16 +76,7 @@ func New(capacity, blockSize int64) *Cache {
 }
 
 // Bytes is the memory the cached blocks hold.
-func (c *Cache) Bytes() int64 {
-	var n int64
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += s.bytes
-		s.mu.Unlock()
-	}
-	return n
-}
+func (c *Cache) Bytes() int64 { return c.bytes.Load() }
 
 func (c *Cache) shard(k key) *shard {
 	h := maphash.Comparable(c.seed, k)
@@ -101,23 +97,45 @@ func (c *Cache) get(k key, p []byte, o int64) bool {
 	return true
 }
 
-// putLocked keeps data as block k; called with s.mu held.
+// putLocked keeps data as block k, evicting the shard's least recently
+// used blocks while the whole cache would exceed its capacity; when the
+// shard has nothing left to evict (the others hold the budget), the block
+// is not kept. Called with s.mu held.
 func (c *Cache) putLocked(s *shard, k key, data []byte) {
-	if c.perShard < int64(len(data)) {
+	n := int64(len(data))
+	if c.capacity < n {
 		return
 	}
 	if _, ok := s.items[k]; ok {
 		return
 	}
-	for s.bytes+int64(len(data)) > c.perShard {
+	for !c.reserve(n) {
 		old := s.lru.Back()
+		if old == nil {
+			return
+		}
 		e := old.Value.(*entry)
 		s.lru.Remove(old)
 		delete(s.items, e.key)
 		s.bytes -= int64(len(e.data))
+		c.bytes.Add(-int64(len(e.data)))
 	}
 	s.items[k] = s.lru.PushFront(&entry{key: k, data: data})
-	s.bytes += int64(len(data))
+	s.bytes += n
+}
+
+// reserve takes n bytes of the budget if they fit: concurrent puts in
+// other shards never take the cache past its capacity together.
+func (c *Cache) reserve(n int64) bool {
+	for {
+		cur := c.bytes.Load()
+		if cur+n > c.capacity {
+			return false
+		}
+		if c.bytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
 }
 
 // Device is a read-only device whose reads go through the cache. It

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -25,7 +26,7 @@ func TestSecondReaderHitsMemory(t *testing.T) {
 	img.WriteAt(ctx, data, 0, 0)
 	img.SetReadOnly(true)
 	var disk meter.Counters
-	c := ramcache.New(64<<20, 0) // per-shard budgets: room to spare
+	c := ramcache.New(64<<20, 0) // room to spare
 	dev := c.Wrap(meter.Wrap(img, &disk))
 	read := func() {
 		for off := int64(0); off < 8<<20; off += 12345 {
@@ -178,5 +179,90 @@ func TestTrySlices(t *testing.T) {
 	}
 	if _, ok := dev.TrySlices(1<<20-10, 20, nil); ok {
 		t.Fatal("TrySlices past the end returned true")
+	}
+}
+
+// TestCacheTheSizeOfTheImageHoldsIt: a cache given exactly the image's
+// size keeps every block of it, whatever the hash spreads where, so that
+// sizing --ram-cache to the image means no read of it after the first.
+func TestCacheTheSizeOfTheImageHoldsIt(t *testing.T) {
+	ctx := context.Background()
+	const size, bs = 32 << 20, 64 << 10
+	img := block.NewMemory(size)
+	img.SetReadOnly(true)
+	var disk meter.Counters
+	c := ramcache.New(size, bs)
+	dev := c.Wrap(meter.Wrap(img, &disk))
+	p := make([]byte, bs)
+	for pass := range 2 {
+		for off := int64(0); off < size; off += bs {
+			if err := dev.ReadAt(ctx, p, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := disk.Snapshot().Reads; got != size/bs {
+			t.Fatalf("after pass %d the image was read %d times, want %d (once per block)", pass+1, got, size/bs)
+		}
+	}
+	if got := c.Bytes(); got != size {
+		t.Fatalf("cache holds %d bytes, want %d", got, size)
+	}
+}
+
+// TestCapacityHoldsUnderConcurrency: readers racing over an image eight
+// times the cache never take it past its capacity, and every read is
+// right.
+func TestCapacityHoldsUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	const size, bs, capacity = 16 << 20, 16 << 10, 2 << 20
+	img := block.NewMemory(size)
+	data := make([]byte, size)
+	r := rand.New(rand.NewPCG(2, 2))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	img.WriteAt(ctx, data, 0, 0)
+	img.SetReadOnly(true)
+	c := ramcache.New(capacity, bs)
+	dev := c.Wrap(img)
+	var over atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if b := c.Bytes(); b > capacity {
+				over.Store(b)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			p := make([]byte, 5000)
+			for range 2000 {
+				off := r.Int64N(size - int64(len(p)))
+				if err := dev.ReadAt(ctx, p, off); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(p, data[off:off+int64(len(p))]) {
+					t.Errorf("read at %d differs", off)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	if b := over.Load(); b != 0 {
+		t.Fatalf("the cache held %d bytes, over its capacity of %d", b, capacity)
+	}
+	if b := c.Bytes(); b > capacity || b < capacity/2 {
+		t.Fatalf("the cache holds %d bytes after the run, capacity %d", b, capacity)
 	}
 }
