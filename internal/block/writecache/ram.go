@@ -56,9 +56,13 @@ type RAM struct {
 	ofEnd   int64           // next segment goes here
 	segment []byte
 
-	// Evicted counts blocks moved to overflow, Segments the writes that
-	// moved them; Full counts writes refused for lack of space.
+	// Evicted counts blocks moved to overflow, Segments the sequential
+	// writes of blocks new to it; Full counts writes refused for lack of
+	// space.
 	Evicted, Segments, Full atomic.Int64
+	// Rewrites counts the writes that put blocks evicted before back into
+	// their own overflow slots.
+	Rewrites atomic.Int64
 	lastLog                 atomic.Int64
 }
 
@@ -234,7 +238,8 @@ func (r *RAM) block(ctx context.Context, b int64, partial bool) (*ramBlock, erro
 	}
 	rb.data = data
 	r.used += BlockSize
-	delete(r.ofIndex, b) // the RAM copy supersedes it
+	// The RAM copy supersedes the block's overflow slot, if any; the slot
+	// stays the block's, for its next eviction to write in place.
 	return rb, nil
 }
 
@@ -262,42 +267,90 @@ func (r *RAM) full(msg string, err error) error {
 }
 
 // evict moves up to SegmentBlocks least recently written blocks to the
-// overflow device in one write. If the write fails, nothing moves.
+// overflow device. Blocks that have no slot there yet are appended in one
+// sequential segment write; blocks evicted before go back into their own
+// slots (runs of neighbouring slots in one write each), so that the
+// overflow holds each block once however often it is rewritten, and its
+// use is bounded by the distinct blocks written, never by the total. A
+// block whose write fails stays in RAM.
 func (r *RAM) evict(ctx context.Context) error {
 	if r.segment == nil {
 		r.segment = make([]byte, SegmentBlocks*BlockSize)
 	}
-	var victims []*ramBlock
-	for el := r.lru.Back(); el != nil && len(victims) < SegmentBlocks; el = el.Prev() {
-		if rb := el.Value.(*ramBlock); rb.data != nil {
-			victims = append(victims, rb)
+	var fresh, placed []*ramBlock
+	for el := r.lru.Back(); el != nil && len(fresh)+len(placed) < SegmentBlocks; el = el.Prev() {
+		rb := el.Value.(*ramBlock)
+		if rb.data == nil {
+			continue
+		}
+		if _, ok := r.ofIndex[rb.n]; ok {
+			placed = append(placed, rb)
+		} else {
+			fresh = append(fresh, rb)
 		}
 	}
-	if len(victims) == 0 {
+	if len(fresh)+len(placed) == 0 {
 		return r.full("write cache RAM is full of zero blocks", nil)
 	}
-	// In block order, neighbours evicted together are read back in one.
-	slices.SortFunc(victims, func(a, b *ramBlock) int { return cmp.Compare(a.n, b.n) })
-	seg := r.segment[:len(victims)*BlockSize]
-	if r.ofEnd+int64(len(seg)) > r.opt.Overflow.Size() {
-		return r.full("overflow file is full", nil)
+	moved := 0
+	if len(fresh) > 0 {
+		// In block order, neighbours evicted together are read back in one.
+		slices.SortFunc(fresh, func(a, b *ramBlock) int { return cmp.Compare(a.n, b.n) })
+		seg := r.segment[:len(fresh)*BlockSize]
+		if r.ofEnd+int64(len(seg)) > r.opt.Overflow.Size() {
+			if len(placed) == 0 {
+				return r.full("overflow file is full", nil)
+			}
+			fresh = nil // the rewrites below still make room
+		} else {
+			for i, rb := range fresh {
+				copy(seg[i*BlockSize:], rb.data)
+			}
+			if err := r.opt.Overflow.WriteAt(ctx, seg, r.ofEnd, 0); err != nil {
+				return r.full("overflow write failed", err)
+			}
+			for i, rb := range fresh {
+				r.ofIndex[rb.n] = r.ofEnd + int64(i)*BlockSize
+				r.drop(rb)
+			}
+			r.ofEnd += int64(len(seg))
+			r.Segments.Add(1)
+			moved += len(fresh)
+		}
 	}
-	for i, rb := range victims {
-		copy(seg[i*BlockSize:], rb.data)
+	// Rewrites, in slot order, neighbouring slots in one write.
+	slices.SortFunc(placed, func(a, b *ramBlock) int { return cmp.Compare(r.ofIndex[a.n], r.ofIndex[b.n]) })
+	for i := 0; i < len(placed); {
+		j := i + 1
+		for j < len(placed) && r.ofIndex[placed[j].n] == r.ofIndex[placed[j-1].n]+BlockSize {
+			j++
+		}
+		run := r.segment[:(j-i)*BlockSize]
+		for k, rb := range placed[i:j] {
+			copy(run[k*BlockSize:], rb.data)
+		}
+		if err := r.opt.Overflow.WriteAt(ctx, run, r.ofIndex[placed[i].n], 0); err != nil {
+			if moved == 0 {
+				return r.full("overflow write failed", err)
+			}
+			break // what moved made room
+		}
+		for _, rb := range placed[i:j] {
+			r.drop(rb)
+		}
+		r.Rewrites.Add(1)
+		moved += j - i
+		i = j
 	}
-	if err := r.opt.Overflow.WriteAt(ctx, seg, r.ofEnd, 0); err != nil {
-		return r.full("overflow write failed", err)
-	}
-	for i, rb := range victims {
-		r.ofIndex[rb.n] = r.ofEnd + int64(i)*BlockSize
-		r.lru.Remove(rb.el)
-		delete(r.blocks, rb.n)
-		r.used -= BlockSize
-	}
-	r.ofEnd += int64(len(seg))
-	r.Evicted.Add(int64(len(victims)))
-	r.Segments.Add(1)
+	r.Evicted.Add(int64(moved))
 	return nil
+}
+
+// drop forgets rb's data in RAM once it is in the overflow.
+func (r *RAM) drop(rb *ramBlock) {
+	r.lru.Remove(rb.el)
+	delete(r.blocks, rb.n)
+	r.used -= BlockSize
 }
 
 // Zero implements block.Device: whole blocks become zero markers that
@@ -327,7 +380,8 @@ func (r *RAM) Zero(ctx context.Context, off, n int64, f block.Flags) error {
 			rb.data = nil
 			r.used -= BlockSize
 		}
-		delete(r.ofIndex, b)
+		// The zero marker supersedes an overflow slot, which stays the
+		// block's for a later write's eviction.
 		r.mu.Unlock()
 		off += l
 	}

@@ -203,3 +203,48 @@ func TestOverflowReadsRuns(t *testing.T) {
 		t.Fatalf("%d overflow reads for one segment of neighbouring blocks, want 1", reads)
 	}
 }
+
+// TestOverflowRewritesInPlace: a desktop that rewrites the same blocks all
+// day writes far more than its overflow holds in total; each block keeps
+// one slot there, written in place when evicted again, so the overflow
+// never fills while the live blocks fit, and every read is the latest.
+func TestOverflowRewritesInPlace(t *testing.T) {
+	ctx := context.Background()
+	const blocks = 1024 // 4 MiB of distinct blocks, the overflow's size
+	of, err := block.CreateFile(filepath.Join(t.TempDir(), "overflow"), blocks*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var disk meter.Counters
+	c := writecache.NewRAM(readOnlyBase(64<<20), writecache.RAMOptions{Budget: 256 << 10, Overflow: meter.Wrap(of, &disk)})
+	defer c.Close()
+	last := make([]byte, blocks)
+	// 20 passes over the blocks, in a stride that mixes them: 80 MiB
+	// written into 4 MiB of overflow and 256 KiB of RAM.
+	for pass := range 20 {
+		for k := range blocks {
+			i := (k*37 + pass) % blocks
+			v := byte(pass*7 + k%5 + 1)
+			if err := c.WriteAt(ctx, bytes.Repeat([]byte{v}, 4096), int64(i)*4096, 0); err != nil {
+				t.Fatalf("pass %d block %d: %v", pass, i, err)
+			}
+			last[i] = v
+		}
+	}
+	for i := range blocks {
+		p := make([]byte, 4096)
+		if err := c.ReadAt(ctx, p, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if p[0] != last[i] || p[4095] != last[i] {
+			t.Fatalf("block %d reads %d, want the last write's %d", i, p[0], last[i])
+		}
+	}
+	if c.Full.Load() != 0 || c.Rewrites.Load() == 0 {
+		t.Fatalf("full %d times, %d rewrites in place", c.Full.Load(), c.Rewrites.Load())
+	}
+	// The blocks really went out and came back many times over.
+	if n := c.Evicted.Load(); n < 10*blocks {
+		t.Errorf("%d blocks evicted, want the passes to evict each many times", n)
+	}
+}
