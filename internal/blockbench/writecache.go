@@ -190,6 +190,47 @@ type target struct {
 	close func() error
 }
 
+// newTarget puts mode's write cache over shared, target i's export of
+// the image, with its files in dir and budget bytes of RAM for the RAM
+// modes, and meters what the target sends it (t.cache) and what reaches
+// its disk file (t.disk). Closing the target closes shared.
+func newTarget(mode string, shared block.Device, dir string, i int, budget int64) (*target, error) {
+	t := &target{}
+	var wc block.Device
+	switch mode {
+	case ModeServerDisk, ModeDeviceDisk:
+		// Server disk: the overlay export.Images makes per connection
+		// when usher stream has --write-cache. Device disk: the one
+		// usher target --cache disk makes over the upstream.
+		base := shared
+		if mode == ModeDeviceDisk {
+			base = upstream(shared)
+		}
+		o, err := writecache.OpenOverlay(base, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)), false)
+		if err != nil {
+			return nil, err
+		}
+		t.disk = &o.Disk
+		wc = o
+	case ModeDeviceRAM:
+		t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: budget})
+		wc = t.ram
+	case ModeRAMOverflow, ModeRAMOverflowSmall:
+		of, err := block.CreateFile(filepath.Join(dir, fmt.Sprintf("t%d.overflow", i)), shared.Size())
+		if err != nil {
+			return nil, err
+		}
+		t.disk = new(meter.Counters)
+		t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: budget, Overflow: meter.Wrap(of, t.disk)})
+		wc = t.ram
+	default:
+		return nil, fmt.Errorf("unknown mode %q", mode)
+	}
+	t.dev = meter.Wrap(wc, &t.cache)
+	t.close = func() error { return errors.Join(wc.Close(), shared.Close()) }
+	return t, nil
+}
+
 // upstream is the stream as a device-side cache sees it, as usher target
 // does: read-only; the target closes the shared export itself.
 func upstream(shared block.Device) block.Device { return block.NopCloser(block.ReadOnly(shared)) }
@@ -222,45 +263,18 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 		if err != nil {
 			return mr, err
 		}
-		t := &target{close: shared.Close}
-		var wc block.Device
-		switch mode {
-		case ModeServerDisk, ModeDeviceDisk:
-			// Server disk: the overlay export.Images makes per connection
-			// when usher stream has --write-cache. Device disk: the one
-			// usher target --cache disk makes over the upstream.
-			base := shared
-			if mode == ModeDeviceDisk {
-				base = upstream(shared)
-			}
-			o, err := writecache.OpenOverlay(base, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)), false)
-			if err != nil {
-				return mr, err
-			}
-			t.disk = &o.Disk
-			wc = o
-		case ModeDeviceRAM:
-			mr.Budget = w.scaled(w.RAMHolds)
-			t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: mr.Budget})
-			wc = t.ram
-		case ModeRAMOverflow, ModeRAMOverflowSmall:
-			mr.Budget = w.scaled(w.RAMHolds)
-			if mode == ModeRAMOverflowSmall {
-				mr.Budget = w.scaled(w.RAMDoesNotHold)
-			}
-			of, err := block.CreateFile(filepath.Join(dir, fmt.Sprintf("t%d.overflow", i)), shared.Size())
-			if err != nil {
-				return mr, err
-			}
-			t.disk = new(meter.Counters)
-			t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: mr.Budget, Overflow: meter.Wrap(of, t.disk)})
-			wc = t.ram
-		default:
-			return mr, fmt.Errorf("unknown mode %q", mode)
+		budget := w.scaled(w.RAMHolds)
+		if mode == ModeRAMOverflowSmall {
+			budget = w.scaled(w.RAMDoesNotHold)
 		}
-		t.dev = meter.Wrap(wc, &t.cache)
-		inner := wc
-		t.close = func() error { return errors.Join(inner.Close(), shared.Close()) }
+		t, err := newTarget(mode, shared, dir, i, budget)
+		if err != nil {
+			shared.Close()
+			return mr, err
+		}
+		if t.ram != nil {
+			mr.Budget = budget
+		}
 		targets[i] = t
 	}
 
