@@ -63,7 +63,7 @@ type RAM struct {
 	// Rewrites counts the writes that put blocks evicted before back into
 	// their own overflow slots.
 	Rewrites atomic.Int64
-	lastLog                 atomic.Int64
+	lastLog  atomic.Int64
 }
 
 var (
