@@ -21,7 +21,7 @@ import (
 // modelled workload on a virtual clock.
 func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 	fs := m.flagSet("bench writecache", "[flags]\n\nN targets, each a real fio job (nbd engine) on its own NBD connection to usher's NBD server, run a\n"+
-		"desktop-like mix (a read-heavy boot burst, then 80 % writes at --steady-iops) through each write-cache mode\n"+
+		"desktop-like mix (a read-heavy boot burst of --boot bytes, then 80 % writes at --steady-iops) through each write-cache mode\n"+
 		"into real files; the operations are counted at the client (fio), at the caches, at their files (meters) and on\n"+
 		"the disk holding --dir (diskstats, after a syncfs). The PVS RAM-cache paper's table is printed beside.\n"+
 		"--model instead replays the paper's modelled workload on a virtual clock (a model, not a measurement).")
@@ -30,7 +30,7 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 	out := fs.String("out", filepath.Join("usher-bench", "writecache"), "report directory: report.{md,json,csv,html} and result.json (\"\" for none)")
 	dir := fs.String("dir", "", "scratch directory for the image store and cache files, on the disk to measure (default: a temporary one, removed)")
 	size := fs.String("size", "256MiB", "image size")
-	boot := fs.Duration("boot", 3*time.Second, "the boot burst of each target")
+	boot := fs.String("boot", "64MiB", "the I/O of each target's boot burst")
 	steady := fs.Duration("steady", 6*time.Second, "the steady state of each target")
 	steadyIOPS := fs.Int("steady-iops", 200, "each target's IOPS in the steady state")
 	ramBudget := fs.String("ram-budget", "64MiB", "each target's RAM in the RAM modes (ram-overflow-small: 1MiB)")
@@ -65,6 +65,10 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 	budget, err := bytesize.Parse(*ramBudget)
 	if err != nil {
 		return usageError{"--ram-budget: " + err.Error()}
+	}
+	bootBytes, err := bytesize.Parse(*boot)
+	if err != nil {
+		return usageError{"--boot: " + err.Error()}
 	}
 	scratch := *dir
 	if scratch == "" {
@@ -108,7 +112,7 @@ func (m *Main) benchWritecache(ctx context.Context, args []string) error {
 		return fmt.Errorf("fio is needed (apt-get install -y fio): %w", err)
 	}
 	res, err := blockbench.RunMeasured(ctx, blockbench.MeasuredConfig{Dir: scratch, Targets: *targets, Modes: chosen, ImageSize: imgSize,
-		Phases: blockbench.DesktopPhases(*boot, *steady, *steadyIOPS), RAMBudget: budget, Fio: fio, Progress: m.Stderr})
+		Phases: blockbench.DesktopPhases(bootBytes, *steady, *steadyIOPS), RAMBudget: budget, Fio: fio, Progress: m.Stderr})
 	stop()
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func TestBenchWritecacheMeasured(t *testing.T) {
 		t.Skip("fio is not installed (scripts/test installs it)")
 	}
 	dir := t.TempDir()
-	code, stdout, stderr := run(t, "", "bench", "writecache", "--targets", "2", "--size", "16MiB", "--boot", "500ms", "--steady", "1s",
+	code, stdout, stderr := run(t, "", "bench", "writecache", "--targets", "2", "--size", "16MiB", "--boot", "4MiB", "--steady", "1s",
 		"--steady-iops", "100", "--dir", filepath.Join(dir, "scratch"), "--out", filepath.Join(dir, "out"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)

@@ -36,10 +36,11 @@ type Phase struct {
 // DesktopPhases is the desktop-like mix the measured bench drives, per
 // target (one target is one desktop):
 //
-//   - boot: a burst, 80 % reads, random, 4 to 64 KiB, queue depth 8, for
-//     boot. Boots read most of what they touch from the image; the PVS
-//     RAM-cache paper and XenServer's IntelliCache measurements both show
-//     the boot storm as the read peak of a VDI day.
+//   - boot: a burst of bootBytes of I/O as fast as it goes, 80 % reads,
+//     random, 4 to 64 KiB, queue depth 8. Boots read most of what they
+//     touch from the image; the PVS RAM-cache paper and XenServer's
+//     IntelliCache measurements both show the boot storm as the read peak
+//     of a VDI day.
 //   - steady: 20 % reads and 80 % writes, random, mostly 4 KiB (60 %),
 //     some 8, 32 and 64 KiB, queue depth 4, at steadyIOPS for steady.
 //     Steady-state VDI I/O is write-heavy: the PVS RAM-cache paper's
@@ -49,12 +50,12 @@ type Phase struct {
 // The rates are far above one real desktop's (about 10 to 15 IOPS per
 // knowledge worker in the paper's sizing) so that a short run counts
 // enough operations; per-target rates scale with them.
-func DesktopPhases(boot, steady time.Duration, steadyIOPS int) []Phase {
-	secs := func(d time.Duration) string { return fmt.Sprintf("--runtime=%dms", max(d.Milliseconds(), 100)) }
+func DesktopPhases(bootBytes int64, steady time.Duration, steadyIOPS int) []Phase {
 	return []Phase{
-		{Name: "boot", Args: []string{"--rw=randrw", "--rwmixread=80", "--bssplit=4k/40:16k/30:64k/30", "--iodepth=8", "--time_based", secs(boot)}},
+		{Name: "boot", Args: []string{"--rw=randrw", "--rwmixread=80", "--bssplit=4k/40:16k/30:64k/30", "--iodepth=8",
+			"--io_size=" + strconv.FormatInt(bootBytes, 10)}},
 		{Name: "steady", Args: []string{"--rw=randrw", "--rwmixread=20", "--bssplit=4k/60:8k/20:32k/10:64k/10", "--iodepth=4",
-			"--rate_iops=" + strconv.Itoa(steadyIOPS), "--time_based", secs(steady)}},
+			"--rate_iops=" + strconv.Itoa(steadyIOPS), "--time_based", fmt.Sprintf("--runtime=%dms", max(steady.Milliseconds(), 100))}},
 	}
 }
 
@@ -64,10 +65,11 @@ type MeasuredConfig struct {
 	Targets   int      // default 4
 	Modes     []string // default Modes
 	ImageSize int64    // default 256 MiB
-	Phases    []Phase  // default DesktopPhases(3s, 6s, 200)
+	Phases    []Phase  // default DesktopPhases(64 MiB, 6s, 200)
 	// RAMBudget is each target's RAM in the RAM modes (default 64 MiB,
-	// more than a default run writes); SmallBudget the ram-overflow-small
-	// mode's (default 1 MiB, so that it overflows).
+	// more than a default run writes: about 13 MiB at boot and 12 MiB in
+	// the steady state); SmallBudget the ram-overflow-small mode's
+	// (default 1 MiB, so that it overflows).
 	RAMBudget, SmallBudget int64
 	ServerCache            int64 // the stream server's RAM cache (default: the image's size)
 	Fio                    string
@@ -83,7 +85,7 @@ func (c *MeasuredConfig) defaults() {
 		c.ImageSize = 256 * mib
 	}
 	if len(c.Phases) == 0 {
-		c.Phases = DesktopPhases(3*time.Second, 6*time.Second, 200)
+		c.Phases = DesktopPhases(64*mib, 6*time.Second, 200)
 	}
 	if c.RAMBudget <= 0 {
 		c.RAMBudget = 64 * mib
