@@ -77,7 +77,7 @@ func TestTreeCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		exec.Command("pkill", "-KILL", "-P", itoa(cmd.Process.Pid)).Run()
+		exec.Command("pkill", "-KILL", "-P", strconv.Itoa(cmd.Process.Pid)).Run()
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
@@ -99,8 +99,6 @@ func TestTreeCPU(t *testing.T) {
 		t.Error("a missing process: no error")
 	}
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 // TestPinServer: pinned, every thread runs on the server CPUs and
 // GOMAXPROCS matches; restored, both come back.
