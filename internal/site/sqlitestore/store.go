@@ -54,6 +54,8 @@ type Store struct {
 	write  *sql.DB // one connection; every Update
 	read   *sql.DB // a pool; every View
 	closed atomic.Bool
+
+	writeStmts, readStmts *stmtCache
 }
 
 var _ site.Store = (*Store)(nil)
@@ -114,6 +116,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open site database %s: %w", path, err)
 	}
+	s.writeStmts, s.readStmts = newStmtCache(s.write), newStmtCache(s.read)
 	return s, nil
 }
 
@@ -171,6 +174,10 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	if s.writeStmts != nil {
+		s.writeStmts.close()
+		s.readStmts.close()
+	}
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -185,7 +192,8 @@ func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
 	if err != nil {
 		return s.beginErr(err)
 	}
-	tx := &tx{tx: sqlTx, readOnly: true}
+	tx := &tx{tx: sqlTx, readOnly: true, cache: s.readStmts}
+	defer s.readStmts.prepareWanted()
 	defer sqlTx.Rollback()
 	return fn(tx)
 }
@@ -201,8 +209,9 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 	if err != nil {
 		return s.beginErr(err)
 	}
-	tx := &tx{tx: sqlTx}
+	tx := &tx{tx: sqlTx, cache: s.writeStmts}
 	committed := false
+	defer s.writeStmts.prepareWanted() // after the rollback below: the connection is free
 	defer func() {
 		if !committed {
 			if rerr := sqlTx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {

@@ -18,7 +18,8 @@ type tx struct {
 	tx       *sql.Tx
 	readOnly bool
 	stmts    map[string]*sql.Stmt
-	queries  int // statements run, for tests that guard against N+1 queries
+	cache    *stmtCache // the pool's statements; nil: none
+	queries  int        // statements run, for tests that guard against N+1 queries
 
 	// configChanged is set by every successful configuration write; Update
 	// then moves the configuration version once at commit.
@@ -45,16 +46,22 @@ func (t *tx) fail(err error) error {
 	return err
 }
 
-// prepare returns query prepared in the transaction, preparing it on
-// first use: loops of writes and lists reuse their statements.
+// prepare returns query prepared in the transaction, on first use from
+// the pool's statements when they have it (see stmtCache): loops of
+// writes and lists reuse their statements.
 func (t *tx) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
 	t.queries++
 	if st := t.stmts[query]; st != nil {
 		return st, nil
 	}
-	st, err := t.tx.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, dbErr(err)
+	var st *sql.Stmt
+	if ps := t.cache.get(query); ps != nil {
+		st = t.tx.StmtContext(ctx, ps)
+	} else {
+		var err error
+		if st, err = t.tx.PrepareContext(ctx, query); err != nil {
+			return nil, dbErr(err)
+		}
 	}
 	if t.stmts == nil {
 		t.stmts = map[string]*sql.Stmt{}
