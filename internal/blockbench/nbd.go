@@ -213,6 +213,13 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 		}
 		var u, k, c []NBDRun
 		for round := 1; round <= cfg.Rounds; round++ {
+			// Each run starts with nothing dirty in the page cache: the
+			// image's creation, or the last run's writes, would otherwise
+			// be written back during the next run and throttle its writes.
+			if err := syncDir(cfg.Dir); err != nil {
+				exports.Close()
+				return nil, err
+			}
 			r, err := runUsher(ctx, cfg, exports, args)
 			if err != nil {
 				exports.Close()
@@ -224,6 +231,10 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 			fmt.Fprintf(cfg.Progress, "%-17s round %d usher  %10.0f IOPS %8.1f MiB/s\n", test, round, r.IOPS, r.BW/float64(mib))
 			if cfg.Nbdkit == "" {
 				continue
+			}
+			if err := syncDir(cfg.Dir); err != nil {
+				exports.Close()
+				return nil, err
 			}
 			r, err = runNbdkit(ctx, cfg, raw, cow, cowArgs, args)
 			if err != nil {
