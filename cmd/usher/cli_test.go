@@ -223,3 +223,37 @@ func TestMainLoadQuietNamesFailedThreshold(t *testing.T) {
 		t.Fatalf("stderr does not name the failed threshold:\n%s", stderr)
 	}
 }
+
+// TestDemoGeneratesASiteApplyTakes: usher demo writes a site that usher
+// apply takes as it is, whose users log on with the password given, and
+// refuses what it cannot make.
+func TestDemoGeneratesASiteApplyTakes(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mid.yaml")
+	if code, _, stderr := run(t, "a-password-123\n", "demo", "--scale", "mid", "--password-stdin", "--out", file); code != 0 {
+		t.Fatalf("demo: exit %d: %s", code, stderr)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the site file: %v %v", fi, err)
+	}
+	if code, out, stderr := run(t, "", "apply", "-f", file, "--data", filepath.Join(dir, "data")); code != 0 || !strings.Contains(out, "created") {
+		t.Fatalf("apply: exit %d: %s%s", code, out, stderr)
+	}
+	code, out, _ := run(t, "", "demo", "--scale", "mid")
+	if code != 0 || !strings.Contains(out, "user0001") || strings.Contains(out, "argon2id") {
+		t.Errorf("without a password: exit %d, hashes in it: %v", code, strings.Contains(out, "argon2id"))
+	}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"demo", "--scale", "huge"}, `--scale "huge"`},
+		{"", []string{"demo"}, `--scale ""`},
+		{"short\n", []string{"demo", "--scale", "mid", "--password-stdin"}, "at least 8"},
+	} {
+		if code, _, stderr := run(t, tc.stdin, tc.args...); code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d: %s", tc.args, code, stderr)
+		}
+	}
+}

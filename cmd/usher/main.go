@@ -61,6 +61,7 @@ func commands() []command {
 		{"serve", "run the all-in-one site: broker, embedded site DB, admin API (--demo for the demo site)", (*Main).serve},
 		{"apply", "make the site match a YAML file (-f site.yaml), all or nothing", (*Main).apply},
 		{"export", "write the site configuration as YAML", (*Main).export},
+		{"demo", "write a generated site as YAML (--scale mid|demo|large), for apply, tests and benches", (*Main).demo},
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
 		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
 		{"bench", "run a seed experiment end to end and report beside the published figures (launch, logon-storm, enumerate, ...)", (*Main).bench},
