@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -255,11 +256,13 @@ func (s *Server) route(rt Route, h handler) {
 		switch v := v.(type) {
 		case nil:
 			w.WriteHeader(http.StatusNoContent)
-		case rawJSON:
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Cache-Control", "no-store")
+		case *blob.Blob:
+			h := w.Header()
+			h["Content-Type"] = jsonType
+			h["Cache-Control"] = noStore
+			h["Content-Length"] = []string{strconv.Itoa(v.Len())}
 			w.WriteHeader(rt.Status)
-			w.Write(v)
+			blob.Write(w, v)
 		case file:
 			w.Header().Set("Content-Type", v.contentType)
 			w.Header().Set("Content-Disposition", `attachment; filename="`+v.name+`"`)
@@ -272,8 +275,10 @@ func (s *Server) route(rt Route, h handler) {
 	})
 }
 
-// rawJSON is an answer already encoded, such as a pre-rendered enumeration.
-type rawJSON []byte
+var (
+	jsonType = []string{"application/json"}
+	noStore  = []string{"no-store"}
+)
 
 // file is an answer sent as a download.
 type file struct {

@@ -203,7 +203,7 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 
 func (s *Server) resources(r *http.Request) (any, error) {
 	e := s.cfg.Broker.Resources(r.Context(), userFrom(r.Context()))
-	return rawJSON(e.Rendered("rest/v1", func() []byte {
+	return e.Rendered("rest/v1", func() []byte {
 		out := ResourcesResponse{Resources: make([]ResourceView, 0, len(e.Resources)), Folders: []string{}}
 		seen := map[string]bool{}
 		for _, res := range e.Resources {
@@ -219,7 +219,7 @@ func (s *Server) resources(r *http.Request) (any, error) {
 		}
 		b, _ := json.Marshal(out)
 		return b
-	})), nil
+	}), nil
 }
 
 func (s *Server) launch(r *http.Request) (any, error) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -154,7 +155,7 @@ type Entitlements struct {
 	// reads it, so reads take no lock: a miss copies the map under
 	// renderMu and publishes the copy.
 	renderMu sync.Mutex
-	rendered atomic.Pointer[map[string][]byte]
+	rendered atomic.Pointer[map[string]*blob.Blob]
 }
 
 // Groups returns the delivery groups through which the resource may be
@@ -164,7 +165,7 @@ func (e *Entitlements) Groups(resource string) []string { return e.groups[resour
 // Rendered returns the answer cached under key, rendering it with render
 // on first use. Transports use it to pre-render enumeration answers once
 // per entitlement set and snapshot.
-func (e *Entitlements) Rendered(key string, render func() []byte) []byte {
+func (e *Entitlements) Rendered(key string, render func() []byte) *blob.Blob {
 	if m := e.rendered.Load(); m != nil {
 		if b, ok := (*m)[key]; ok {
 			return b
@@ -178,15 +179,15 @@ func (e *Entitlements) Rendered(key string, render func() []byte) []byte {
 			return b
 		}
 	}
-	b := render()
-	m := make(map[string][]byte, 1+len(ptrMap(old)))
+	b := blob.New(render())
+	m := make(map[string]*blob.Blob, 1+len(ptrMap(old)))
 	maps.Copy(m, ptrMap(old))
 	m[key] = b
 	e.rendered.Store(&m)
 	return b
 }
 
-func ptrMap(m *map[string][]byte) map[string][]byte {
+func ptrMap(m *map[string]*blob.Blob) map[string]*blob.Blob {
 	if m == nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -178,8 +179,8 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	switch {
 	case errors.Is(err, errNoCredentials) && snap.Settings.AnonymousAppData:
 		if q.cacheable() {
-			x.shared = true
-			return sc.anonymous(q.variant(), func() []byte { return h.renderAppData(sc, snap.Resources(), &q) })
+			x.shared = sc.anonymous(q.variant(), func() []byte { return h.renderAppData(sc, snap.Resources(), &q) })
+			return x.shared.Bytes()
 		}
 		return h.appDataInto(x, sc, snap.Resources(), &q)
 	case err != nil:
@@ -190,8 +191,8 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 	e := snap.EntitlementsOf(u.Name)
 	defer h.broker.Observe(broker.OpEnumerate, start, nil)
 	if q.cacheable() {
-		x.shared = true
-		return e.Rendered(variantKeys[q.variant()], func() []byte { return h.renderAppData(sc, e.Resources, &q) })
+		x.shared = e.Rendered(variantKeys[q.variant()], func() []byte { return h.renderAppData(sc, e.Resources, &q) })
+		return x.shared.Bytes()
 	}
 	return h.appDataInto(x, sc, e.Resources, &q)
 }
@@ -394,7 +395,7 @@ type snapCache struct {
 	servers    []byte
 
 	anonMu sync.Mutex
-	anon   [numVariants][]byte
+	anon   [numVariants]*blob.Blob
 }
 
 // snapCache returns the cache of a snapshot. The newest snapshot's cache
@@ -450,11 +451,11 @@ func (c *snapCache) averageFragment(q *appDataQuery) int {
 }
 
 // anonymous returns the anonymous answer of a variant, rendering it once.
-func (c *snapCache) anonymous(variant int, render func() []byte) []byte {
+func (c *snapCache) anonymous(variant int, render func() []byte) *blob.Blob {
 	c.anonMu.Lock()
 	defer c.anonMu.Unlock()
 	if c.anon[variant] == nil {
-		c.anon[variant] = render()
+		c.anon[variant] = blob.New(render())
 	}
 	return c.anon[variant]
 }

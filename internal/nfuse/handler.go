@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
 )
 
@@ -124,9 +125,9 @@ type exchange struct {
 	// from a cache.
 	body []byte
 	w    xmlw
-	// shared is set when the answer comes from a cache, so that its
-	// Content-Length header can be shared too.
-	shared bool
+	// shared is the answer when it comes from a cache: its
+	// Content-Length header is shared too, and it is sent as a blob.
+	shared *blob.Blob
 	// errID is the ErrorId answered, "" for success.
 	errID string
 	// user is the authenticated user, for logs.
@@ -203,7 +204,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr := w.Header()
 	hdr["Content-Type"] = contentType
-	if x.shared {
+	if x.shared != nil {
 		hdr["Content-Length"] = h.lengths.header(len(answer))
 	} else {
 		hdr["Content-Length"] = []string{strconv.Itoa(len(answer))}
@@ -212,7 +213,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hdr["Connection"] = connectionClose
 	}
 	w.WriteHeader(http.StatusOK)
-	w.Write(answer)
+	if x.shared != nil {
+		blob.Write(w, x.shared)
+	} else {
+		w.Write(answer)
+	}
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(x.kind, x.errID, time.Since(start))
 	}
