@@ -105,6 +105,8 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 			switch {
 			case imp == "internal/server" && !strings.HasPrefix(name, "cmd/"):
 				t.Errorf("%s imports internal/server; only commands may", name)
+			case imp == "internal/hotpath" && name != "internal/server":
+				t.Errorf("%s imports internal/hotpath; only internal/server may", name)
 			case imp == "internal/memnet":
 				t.Errorf("%s imports internal/memnet outside its tests", name)
 			case strings.HasPrefix(imp, "cmd/"):

@@ -22,6 +22,7 @@ import (
 	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/hotpath"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
@@ -166,7 +167,7 @@ type Server struct {
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 
-	srv      *http.Server
+	srv      *hotpath.Server
 	served   chan struct{} // closed when srv.Serve returns, with serveErr
 	serveErr error
 	cleanup  []func() // run in reverse order by Close
@@ -298,7 +299,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	})
 
 	if nln != nil {
-		nsrv := s.httpServer(ctx, nf)
+		nsrv, err := s.httpServer(ctx, nf)
+		if err != nil {
+			return nil, err
+		}
 		s.nfuseAddr = nln.Addr().String()
 		log.Info("NFuse listening", "addr", s.nfuseAddr)
 		nfDone := make(chan struct{})
@@ -313,7 +317,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		})
 	}
 
-	s.srv = s.httpServer(ctx, handler)
+	if s.srv, err = s.httpServer(ctx, handler); err != nil {
+		return nil, err
+	}
 	s.addr = ln.Addr().String()
 	log.Info("listening", "addr", s.addr)
 	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
@@ -362,9 +368,28 @@ func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
 	return nil
 }
 
-// httpServer is an http.Server with the site's limits. Requests' contexts
-// are not cancelled with ctx: Close drains them.
-func (s *Server) httpServer(ctx context.Context, h http.Handler) *http.Server {
+// httpServer serves h with the site's limits: enumerations (the NFuse
+// path and GET /api/v1/resources) on hotpath's lean loop, the rest on
+// net/http. Requests' contexts are not cancelled with ctx: Close drains
+// them.
+func (s *Server) httpServer(ctx context.Context, h http.Handler) (*hotpath.Server, error) {
+	return hotpath.New(hotpath.Config{Handler: h, Hot: hot, SendBuffer: int(max(s.cfg.SendBuffer, 0)), Logger: s.log,
+		Fallback: s.fallbackServer(ctx, h)})
+}
+
+// hot names the requests served on the lean loop: the enumerations.
+func hot(method, path string) bool {
+	switch method {
+	case http.MethodPost:
+		return nfuse.IsPath(path)
+	case http.MethodGet:
+		return path == "/api/v1/resources"
+	}
+	return false
+}
+
+// fallbackServer is an http.Server with the site's limits.
+func (s *Server) fallbackServer(ctx context.Context, h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -374,7 +399,6 @@ func (s *Server) httpServer(ctx context.Context, h http.Handler) *http.Server {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext:       sendBuffer(s.cfg.SendBuffer),
 	}
 }
 
@@ -526,17 +550,5 @@ func (s *Server) WaitRegistered(ctx context.Context, limit time.Duration) error 
 			return fmt.Errorf("%d of %d machines registered in %s", n, len(want), limit)
 		case <-tick.C:
 		}
-	}
-}
-
-// sendBuffer returns a ConnContext hook that sets each TCP connection's
-// send buffer to n bytes (the kernel doubles it for its bookkeeping), or
-// leaves the kernel's autotuning when n is not positive.
-func sendBuffer(n int64) func(context.Context, net.Conn) context.Context {
-	return func(ctx context.Context, c net.Conn) context.Context {
-		if tc, ok := c.(*net.TCPConn); ok && n > 0 {
-			tc.SetWriteBuffer(int(n))
-		}
-		return ctx
 	}
 }

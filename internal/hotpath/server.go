@@ -1,0 +1,489 @@
+package hotpath
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Handler answers the requests the loop takes. It should be the
+	// fallback server's handler, so that a request means the same on both.
+	Handler http.Handler
+	// Hot reports whether the loop should take a request for method and
+	// path (the path as sent, before any cleaning or unescaping; a path
+	// with escapes never gets here). It must be cheap and pure.
+	Hot func(method, path string) bool
+	// Fallback serves every connection the loop hands over. Its timeouts
+	// (ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout) and its
+	// BaseContext and ErrorLog apply to the loop too. Serve starts it and
+	// Shutdown and Close stop it: the caller must not.
+	Fallback *http.Server
+	// SendBuffer, when positive, is each TCP connection's SO_SNDBUF.
+	SendBuffer int
+	Logger     *slog.Logger
+}
+
+// Server is a listener's lean loop with its net/http fallback.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handoff *handoffListener
+	baseCtx context.Context
+
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   map[*conn]struct{}
+	closing atomic.Bool
+	active  sync.WaitGroup
+	hot     atomic.Int64
+	handed  atomic.Int64
+	// fallbackDone is closed when the fallback server's Serve has
+	// returned fallbackErr; nil until Serve starts it.
+	fallbackDone chan struct{}
+	fallbackErr  error
+}
+
+// bufferSize is the loop's read buffer per connection: a request head
+// longer than this goes to net/http, which bounds heads by its
+// MaxHeaderBytes.
+const bufferSize = 8 << 10
+
+// maxDrain is the most of an unread request body the loop reads past to
+// keep a connection; with more left it closes the connection instead.
+const maxDrain = 256 << 10
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Handler == nil || cfg.Hot == nil || cfg.Fallback == nil {
+		return nil, errors.New("hotpath: Config.Handler, Hot and Fallback are required")
+	}
+	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), conns: map[*conn]struct{}{}}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown or Close, which make it
+// return http.ErrServerClosed; it closes ln. It may be called once.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.ln != nil {
+		s.mu.Unlock()
+		return errors.New("hotpath: Serve called twice")
+	}
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.handoff = newHandoffListener(ln.Addr())
+	s.baseCtx = context.Background()
+	if f := s.cfg.Fallback.BaseContext; f != nil {
+		s.baseCtx = f(ln)
+	}
+	// Started under the lock, so that Shutdown and Close, which take it
+	// to stop, find the fallback server running or never started.
+	s.fallbackDone = make(chan struct{})
+	go func() {
+		s.fallbackErr = s.cfg.Fallback.Serve(s.handoff)
+		close(s.fallbackDone)
+	}()
+	s.mu.Unlock()
+	defer ln.Close()
+
+	var backoff time.Duration
+	for {
+		rwc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return http.ErrServerClosed
+			}
+			if isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		backoff = 0
+		if tc, ok := rwc.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+			tc.SetWriteBuffer(s.cfg.SendBuffer)
+		}
+		c := &conn{s: s, rwc: rwc, remote: rwc.RemoteAddr().String()}
+		if sc, ok := rwc.(syscall.Conn); ok {
+			c.raw, _ = sc.SyscallConn()
+		}
+		if !s.track(c, true) {
+			rwc.Close()
+			return http.ErrServerClosed
+		}
+		go c.serve()
+	}
+}
+
+// isTemporary reports accept errors worth retrying: running out of file
+// descriptors or buffers, a connection reset before it was accepted.
+func isTemporary(err error) bool {
+	type temporary interface{ Temporary() bool }
+	var t temporary
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) track(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.closing.Load() {
+			return false
+		}
+		s.conns[c] = struct{}{}
+		s.active.Add(1)
+		return true
+	}
+	delete(s.conns, c)
+	s.active.Done()
+	return true
+}
+
+// Counts returns how many requests the loop answered and how many
+// connections it handed to the fallback server.
+func (s *Server) Counts() (hot, handedOver int64) { return s.hot.Load(), s.handed.Load() }
+
+// Shutdown stops accepting, closes the loop's idle connections, waits
+// for those answering a request to finish it (or for ctx), then shuts the
+// fallback server down with ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	s.mu.Lock()
+	for c := range s.conns {
+		if c.idle.Load() {
+			c.rwc.SetReadDeadline(aLongTimeAgo)
+		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.active.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.closeConns()
+	}
+	if ferr := s.cfg.Fallback.Shutdown(ctx); err == nil {
+		err = ferr
+	}
+	s.waitFallback()
+	return err
+}
+
+// Close closes the listener and every connection at once, the fallback
+// server's too.
+func (s *Server) Close() error {
+	s.stop()
+	s.closeConns()
+	err := s.cfg.Fallback.Close()
+	s.waitFallback()
+	return err
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closing.Store(true)
+	if s.ln != nil {
+		s.ln.Close()
+		s.handoff.Close()
+	}
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.rwc.Close()
+	}
+}
+
+func (s *Server) waitFallback() {
+	s.mu.Lock()
+	done := s.fallbackDone
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// conn is one connection in the loop.
+type conn struct {
+	s   *Server
+	rwc net.Conn
+	// raw is rwc's raw connection, nil when it has none.
+	raw    syscall.RawConn
+	remote string
+	br     *bufio.Reader
+	// idle is set while the connection waits for a request's first byte.
+	idle atomic.Bool
+	head head
+	resp response
+	bufs net.Buffers
+}
+
+func (c *conn) serve() {
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			c.rwc.Close()
+		}
+		c.s.track(c, false)
+	}()
+	ctx, cancel := context.WithCancel(c.s.baseCtx)
+	defer cancel()
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.rwc.LocalAddr())
+	base, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+	c.br = bufio.NewReaderSize(c.rwc, bufferSize)
+	c.head.header = http.Header{}
+	f := c.s.cfg.Fallback
+	first := true
+	for {
+		// Wait for a request, as long as the idle timeout (for the first,
+		// the head's timeout) allows.
+		wait := cmp.Or(f.IdleTimeout, f.ReadTimeout)
+		if first {
+			wait = cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout)
+		}
+		c.idle.Store(true)
+		if c.s.closing.Load() {
+			return
+		}
+		setDeadline(c.rwc.SetReadDeadline, wait)
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		c.idle.Store(false)
+		start := time.Now()
+		setDeadline(c.rwc.SetReadDeadline, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+		ok, err := c.readHead()
+		if err != nil {
+			return
+		}
+		if !ok {
+			handedOver = c.handOver()
+			return
+		}
+		if !c.serveRequest(base, start) || c.s.closing.Load() {
+			return
+		}
+		first = false
+	}
+}
+
+// readHead reads until the buffer holds a whole head, and parses it. It
+// returns false when the loop should not take the request.
+func (c *conn) readHead() (bool, error) {
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		n, bare := headEnd(buf)
+		if bare {
+			return false, nil
+		}
+		if n >= 0 {
+			h := &c.head
+			if !parseHead(buf[:n], h) || h.method == http.MethodHead || !c.s.cfg.Hot(h.method, h.path) {
+				return false, nil
+			}
+			return true, nil
+		}
+		if len(buf) == c.br.Size() {
+			return false, nil // a long head: net/http's to judge
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return false, err
+		}
+	}
+}
+
+// handOver gives the connection, with what it has buffered, to the
+// fallback server. It reports whether the fallback took it.
+func (c *conn) handOver() bool {
+	c.rwc.SetDeadline(time.Time{})
+	c.s.handed.Add(1)
+	return c.s.handoff.give(&bufferedConn{Conn: c.rwc, br: c.br})
+}
+
+// serveRequest answers the request whose head c.head holds. It reports
+// whether the connection can take another request.
+func (c *conn) serveRequest(base *http.Request, start time.Time) (keep bool) {
+	h := &c.head
+	c.br.Discard(h.size)
+	c.s.hot.Add(1)
+	f := c.s.cfg.Fallback
+	if f.ReadTimeout > 0 {
+		c.rwc.SetReadDeadline(start.Add(f.ReadTimeout))
+	}
+	if f.WriteTimeout > 0 {
+		c.rwc.SetWriteDeadline(time.Now().Add(f.WriteTimeout))
+	}
+
+	r := new(http.Request)
+	*r = *base
+	r.Method = h.method
+	r.URL = urlOf(h.path, h.query)
+	r.Header = h.header
+	r.Host = h.host
+	r.RequestURI = h.target
+	r.RemoteAddr = c.remote
+	r.Close = h.close
+	r.ContentLength = h.contentLength
+	var body *bodyReader
+	if h.contentLength > 0 {
+		body = &bodyReader{br: c.br, n: h.contentLength}
+		r.Body = body
+	} else {
+		r.Body = http.NoBody
+	}
+	w := &c.resp
+	w.reset(c, r)
+
+	defer func() {
+		if v := recover(); v != nil {
+			keep = false
+			if v == http.ErrAbortHandler {
+				return
+			}
+			buf := make([]byte, 16<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			c.s.log.Error("panic serving request", "remote", c.remote, "path", h.path, "panic", v, "stack", string(buf))
+		}
+	}()
+	c.s.cfg.Handler.ServeHTTP(w, r)
+	if body != nil && body.n > 0 {
+		if body.n > maxDrain || body.err != nil {
+			w.closeAfter = true
+		}
+	}
+	if err := w.finish(); err != nil || w.closeAfter {
+		return false
+	}
+	if body != nil && body.n > 0 {
+		if _, err := c.br.Discard(int(body.n)); err != nil {
+			return false
+		}
+	}
+	return !h.close
+}
+
+// setDeadline sets a deadline d from now, or none for d <= 0.
+func setDeadline(set func(time.Time) error, d time.Duration) {
+	if d > 0 {
+		set(time.Now().Add(d))
+	} else {
+		set(time.Time{})
+	}
+}
+
+// bodyReader reads a request body of a known length from the connection.
+type bodyReader struct {
+	br  *bufio.Reader
+	n   int64
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.br.Read(p)
+	b.n -= int64(n)
+	if err == io.EOF && b.n > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		b.err = err
+	}
+	if b.n == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (b *bodyReader) Close() error { return nil }
+
+// bufferedConn is a connection whose first bytes are in a reader.
+type bufferedConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+
+// CloseWrite half-closes the connection, which net/http does before it
+// closes one after an error answer, so that the answer is not lost to a
+// reset.
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// handoffListener is the fallback server's listener: it accepts the
+// connections the loop hands over.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// give hands c to the fallback server; false when it has closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
