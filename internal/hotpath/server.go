@@ -273,12 +273,24 @@ func (c *conn) serve() {
 			return
 		}
 		setDeadline(c.rwc.SetReadDeadline, wait)
+		if !first && c.br.Buffered() == 0 {
+			// The client is reading the answer just sent: let the other
+			// connections run first, so that its next request is likely
+			// there when this one reads, saving a read that finds
+			// nothing and a trip through the poller.
+			runtime.Gosched()
+		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
 		c.idle.Store(false)
 		start := time.Now()
-		setDeadline(c.rwc.SetReadDeadline, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+		// A head that came whole with its first byte, as a well-behaved
+		// client's does, needs no head deadline: serveRequest sets the
+		// request's.
+		if buf, _ := c.br.Peek(c.br.Buffered()); !wholeHead(buf) {
+			setDeadline(c.rwc.SetReadDeadline, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+		}
 		ok, err := c.readHead()
 		if err != nil {
 			return
@@ -319,6 +331,13 @@ func (c *conn) readHead() (bool, error) {
 	}
 }
 
+// wholeHead reports whether buf starts with a whole head (or with
+// something readHead will decline at once).
+func wholeHead(buf []byte) bool {
+	n, bare := headEnd(buf)
+	return n >= 0 || bare
+}
+
 // handOver gives the connection, with what it has buffered, to the
 // fallback server. It reports whether the fallback took it.
 func (c *conn) handOver() bool {
@@ -336,6 +355,8 @@ func (c *conn) serveRequest(base *http.Request, start time.Time) (keep bool) {
 	f := c.s.cfg.Fallback
 	if f.ReadTimeout > 0 {
 		c.rwc.SetReadDeadline(start.Add(f.ReadTimeout))
+	} else {
+		c.rwc.SetReadDeadline(time.Time{}) // the idle wait's, as net/http clears it
 	}
 	if f.WriteTimeout > 0 {
 		c.rwc.SetWriteDeadline(time.Now().Add(f.WriteTimeout))
