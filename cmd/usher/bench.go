@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -78,8 +79,31 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchNBD(ctx, args[1:])
 	case "figures":
 		return m.benchFigures(ctx, args[1:])
+	case "coldstart-client":
+		return m.benchColdStartClient(ctx, args[1:])
 	}
 	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache or nbd", args[0])}
+}
+
+// benchColdStartClient is the client of enumerate's cold start, which
+// the bench runs in its own process: it posts one body many times at
+// once and prints what it measured as one line of JSON.
+func (m *Main) benchColdStartClient(ctx context.Context, args []string) error {
+	fs := m.flagSet("bench coldstart-client", "--url URL --body FILE [--requests N]\n\nThe cold start's client, run by 'usher bench enumerate' in its own process: posts FILE to URL N times at once, each on its own connection, and prints the latency and errors as JSON.")
+	url := fs.String("url", "", "NFuse endpoint")
+	body := fs.String("body", "", "file holding the request body")
+	n := fs.Int("requests", bench.ColdStartRequests, "requests sent at once")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *url == "" || *body == "" || *n < 1 {
+		return usageError{"bench coldstart-client needs --url, --body and --requests of at least 1"}
+	}
+	b, err := os.ReadFile(*body)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(m.Stdout).Encode(bench.ColdStartClient(ctx, *url, string(b), *n))
 }
 
 // benchFlags are every experiment's.
@@ -120,7 +144,8 @@ func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
 		return bench.Env{}, nil, err
 	}
 	progress := m.progressLine()
-	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update}
+	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update,
+		Self: m.self()}
 	return env, sync.OnceFunc(func() { stopProfile(); progress.clear(); cleanup() }), nil
 }
 
@@ -257,7 +282,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps, usher's then nginx's, this many times and report each level's median round")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps this many times (in process: usher's then nginx's; with wrk: usher, nginx and the ceiling in turn at each level) and report each level's median round")
 	fs.StringVar(&cfg.Wrk, "wrk", bench.DefaultWrk, "wrk binary that then drives usher (NFuse and REST), nginx and nginx's null answer (the client's ceiling) from another process, pinned to its own CPU, at each level, a step each (\"\" to skip; skipped with a note when missing)")
 	b.register(fs, "enumerate")
 	if err := parse(fs, args, 0); err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,7 +105,7 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if cfg.URL != "" {
 		counted = nil // another site's checks are not ours to count
 	}
-	cs, err := coldStart(ctx, counted, url, users[len(users)-1], ColdStartRequests)
+	cs, err := coldStart(ctx, env, counted, url, users[len(users)-1], ColdStartRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +220,9 @@ type wrkLevel struct {
 	conns              int
 	usher, nginx, null WrkResult
 	usherCPU, nginxCPU benchkit.Usage
+	// usherRounds and nginxRounds are every round's rate, when there
+	// were several; the figures above are the median round's.
+	usherRounds, nginxRounds []float64
 }
 
 func (l wrkLevel) steps() (u, n benchkit.Step) {
@@ -258,14 +263,17 @@ func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, apis []wrkA
 	}
 	notes := []string{fmt.Sprintf("wrk (%s, -c as the level, %s a level with no warm-up): NFuse posts one user's RequestAppData with ctx1 credentials, "+
 		"REST gets /api/v1/resources with one user's bearer token. CPUs: %s; usher runs with GOMAXPROCS %d, nginx with %d worker(s) on the same CPUs, "+
-		"sendfile on, tcp_nopush off, sndbuf %d. The client's ceiling is wrk's GET of %s from that nginx, padding of the answer's size as a static file. "+
+		"sendfile on, tcp_nopush off, open_file_cache on (as usher keeps its answers open), sndbuf %d. The client's ceiling is wrk's GET of %s from that nginx, padding of the answer's size as a static file. "+
 		"A figure at %.0f%% of that ceiling or more is client-bound and gets no ratio. CPU per request: the server's CPU time over the run "+
 		"(usher: this whole process, its simulated VDAs included; nginx: master and workers) over its requests.",
 		wrk.Note(), cfg.StepDuration, plan, plan.Workers(), plan.Workers(), cfg.SendBuffer, NullPath, 100*benchkit.ClientBound)}
 	return tables, notes, heads, nil
 }
 
-// wrkRun measures one API at every level.
+// wrkRun measures one API at every level, cfg.Rounds times, the levels
+// and the servers taking turns in each round so that a noisy moment of a
+// shared machine hits one round, not one server; each level keeps each
+// server's median round by rate.
 func wrkRun(ctx context.Context, env Env, cfg EnumerateConfig, wrk Wrk, tuning NginxTuning, api wrkAPI) ([]wrkLevel, error) {
 	n, err := StartTunedNginx(ctx, cfg.Nginx, tuning, api.path, api.answer, api.ctype)
 	if err != nil {
@@ -274,43 +282,72 @@ func wrkRun(ctx context.Context, env Env, cfg EnumerateConfig, wrk Wrk, tuning N
 	defer n.Stop()
 	null := strings.TrimSuffix(n.URL, api.path) + NullPath
 	nginxCPU := benchkit.TreeCPU(n.Pid())
-	var levels []wrkLevel
-	for _, c := range cfg.Concurrency {
-		l := wrkLevel{conns: c}
-		for _, r := range []struct {
-			name, url string
-			req       WrkRequest
-			into      *WrkResult
-			cpu       benchkit.Meter
-			use       *benchkit.Usage
-		}{
-			{"usher", api.url, api.req, &l.usher, benchkit.SelfCPU, &l.usherCPU},
-			{"nginx", n.URL, api.req, &l.nginx, nginxCPU, &l.nginxCPU},
-			{"nginx " + NullPath, null, WrkRequest{}, &l.null, nil, nil},
-		} {
-			fmt.Fprintf(env.out(), "wrk -t1 -c%d -d%s, %s: %s\n", c, cfg.StepDuration, api.name, r.name)
-			var before benchkit.Usage
-			if r.cpu != nil {
-				if before, err = r.cpu(); err != nil {
-					return nil, err
+	targets := []struct {
+		name, url string
+		req       WrkRequest
+		cpu       benchkit.Meter
+	}{
+		{"usher", api.url, api.req, benchkit.SelfCPU},
+		{"nginx", n.URL, api.req, nginxCPU},
+		{"nginx " + NullPath, null, WrkRequest{}, nil},
+	}
+	rounds := max(cfg.Rounds, 1)
+	// samples[level][target] holds each round's run.
+	samples := make([][3][]wrkSample, len(cfg.Concurrency))
+	for r := 1; r <= rounds; r++ {
+		for i, c := range cfg.Concurrency {
+			for j, t := range targets {
+				fmt.Fprintf(env.out(), "wrk -t1 -c%d -d%s%s, %s: %s\n", c, cfg.StepDuration, roundOf(r, rounds), api.name, t.name)
+				var before benchkit.Usage
+				if t.cpu != nil {
+					if before, err = t.cpu(); err != nil {
+						return nil, err
+					}
 				}
-			}
-			res, err := wrk.Run(ctx, r.url, r.req, c, cfg.StepDuration)
-			if err != nil {
-				return nil, err
-			}
-			if r.cpu != nil {
-				after, err := r.cpu()
+				res, err := wrk.Run(ctx, t.url, t.req, c, cfg.StepDuration)
 				if err != nil {
 					return nil, err
 				}
-				*r.use = after.Sub(before)
+				smp := wrkSample{res: res}
+				if t.cpu != nil {
+					after, err := t.cpu()
+					if err != nil {
+						return nil, err
+					}
+					smp.cpu = after.Sub(before)
+				}
+				samples[i][j] = append(samples[i][j], smp)
 			}
-			*r.into = res
 		}
-		levels = append(levels, l)
+	}
+	levels := make([]wrkLevel, len(cfg.Concurrency))
+	for i, c := range cfg.Concurrency {
+		u, ng, nl := medianSample(samples[i][0]), medianSample(samples[i][1]), medianSample(samples[i][2])
+		levels[i] = wrkLevel{conns: c, usher: u.res, usherCPU: u.cpu, nginx: ng.res, nginxCPU: ng.cpu, null: nl.res}
+		if rounds > 1 {
+			for _, smp := range samples[i][0] {
+				levels[i].usherRounds = append(levels[i].usherRounds, smp.res.RPS)
+			}
+			for _, smp := range samples[i][1] {
+				levels[i].nginxRounds = append(levels[i].nginxRounds, smp.res.RPS)
+			}
+		}
 	}
 	return levels, nil
+}
+
+// wrkSample is one wrk run and the server's CPU over it.
+type wrkSample struct {
+	res WrkResult
+	cpu benchkit.Usage
+}
+
+// medianSample returns the run of median rate (the lower middle of an
+// even count).
+func medianSample(s []wrkSample) wrkSample {
+	s = slices.Clone(s)
+	slices.SortFunc(s, func(a, b wrkSample) int { return cmp.Compare(a.res.RPS, b.res.RPS) })
+	return s[(len(s)-1)/2]
 }
 
 // WrkTable sets wrk's figures for usher, nginx and the client's ceiling,
@@ -333,8 +370,25 @@ func WrkTable(api string, levels []wrkLevel) loadgen.Table {
 		t.Rows = append(t.Rows, []string{strconv.Itoa(l.conns), fmtF(u.Rate, 1), fmtF(l.usher.P50, 2), fmtF(l.usher.P99, 2),
 			strconv.FormatInt(l.usher.Errors(), 10), us(u), fmtF(n.Rate, 1), fmtF(l.nginx.P99, 2), strconv.FormatInt(l.nginx.Errors(), 10), us(n),
 			fmtF(l.null.RPS, 1), fmtF(wrkCPU, 2), benchkit.Compare(u, n, 1)})
+		if len(l.usherRounds) > 0 {
+			row := &t.Rows[len(t.Rows)-1]
+			*row = append(*row, joinRates(l.usherRounds), joinRates(l.nginxRounds))
+		}
+	}
+	if len(levels) > 0 && len(levels[0].usherRounds) > 0 {
+		t.Title += " (each level's median round; every round's rate at the right)"
+		t.Header = append(t.Header, "usher req/s by round", "nginx req/s by round")
 	}
 	return t
+}
+
+// joinRates lists rates without decimals.
+func joinRates(r []float64) string {
+	s := make([]string, len(r))
+	for i, v := range r {
+		s[i] = fmtF(v, 0)
+	}
+	return strings.Join(s, " ")
 }
 
 // wrkHeadlines offers the level nearest 100 connections, and the highest
