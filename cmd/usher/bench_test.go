@@ -111,7 +111,8 @@ func TestBenchEnumerate(t *testing.T) {
 	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
 		t.Errorf("no CPU profile written: %v", err)
 	}
-	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best the LHC test", "round 2 of 2", "usher #2", "of the peak"} {
+	for _, want := range []string{"answers 400 applications", "E5-2690v4 tx/s", "usher / best the LHC test", "round 2 of 2", "usher #2", "of the peak",
+		"cold start: 100 concurrent first requests of one user"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -122,6 +123,16 @@ func TestBenchEnumerate(t *testing.T) {
 	}
 	if cold := rep.Runs[1]; cold.Name != "usher cold" || cold.Result.Steps[0].Requests != 50 {
 		t.Errorf("cold run: %+v", cold)
+	}
+	// The cold start's client ran in its own process.
+	var coldHead *loadgen.Headline
+	for i, h := range rep.Headlines {
+		if strings.HasPrefix(h.What, "Cold start") {
+			coldHead = &rep.Headlines[i]
+		}
+	}
+	if coldHead == nil || !strings.Contains(coldHead.Client, "usher bench coldstart-client") || !strings.Contains(coldHead.Usher, " 0 errors") {
+		t.Errorf("cold start headline: %+v", coldHead)
 	}
 	if _, err := os.Stat(bench.DefaultNginx); err == nil {
 		if len(rep.Runs) != 3 || rep.Runs[2].Name != "nginx" || rep.Runs[2].Result.Steps[1].Requests == 0 || rep.Runs[2].Result.Steps[1].Errors != 0 {

@@ -35,6 +35,21 @@ type Main struct {
 	// Listening, when set, is told each address a server listens on, by
 	// name ("http"); tests use it to find a port-0 listener.
 	Listening func(name, addr string)
+	// Self is the command line that runs this program again, for the
+	// benches' clients in their own processes; nil means this executable.
+	Self []string
+}
+
+// self returns the command line that runs this program again, or nil
+// when the executable cannot be found.
+func (m *Main) self() []string {
+	if m.Self != nil {
+		return m.Self
+	}
+	if exe, err := os.Executable(); err == nil {
+		return []string{exe}
+	}
+	return nil
 }
 
 // usageError is a command-line mistake: exit status 2.

@@ -39,7 +39,7 @@ func (s *syncBuffer) String() string {
 func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb syncBuffer
-	m := &Main{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	m := &Main{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Self: testSelf}
 	code = m.Run(context.Background(), args)
 	return code, out.String(), errb.String()
 }

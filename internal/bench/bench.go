@@ -102,6 +102,10 @@ type Env struct {
 	Progress func(loadgen.Progress)
 	// Timeout bounds each transaction (default loadgen.DefaultTimeout).
 	Timeout time.Duration
+	// Self is the command line that runs this usher binary (its path, and
+	// for a test binary what makes it one), for load generators that run
+	// in their own process; nil runs them in this one.
+	Self []string
 }
 
 func (e Env) logger() *slog.Logger {

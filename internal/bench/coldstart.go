@@ -3,15 +3,20 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
@@ -24,6 +29,8 @@ type ColdStart struct {
 	Errors   int           `json:"errors"`
 	P50, P99 time.Duration `json:"-"`
 	Check    time.Duration `json:"-"` // one argon2id check at the site's parameters, alone
+	// Client says how the requests were sent, for the report.
+	Client string `json:"-"`
 }
 
 // Within is how many single checks the p99 took.
@@ -36,9 +43,21 @@ func (c ColdStart) Within() float64 {
 
 // coldStart sends n NFuse enumerations of user at once, as the first
 // requests the site sees from that user, and times one argon2id check
-// alone on this machine beforehand.
-func coldStart(ctx context.Context, site Site, url string, user loadgen.Credential, n int) (ColdStart, error) {
-	c := ColdStart{Requests: n, Checks: -1}
+// alone beforehand. When env.Self names this binary, the requests come
+// from it in another process (ColdStartClient), pinned to the client's
+// CPUs, while this process, and so the site, is pinned to the server's:
+// the check alone is timed there too. Otherwise they come from this
+// process.
+func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen.Credential, n int) (ColdStart, error) {
+	c := ColdStart{Requests: n, Checks: -1, Client: "Go HTTP client in the bench process, one connection per request"}
+	plan := benchkit.PlanCPUs()
+	if len(env.Self) > 0 {
+		restore, err := plan.PinServer()
+		if err != nil {
+			return c, err
+		}
+		defer restore()
+	}
 	hash, err := auth.HashPassword("a password of the bench", auth.DefaultParams)
 	if err != nil {
 		return c, err
@@ -55,13 +74,45 @@ func coldStart(ctx context.Context, site Site, url string, user loadgen.Credenti
 	c.Check = ts[len(ts)/2]
 
 	body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: user, Encoding: loadgen.Ctx1}, nil)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}, Timeout: time.Minute}
-	defer client.CloseIdleConnections()
 	var checks0 int64
 	h, counts := site.(Hasher)
 	if counts {
 		checks0, _ = h.Hashes()
 	}
+	var res ColdStartResult
+	if len(env.Self) > 0 {
+		res, c.Client, err = coldStartProcess(ctx, env.Self, plan, url, body, n)
+		if err != nil {
+			return c, err
+		}
+	} else {
+		res = ColdStartClient(ctx, url, body, n)
+	}
+	if counts {
+		checks1, _ := h.Hashes()
+		c.Checks = checks1 - checks0
+	}
+	c.Errors, c.P50, c.P99 = res.Errors, res.P50, res.P99
+	if c.Errors == n {
+		return c, fmt.Errorf("cold start: every request failed: %s", res.FirstError)
+	}
+	return c, nil
+}
+
+// ColdStartResult is what the cold start's client measured.
+type ColdStartResult struct {
+	Errors     int           `json:"errors"`
+	FirstError string        `json:"first_error,omitempty"`
+	P50        time.Duration `json:"p50_ns"`
+	P99        time.Duration `json:"p99_ns"`
+}
+
+// ColdStartClient posts body to url n times at once, each on its own
+// connection, and measures the answers. It is the client of the cold
+// start, run by 'usher bench coldstart-client' in its own process.
+func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResult {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}, Timeout: time.Minute}
+	defer client.CloseIdleConnections()
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -76,30 +127,52 @@ func coldStart(ctx context.Context, site Site, url string, user loadgen.Credenti
 	}
 	close(gate)
 	wg.Wait()
-	if counts {
-		checks1, _ := h.Hashes()
-		c.Checks = checks1 - checks0
-	}
-	var first error
+	var r ColdStartResult
 	for _, err := range errs {
 		if err != nil {
-			c.Errors++
-			first = cmpErr(first, err)
+			r.Errors++
+			if r.FirstError == "" {
+				r.FirstError = err.Error()
+			}
 		}
 	}
-	if c.Errors == n {
-		return c, fmt.Errorf("cold start: every request failed: %w", first)
-	}
 	slices.Sort(lat)
-	c.P50, c.P99 = lat[n/2], lat[min(n-1, (n*99+99)/100-1)]
-	return c, nil
+	r.P50, r.P99 = lat[n/2], lat[min(n-1, (n*99+99)/100-1)]
+	return r
 }
 
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
+// coldStartProcess runs the cold start's client as self (this binary)
+// 'bench coldstart-client' in its own process, as the plan pins it.
+func coldStartProcess(ctx context.Context, self []string, plan benchkit.Plan, url, body string, n int) (ColdStartResult, string, error) {
+	var r ColdStartResult
+	dir, err := os.MkdirTemp("", "usher-coldstart-*")
+	if err != nil {
+		return r, "", err
 	}
-	return b
+	defer os.RemoveAll(dir)
+	bodyFile := filepath.Join(dir, "body.xml")
+	if err := os.WriteFile(bodyFile, []byte(body), 0o600); err != nil {
+		return r, "", err
+	}
+	args := append(slices.Clone(self[1:]), "bench", "coldstart-client", "--url", url, "--requests", strconv.Itoa(n), "--body", bodyFile)
+	cmd, note := benchkit.Command(plan, self[0], args...)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, _, err := benchkit.Run(ctx, cmd)
+	if err != nil {
+		return r, "", fmt.Errorf("cold start client: %w: %.300s", err, out)
+	}
+	if err := json.Unmarshal(lastLine(out), &r); err != nil {
+		return r, "", fmt.Errorf("cold start client printed %.300q: %w", out, err)
+	}
+	note = strings.Replace(note, filepath.Base(self[0]), "usher bench coldstart-client (Go HTTP client)", 1)
+	return r, note + ", one connection per request", nil
+}
+
+// lastLine returns the last non-empty line of out.
+func lastLine(out []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	return lines[len(lines)-1]
 }
 
 // postNFuse posts one enumeration and checks that it was answered.
@@ -149,7 +222,7 @@ func (c ColdStart) headline() loadgen.Headline {
 		Usher:     fmt.Sprintf("%s, p99 %s ms, %d errors", checks, fmtMs(c.P99), c.Errors),
 		Yardstick: fmt.Sprintf("one argon2id check alone: %s ms", fmtMs(c.Check)),
 		Ratio:     fmt.Sprintf("p99 = %.2f × one check", c.Within()),
-		Client:    "Go HTTP client in the bench process, one connection per request",
+		Client:    c.Client,
 	}
 }
 

@@ -179,6 +179,8 @@ func nginxConfig(binary, dir, www string, port int, contentType string, t NginxT
 	fmt.Fprintf(&b, "error_log %s warn;\n", filepath.Join(dir, "error.log"))
 	fmt.Fprintf(&b, "events { worker_connections 8192; }\nhttp {\n  access_log off;\n  sendfile on;\n  tcp_nopush %s;\n", nopush)
 	b.WriteString("  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n")
+	// usher keeps its answers open in memory: nginx keeps its files open.
+	b.WriteString("  open_file_cache max=64 inactive=600s;\n  open_file_cache_valid 600s;\n")
 	fmt.Fprintf(&b, "  default_type %s;\n", contentType)
 	// Temporary paths in our directory, for every module built in: the
 	// defaults are under /var/lib/nginx.
