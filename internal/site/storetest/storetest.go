@@ -36,6 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"MachineCredential", testMachineCredential},
 		{"Config", testConfig},
 		{"Concurrency", testConcurrency},
+		{"Place", testPlace},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {

@@ -1,0 +1,301 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// testPlace holds Place to site.PlaceTx's behaviour: the reconnection
+// rule, the candidates in order, the limits under concurrency, and the
+// assignment of assigned desktops.
+func testPlace(t *testing.T, open func(*testing.T) site.Store) {
+	placer := func(t *testing.T) (site.Store, site.Placer) {
+		t.Helper()
+		s := openBase(t, open)
+		p, ok := s.(site.Placer)
+		if !ok {
+			t.Skip("the store does not implement site.Placer")
+		}
+		register(t, s, "app1", "app2", "spare1", "vdi1", "vdi2")
+		return s, p
+	}
+	newSession := func(id, user, resource, group string) site.Session {
+		return site.Session{ID: id, User: user, Resource: resource, DeliveryGroup: group, State: site.SessionPending,
+			ClientName: "LAPTOP-1", ClientAddress: "192.0.2.1", CreatedAt: ms(2025, 1, 2, 3, 4, 5, 0, nil), UpdatedAt: ms(2025, 1, 2, 3, 4, 5, 0, nil)}
+	}
+	place := func(t *testing.T, p site.Placer, pl site.Placement) site.Placed {
+		t.Helper()
+		got, err := p.Place(t.Context(), pl)
+		if err != nil {
+			t.Fatalf("place: %v", err)
+		}
+		return got
+	}
+
+	t.Run("ClaimsTheFirstCandidateThatFits", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		setUsage(t, s, "app1", 2, 0)
+		unregister(t, s, "spare1")
+		v := version(t, s)
+		got := place(t, p, site.Placement{Session: newSession("s1", "alice", "notepad", "apps"), Candidates: []site.Candidate{
+			{Machine: "ghost", Limit: 5}, {Machine: "spare1"}, {Machine: "app1", Limit: 30, LoadIndex: 1234}, {Machine: "app2"}}})
+		if got.Reconnect != nil || got.Session.ID != "s1" || got.Session.Machine != "app1" {
+			t.Fatalf("placed %+v, want a new session s1 on app1", got)
+		}
+		if st := got.Status; st.Sessions != 3 || st.LogonsInProgress != 1 || st.LoadIndex != 1234 || st.Registration != site.Registered {
+			t.Errorf("status after the claim %+v, want 3 sessions, 1 logon, load index 1234", st)
+		}
+		if _, ok := got.Refused["spare1"]; !ok || len(got.Refused) != 1 {
+			t.Errorf("refused %v, want spare1 alone (a missing machine is absent, later candidates untried)", got.Refused)
+		}
+		wantVersion(t, s, v)
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			sess, err := tx.Sessions().Get(ctx, "s1")
+			if err != nil {
+				return err
+			}
+			if !same(sess, got.Session) {
+				t.Errorf("stored %+v, want %+v", sess, got.Session)
+			}
+			st, err := tx.MachineStatus(ctx, "app1")
+			if err != nil {
+				return err
+			}
+			if !same(st, got.Status) {
+				t.Errorf("stored status %+v, want %+v", st, got.Status)
+			}
+			return nil
+		})
+	})
+
+	t.Run("AFullMachineIsRefused", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		setUsage(t, s, "app1", 4, 0)
+		got := place(t, p, site.Placement{Session: newSession("s1", "alice", "notepad", "apps"), Candidates: []site.Candidate{
+			{Machine: "app1", Limit: 4}, {Machine: "spare1", Limit: 1}}})
+		if got.Session.Machine != "spare1" || got.Refused["app1"].Sessions != 4 {
+			t.Fatalf("placed %+v, want spare1 with app1 refused at 4 sessions", got)
+		}
+		got = place(t, p, site.Placement{Session: newSession("s2", "bob", "notepad", "apps"), Candidates: []site.Candidate{
+			{Machine: "app1", Limit: 4}, {Machine: "spare1", Limit: 1}}})
+		if got.Placed() || len(got.Refused) != 2 {
+			t.Fatalf("placed %+v on full machines, want nothing and both refused", got)
+		}
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			_, err := tx.Sessions().Get(ctx, "s2")
+			wantCode(t, err, site.ENotFound)
+			return nil
+		})
+	})
+
+	t.Run("Reconnects", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		live := []site.Session{
+			{ID: "a-ended", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionLoggedOff},
+			{ID: "a-active-unnamed", User: "alice", Resource: "calc", DeliveryGroup: "apps", Machine: "app1", State: site.SessionActive},
+			{ID: "b-active", User: "alice", Resource: "calc", DeliveryGroup: "apps", Machine: "app1", State: site.SessionActive, ClientName: "DESK-9"},
+			{ID: "c-other-user", User: "bob", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionDisconnected},
+			{ID: "d-other-group", User: "alice", Resource: "spare-app", DeliveryGroup: "spare", Machine: "spare1", State: site.SessionDisconnected},
+			{ID: "e-disconnected", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app2", State: site.SessionDisconnected},
+			{ID: "f-pending", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionPending},
+		}
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			for _, sess := range live {
+				if err := tx.Sessions().Create(ctx, sess); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		rule := func(policy site.ReconnectPolicy, client string, skip ...string) *site.ReconnectRule {
+			return &site.ReconnectRule{Groups: []string{"apps"}, Policies: []site.ReconnectPolicy{policy},
+				Resources: []string{"notepad", "calc"}, ClientName: client, Skip: skip}
+		}
+		for _, c := range []struct {
+			name string
+			rule *site.ReconnectRule
+			want string
+		}{
+			{"ActiveUnderAlways", rule(site.ReconnectAlways, "", "a-active-unnamed"), "b-active"},
+			{"ActiveFromTheSameEndpoint", rule(site.ReconnectSameEndpointOnly, "DESK-9"), "b-active"},
+			{"NotActiveFromAnotherEndpoint", rule(site.ReconnectSameEndpointOnly, "LAPTOP-1"), "e-disconnected"},
+			{"NotActiveFromAnUnnamedEndpoint", rule(site.ReconnectSameEndpointOnly, ""), "e-disconnected"},
+			{"DisconnectedOnly", rule(site.ReconnectDisconnectedOnly, "DESK-9"), "e-disconnected"},
+			{"SkippedSessions", rule(site.ReconnectAlways, "", "a-active-unnamed", "b-active", "e-disconnected"), "f-pending"},
+			{"NotOtherResources", &site.ReconnectRule{Groups: []string{"apps", "spare"}, Policies: []site.ReconnectPolicy{site.ReconnectAlways, site.ReconnectAlways},
+				Resources: []string{"spare-app"}}, "d-other-group"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				v := version(t, s)
+				got := place(t, p, site.Placement{Session: newSession("new-"+c.name, "alice", "notepad", "apps"), Reconnect: c.rule,
+					Candidates: []site.Candidate{{Machine: "spare1"}}})
+				if got.Reconnect == nil || got.Reconnect.ID != c.want || got.Session.ID != "" {
+					t.Fatalf("placed %+v, want a reconnection to %s", got, c.want)
+				}
+				if got.Status.Registration != site.Registered || got.Status.Sessions != 0 {
+					t.Errorf("status %+v, want the reconnection's machine untouched", got.Status)
+				}
+				wantVersion(t, s, v)
+			})
+		}
+
+		t.Run("NotOnAnUnregisteredMachine", func(t *testing.T) {
+			unregister(t, s, "app1", "app2")
+			got := place(t, p, site.Placement{Session: newSession("new-unreg", "alice", "notepad", "apps"),
+				Reconnect: rule(site.ReconnectAlways, ""), Candidates: []site.Candidate{{Machine: "spare1"}}})
+			if got.Reconnect != nil || got.Session.Machine != "spare1" {
+				t.Fatalf("placed %+v, want a new session on spare1", got)
+			}
+		})
+	})
+
+	t.Run("AssignsADesktopOnce", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		update(t, s, func(ctx context.Context, tx site.Tx) error {
+			return tx.Machines().Create(ctx, site.Machine{Name: "vdi3", Catalog: "vdi-cat", Address: "10.0.1.3:1494", MaxSessions: 1})
+		})
+		register(t, s, "vdi3")
+		v := version(t, s)
+		// vdi2 is erin's: not alice's to take.
+		got := place(t, p, site.Placement{Session: newSession("s1", "alice", "vdi-desktop", "vdi"), Candidates: []site.Candidate{
+			{Machine: "vdi2", Limit: 1, Assign: true}, {Machine: "vdi3", Limit: 1, Assign: true}}})
+		if got.Session.Machine != "vdi3" {
+			t.Fatalf("placed %+v, want vdi3", got)
+		}
+		if _, ok := got.Refused["vdi2"]; !ok {
+			t.Errorf("refused %v, want vdi2 (erin's)", got.Refused)
+		}
+		wantVersion(t, s, v+1)
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			m, err := tx.Machines().Get(ctx, "vdi3")
+			if err == nil && m.AssignedUser != "alice" {
+				t.Errorf("vdi3 is assigned to %q, want alice", m.AssignedUser)
+			}
+			return err
+		})
+		// erin's own machine takes her without another change.
+		got = place(t, p, site.Placement{Session: newSession("s2", "erin", "vdi-desktop", "vdi"), Candidates: []site.Candidate{
+			{Machine: "vdi2", Limit: 1, Assign: true}}})
+		if got.Session.Machine != "vdi2" {
+			t.Fatalf("placed %+v, want vdi2", got)
+		}
+		wantVersion(t, s, v+1)
+	})
+
+	t.Run("LimitsHoldUnderConcurrency", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		const launches, limit = 24, 5
+		var wg sync.WaitGroup
+		placed := make([]site.Placed, launches)
+		errs := make([]error, launches)
+		for i := range launches {
+			wg.Go(func() {
+				placed[i], errs[i] = p.Place(t.Context(), site.Placement{Session: newSession(fmt.Sprintf("s%02d", i), "alice", "notepad", "apps"),
+					Candidates: []site.Candidate{{Machine: "app1", Limit: limit}, {Machine: "spare1", Limit: limit}}})
+			})
+		}
+		wg.Wait()
+		on := map[string]int{}
+		for i := range launches {
+			if errs[i] != nil {
+				t.Fatalf("place %d: %v", i, errs[i])
+			}
+			if placed[i].Placed() {
+				on[placed[i].Session.Machine]++
+			}
+		}
+		if on["app1"] != limit || on["spare1"] != limit {
+			t.Errorf("sessions placed %v, want %d on each machine", on, limit)
+		}
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			for _, m := range []string{"app1", "spare1"} {
+				st, err := tx.MachineStatus(ctx, m)
+				if err != nil {
+					return err
+				}
+				page, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: m}, site.ListOptions{})
+				if err != nil {
+					return err
+				}
+				if st.Sessions != limit || page.Total != limit {
+					t.Errorf("%s: status counts %d sessions and %d are stored, want %d", m, st.Sessions, page.Total, limit)
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("RefusesMalformedPlacements", func(t *testing.T) {
+		t.Parallel()
+		_, p := placer(t)
+		good := site.Placement{Session: newSession("s1", "alice", "notepad", "apps"), Candidates: []site.Candidate{{Machine: "app1"}}}
+		for name, change := range map[string]func(*site.Placement){
+			"no ID":        func(p *site.Placement) { p.Session.ID = "" },
+			"active":       func(p *site.Placement) { p.Session.State = site.SessionActive },
+			"policies":     func(p *site.Placement) { p.Reconnect = &site.ReconnectRule{Groups: []string{"apps"}} },
+			"load index":   func(p *site.Placement) { p.Candidates[0].LoadIndex = site.MaxLoadIndex + 1 },
+			"no candidate": func(p *site.Placement) { p.Candidates[0].Machine = "" },
+		} {
+			pl := good
+			pl.Candidates = append([]site.Candidate(nil), good.Candidates...)
+			change(&pl)
+			_, err := p.Place(t.Context(), pl)
+			if site.ErrorCode(err) != site.EInvalid {
+				t.Errorf("%s: %v, want %s", name, err, site.EInvalid)
+			}
+		}
+	})
+}
+
+// register marks machines registered with no sessions.
+func register(t *testing.T, s site.Store, machines ...string) {
+	t.Helper()
+	update(t, s, func(ctx context.Context, tx site.Tx) error {
+		for _, m := range machines {
+			if err := tx.SetMachineStatus(ctx, m, site.MachineStatus{Registration: site.Registered, ControlURL: "http://vda/" + m}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// unregister marks machines unregistered.
+func unregister(t *testing.T, s site.Store, machines ...string) {
+	t.Helper()
+	update(t, s, func(ctx context.Context, tx site.Tx) error {
+		for _, m := range machines {
+			st, err := tx.MachineStatus(ctx, m)
+			if err != nil {
+				return err
+			}
+			st.Registration = site.Unregistered
+			if err := tx.SetMachineStatus(ctx, m, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// setUsage sets a machine's session and logon counts.
+func setUsage(t *testing.T, s site.Store, machine string, sessions, logons int) {
+	t.Helper()
+	update(t, s, func(ctx context.Context, tx site.Tx) error {
+		st, err := tx.MachineStatus(ctx, machine)
+		if err != nil {
+			return err
+		}
+		st.Sessions, st.LogonsInProgress = sessions, logons
+		return tx.SetMachineStatus(ctx, machine, st)
+	})
+}
