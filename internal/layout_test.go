@@ -82,6 +82,7 @@ func TestDomainImportsNoEdges(t *testing.T) {
 func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
+		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest"},
 		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/block/meter", "cmd/usher"},
 	}
 	for name, p := range list(t) {
@@ -109,6 +110,8 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				t.Errorf("%s imports internal/hotpath; only internal/server may", name)
 			case imp == "internal/memnet":
 				t.Errorf("%s imports internal/memnet outside its tests", name)
+			case imp == "internal/pgtest":
+				t.Errorf("%s imports internal/pgtest outside its tests", name)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)
 			}

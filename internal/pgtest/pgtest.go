@@ -1,0 +1,299 @@
+// Package pgtest gives tests an empty, isolated PostgreSQL database: a
+// new schema, alone on the search_path of the DSN that DSN returns, and
+// dropped when the test ends.
+//
+// The server is, in order: the one the DSN in USHER_TEST_POSTGRES names;
+// the local one on 127.0.0.1:5432 (trust authentication, user postgres or
+// root, database test) when it answers; or a throwaway cluster that
+// initdb and pg_ctl (from /usr/lib/postgresql/*/bin or PATH) start in a
+// temporary directory, listening on a unix socket there only, and that
+// Main stops when the test binary's tests end. Without any, DSN skips the
+// test, saying why; with CI=true in the environment it fails it instead.
+//
+// A package whose tests call DSN runs them through Main:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// Only tests import this package.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvDSN names the environment variable that points the tests at a
+// server: a DSN (URL or key=value) whose user may create schemas.
+const EnvDSN = "USHER_TEST_POSTGRES"
+
+// LocalDSNs are the local server's DSNs that DSN tries.
+var LocalDSNs = []string{
+	"postgres://postgres@127.0.0.1:5432/test?sslmode=disable&connect_timeout=2",
+	"postgres://root@127.0.0.1:5432/test?sslmode=disable&connect_timeout=2",
+}
+
+var (
+	inMain atomic.Bool
+
+	once    sync.Once
+	admin   string   // the DSN schemas are created with
+	reason  string   // why there is no server, when admin is ""
+	started *cluster // the cluster this package started, if any
+)
+
+// Main runs m's tests, then stops the cluster that DSN started for them, if
+// any, and returns m's exit code.
+func Main(m interface{ Run() int }) int {
+	inMain.Store(true)
+	code := m.Run()
+	if started != nil {
+		if err := started.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// DSN returns the DSN of a new, empty schema, the only one on its
+// search_path, which is dropped when tb and its cleanups end. It skips tb
+// when no server can be had (fails it when CI=true).
+func DSN(tb testing.TB) string {
+	tb.Helper()
+	once.Do(find)
+	if admin == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("pgtest: no PostgreSQL server for the tests (CI=true): %s", reason)
+		}
+		tb.Skipf("pgtest: no PostgreSQL server for the tests: %s", reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := "usher_test_" + randomHex(8)
+	if err := exec1(ctx, admin, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		tb.Fatalf("pgtest: create schema: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := exec1(ctx, admin, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+	dsn, err := withSetting(admin, "search_path", schema)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return dsn
+}
+
+// Admin returns the DSN of the server's database that DSN creates its
+// schemas in, for tests that need a connection of their own (as a
+// superuser on a local server or cluster); it skips tb as DSN does.
+func Admin(tb testing.TB) string {
+	tb.Helper()
+	once.Do(find)
+	if admin == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("pgtest: no PostgreSQL server for the tests (CI=true): %s", reason)
+		}
+		tb.Skipf("pgtest: no PostgreSQL server for the tests: %s", reason)
+	}
+	return admin
+}
+
+// find picks the server, once per test binary.
+func find() {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		if err := ping(dsn); err != nil {
+			reason = fmt.Sprintf("%s is set, but its server does not answer: %v", EnvDSN, err)
+			return
+		}
+		admin = dsn
+		return
+	}
+	var errs []string
+	for _, dsn := range LocalDSNs {
+		err := ping(dsn)
+		if err == nil {
+			admin = dsn
+			return
+		}
+		errs = append(errs, err.Error())
+	}
+	if !inMain.Load() {
+		reason = "the local server does not answer (" + strings.Join(errs, "; ") +
+			"), and the package's TestMain does not run pgtest.Main, which would stop a throwaway cluster"
+		return
+	}
+	c, err := startCluster()
+	if err != nil {
+		reason = "the local server does not answer (" + strings.Join(errs, "; ") + "), and no throwaway cluster: " + err.Error()
+		return
+	}
+	started, admin = c, c.dsn
+}
+
+func ping(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return exec1(ctx, dsn, "SELECT 1")
+}
+
+// exec1 runs one statement on a connection of its own.
+func exec1(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// withSetting returns dsn with a run-time setting added, in its own form.
+func withSetting(dsn, key, value string) (string, error) {
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", errors.New("the server's DSN is not a valid URL")
+		}
+		q := u.Query()
+		q.Set(key, value)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return dsn + " " + key + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(value) + "'", nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// cluster is a throwaway PostgreSQL cluster in a temporary directory.
+type cluster struct {
+	dir, bin string
+	runAs    []string // runuser -u postgres --, when root runs the tests
+	dsn      string
+}
+
+// startCluster creates and starts a cluster that listens on a unix socket
+// in its directory only, as the postgres user when the tests run as root
+// (PostgreSQL refuses to run as root).
+func startCluster() (*cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	// A unix socket's path is short: the directory goes under /tmp.
+	dir, err := os.MkdirTemp("/tmp", "usher-pg-")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, errors.New("the tests run as root, and there is no postgres user to run initdb as")
+		}
+		runuser, err := exec.LookPath("runuser")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, errors.New("the tests run as root, and there is no runuser to run initdb as postgres")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		c.runAs = []string{runuser, "-u", "postgres", "--"}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := c.run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	opts := "-k " + dir + " -c listen_addresses='' -F -c full_page_writes=off -c max_connections=200"
+	if out, err := c.run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	c.dsn = "host=" + dir + " port=5432 user=postgres dbname=postgres sslmode=disable"
+	if err := ping(c.dsn); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("the throwaway cluster does not answer: %w", err)
+	}
+	return c, nil
+}
+
+func (c *cluster) run(name string, args ...string) ([]byte, error) {
+	argv := append(slices.Clone(c.runAs), filepath.Join(c.bin, name))
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = c.dir
+	return cmd.CombinedOutput()
+}
+
+// stop stops the cluster and removes its directory.
+func (c *cluster) stop() error {
+	out, err := c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+	if rerr := os.RemoveAll(c.dir); err == nil && rerr != nil {
+		return fmt.Errorf("remove the throwaway cluster: %w", rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("stop the throwaway cluster: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// binDir returns the directory of the newest PostgreSQL's initdb and
+// pg_ctl.
+func binDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(dirs, func(a, b string) int { return version(b) - version(a) })
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if d := filepath.Dir(p); isExec(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("no initdb and pg_ctl in /usr/lib/postgresql/*/bin or PATH (install postgresql)")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func isExec(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}

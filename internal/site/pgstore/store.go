@@ -1,0 +1,254 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// Defaults for Options.
+const (
+	// DefaultMaxConns bounds the pool: every transaction holds a connection
+	// for its round trips, so a broker far from the database needs more
+	// than the CPU count that pgx would pick.
+	DefaultMaxConns = 16
+	// DefaultLockTimeout is how long a statement waits for a lock another
+	// transaction holds before it fails with EUnavailable, as
+	// sqlitestore's busy timeout.
+	DefaultLockTimeout = 5 * time.Second
+	// DefaultConnectTimeout bounds a connection attempt when the DSN sets
+	// no connect_timeout: a database that does not answer is unavailable,
+	// not a transaction that hangs.
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// endTimeout bounds the ROLLBACK that ends a transaction in the background.
+const endTimeout = 30 * time.Second
+
+// Log attribute keys.
+const (
+	logKeyDatabase = "database"
+	logKeyVersion  = "version"
+	logKeyName     = "name"
+	logKeyError    = "error"
+)
+
+// Options tune a Store. The zero value is ready to use.
+type Options struct {
+	// Logger receives migration and failure logs; nil discards them.
+	Logger *slog.Logger
+	// MaxConns is the most connections the Store opens; 0 means the DSN's
+	// pool_max_conns when it sets one, else DefaultMaxConns.
+	MaxConns int
+	// LockTimeout is how long a statement waits for a lock; 0 means the
+	// DSN's lock_timeout when it sets one, else DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+// Store is a site database in a PostgreSQL schema.
+type Store struct {
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	target string   // the database, as messages and logs name it: no password
+	secret []string // what no message may show
+	closed atomic.Bool
+
+	mu     sync.Mutex     // orders ending.Add before Close's ending.Wait
+	ending sync.WaitGroup // transactions ending in the background
+}
+
+var _ site.Store = (*Store)(nil)
+
+// Open connects to the PostgreSQL database that dsn names (a URL or
+// key=value string, as libpq takes) and migrates its schema. It refuses a
+// schema that a newer usher migrated (ErrSchemaTooNew). The pool connects
+// lazily after Open: a database that goes away later makes transactions
+// fail with EUnavailable until it is back.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := parseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open site database: %w", err)
+	}
+	return open(ctx, cfg, opts)
+}
+
+// open opens a Store on a parsed configuration, which tests adjust.
+func open(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = int32(opts.MaxConns)
+	} else if !strings.Contains(cfg.ConnString(), "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if _, set := params["application_name"]; !set {
+		params["application_name"] = "usher"
+	}
+	if opts.LockTimeout > 0 {
+		params["lock_timeout"] = strconv.FormatInt(opts.LockTimeout.Milliseconds(), 10)
+	} else if _, set := params["lock_timeout"]; !set {
+		params["lock_timeout"] = strconv.FormatInt(DefaultLockTimeout.Milliseconds(), 10)
+	}
+	// pgxpool pings a connection idle for a second before handing it out:
+	// a round trip on most transactions of a quiet broker. The first
+	// statements of a transaction are sent again on a new connection when
+	// the one they went out on turns out dead instead (tx.send).
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+
+	s := &Store{target: describe(cfg.ConnConfig), secret: secrets(cfg.ConnConfig)}
+	s.log = opts.Logger.With(logKeyDatabase, s.target)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open site database %s: %s", s.target, s.scrub(err))
+	}
+	s.pool = pool
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		if ce := (*connectError)(nil); errors.As(err, &ce) {
+			return nil, fmt.Errorf("open site database: %w", err) // it names the database
+		}
+		return nil, fmt.Errorf("open site database %s: %w", s.target, err)
+	}
+	return s, nil
+}
+
+// Target returns the database the Store uses, as a URL without password.
+func (s *Store) Target() string { return s.target }
+
+// Close closes the pool, once every transaction has ended. Transactions
+// after Close fail with EUnavailable. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	closed := s.closed.Swap(true)
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	s.ending.Wait()
+	s.pool.Close()
+	return nil
+}
+
+var errClosed = site.Errorf(site.EUnavailable, "site database is closed")
+
+// View runs fn in a read-only transaction on one snapshot of the database.
+func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	t := &tx{s: s}
+	defer t.end()
+	return fn(t)
+}
+
+// Update runs fn in a read-write transaction and commits it when fn returns
+// nil. A transaction that changed the configuration moves the configuration
+// version by one. fn runs once: a transaction that fails (a deadlock, a
+// lost connection) returns an error and is not tried again.
+func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	t := &tx{s: s, update: true}
+	defer t.end()
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.commit(ctx)
+}
+
+// background runs fn in a goroutine that Close waits for, or, once Close
+// has begun, before it returns.
+func (s *Store) background(fn func()) {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		fn()
+		return
+	}
+	s.ending.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.ending.Done()
+		fn()
+	}()
+}
+
+// unavailable is the client-safe error of a database that cannot serve.
+func unavailable(reason string) *site.Error {
+	return site.Errorf(site.EUnavailable, "site database is %s", reason)
+}
+
+// dbErr turns a failed statement's error into a site error where one
+// fits, keeping the cause in the chain for logs.
+func (s *Store) dbErr(ctx context.Context, conn *pgxpool.Conn, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *site.Error
+	if errors.As(err, &se) {
+		return err
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)) {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code == "40001" || pg.Code == "40P01": // serialization failure, deadlock
+			return fmt.Errorf("%w: %w", site.Errorf(site.EUnavailable,
+				"site database is busy: the transaction conflicted with a concurrent one; try again"), err)
+		case pg.Code == "55P03": // lock not available: lock_timeout
+			return fmt.Errorf("%w: %w", unavailable("busy"), err)
+		case pg.Code == "25006": // read-only transaction
+			return fmt.Errorf("%w: %w", errReadOnly, err)
+		case pg.Code == "22021" || pg.Code == "22P05": // a NUL byte, invalid UTF-8
+			return fmt.Errorf("%w: %w", site.Errorf(site.EInvalid, "text with a NUL byte or invalid UTF-8 cannot be stored"), err)
+		case pg.Code == "57014", // query canceled: statement_timeout
+			pg.Code[:2] == "08", // connection exception
+			pg.Code[:2] == "53", // insufficient resources
+			pg.Code[:2] == "57", // operator intervention: shutdown, crash recovery
+			pg.Code[:2] == "58": // system error: I/O
+			return fmt.Errorf("%w: %w", unavailable("unavailable"), err)
+		}
+		return err
+	}
+	if conn == nil || conn.Conn().IsClosed() {
+		return fmt.Errorf("%w: %s", unavailable("unavailable"), s.scrub(err))
+	}
+	return err
+}
+
+// acquire takes a connection from the pool.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err == nil {
+		return conn, nil
+	}
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: connect to %s: %s", context.Cause(ctx), s.target, s.scrub(err))
+	}
+	return nil, fmt.Errorf("%w: %w", unavailable("unavailable"), s.connectErr(err))
+}

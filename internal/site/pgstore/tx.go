@@ -1,0 +1,485 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+var (
+	// errReadOnly is returned by writes inside View.
+	errReadOnly = errors.New("write in a read-only transaction")
+	// errTxDone is returned by a Tx used after its function returned.
+	errTxDone = errors.New("site transaction used after its function returned")
+)
+
+// tx is a site.Tx on one PostgreSQL transaction. It takes a connection
+// and begins at its first statement; a transaction that runs none costs
+// nothing.
+type tx struct {
+	s      *Store
+	update bool
+	conn   *pgxpool.Conn // nil until the first statement
+	done   bool          // fn returned
+
+	// settings is the settings row, read once; in an Update, reading it
+	// takes the configuration lock.
+	settings *settingsRow
+	// pending are writes waiting to be sent with the next statements:
+	// they cannot fail for want of their row, which the transaction
+	// holds locked (locked, by lockKey).
+	pending []*pgx.QueuedQuery
+	locked  map[string]bool
+
+	// wrote is set by every write sent or pending: an Update that wrote
+	// nothing has nothing to commit.
+	wrote bool
+	// configChanged is set by every successful configuration write; Update
+	// then moves the configuration version once at commit.
+	configChanged bool
+	// broken is the error that aborted the transaction: PostgreSQL refuses
+	// every statement after a failed one, and Update commits nothing.
+	broken error
+	// roundTrips counts the batches sent, for tests.
+	roundTrips int
+}
+
+var _ site.Tx = (*tx)(nil)
+
+type settingsRow struct {
+	site.Settings
+	version int64
+}
+
+// usable returns the error of a call on a transaction that cannot take
+// one, and errReadOnly for a write in a View.
+func (t *tx) usable(write bool) error {
+	switch {
+	case t.done:
+		return errTxDone
+	case t.broken != nil:
+		return fmt.Errorf("transaction aborted by an earlier error: %w", t.broken)
+	case write && !t.update:
+		return errReadOnly
+	}
+	return nil
+}
+
+func (t *tx) beginSQL() string {
+	if t.update {
+		return "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
+	}
+	return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+}
+
+// send runs b's statements in one round trip, preceded by what must run
+// first: BEGIN, when the transaction has not begun; the settings row, when
+// settings is set (in an Update, reading it takes the configuration lock)
+// or a View begins, unless the transaction has read it; and the pending
+// writes. When the first statements of a transaction fail because their
+// connection was dead (the server restarted, or closed it while it
+// idled), nothing ran: they go again once, on another connection.
+func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
+	if err := t.usable(false); err != nil {
+		return err
+	}
+	var qs []*pgx.QueuedQuery
+	first := t.conn == nil
+	if first {
+		qs = append(qs, &pgx.QueuedQuery{SQL: t.beginSQL()})
+	}
+	// A View reads the settings row with its first statements, whether
+	// it asks for them yet or not: the configuration version is what most
+	// views ask for, and one more row in a round trip costs nothing.
+	if t.settings == nil && (settings || first && !t.update) {
+		qs = append(qs, t.settingsQuery())
+	}
+	qs = append(qs, t.pending...)
+	t.pending = nil
+	if b != nil {
+		qs = append(qs, b.QueuedQueries...)
+	}
+	err := t.roundTrip(ctx, qs)
+	if err != nil && first && t.conn != nil && t.conn.Conn().IsClosed() && ctx.Err() == nil {
+		t.s.log.Debug("site database connection lost before the transaction began; trying another", logKeyError, t.s.scrub(err))
+		t.conn.Release()
+		t.conn = nil
+		err = t.roundTrip(ctx, qs)
+	}
+	if err != nil {
+		t.broken = t.s.dbErr(ctx, t.conn, err)
+		return t.broken
+	}
+	return nil
+}
+
+// roundTrip sends queries in one batch and reads every result.
+func (t *tx) roundTrip(ctx context.Context, queries []*pgx.QueuedQuery) error {
+	if t.conn == nil {
+		conn, err := t.s.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		t.conn = conn
+	}
+	// A batch is sent once: pgx records in its queries what it prepared on
+	// the connection. Copies leave the originals ready for another.
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(queries))}
+	for i, q := range queries {
+		b.QueuedQueries[i] = &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn}
+	}
+	t.roundTrips++
+	return t.conn.SendBatch(ctx, b).Close()
+}
+
+// commit sends the pending writes, moves the configuration version when
+// the transaction changed the configuration, and commits, in one round
+// trip. An Update that wrote nothing commits nothing: end rolls it back
+// without waiting.
+func (t *tx) commit(ctx context.Context) error {
+	if t.broken != nil {
+		return fmt.Errorf("transaction rolled back after a failed statement: %w", t.broken)
+	}
+	if t.conn == nil || !t.wrote {
+		return nil
+	}
+	qs := t.pending
+	t.pending = nil
+	if t.configChanged {
+		qs = append(qs, &pgx.QueuedQuery{SQL: `UPDATE settings SET config_version = config_version + 1 WHERE id = 1`})
+	}
+	c := &pgx.QueuedQuery{SQL: "COMMIT"}
+	c.Exec(func(ct pgconn.CommandTag) error {
+		if ct.String() != "COMMIT" {
+			return errors.New("the server rolled the transaction back")
+		}
+		return nil
+	})
+	if err := t.roundTrip(ctx, append(qs, c)); err != nil {
+		t.broken = t.s.dbErr(ctx, t.conn, err)
+		return fmt.Errorf("commit: %w", t.broken)
+	}
+	t.conn.Release()
+	t.conn = nil
+	return nil
+}
+
+// end releases the transaction's connection once fn has returned. A
+// transaction still open (a View, an Update that failed or wrote nothing)
+// is rolled back in the background: nothing of it is to be kept, and its
+// caller need not wait a round trip for that.
+func (t *tx) end() {
+	t.done = true
+	conn := t.conn
+	t.conn = nil
+	if conn == nil {
+		return
+	}
+	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
+		conn.Release() // a closed connection leaves the pool
+		return
+	}
+	t.s.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			t.s.log.Debug("roll back site database transaction", logKeyError, t.s.scrub(err))
+		}
+		conn.Release()
+	})
+}
+
+// settingsQuery reads the settings row; in an Update it locks it.
+func (t *tx) settingsQuery() *pgx.QueuedQuery {
+	q := `SELECT name, domain, trust_xml_requests, anonymous_app_data, server_data_credentials, config_version FROM settings WHERE id = 1`
+	if t.update {
+		q += ` FOR UPDATE`
+	}
+	qq := &pgx.QueuedQuery{SQL: q}
+	qq.QueryRow(func(r pgx.Row) error {
+		var row settingsRow
+		s := &row.Settings
+		if err := r.Scan(&s.Name, &s.Domain, &s.TrustXMLRequests, &s.AnonymousAppData, &s.ServerDataCredentials, &row.version); err != nil {
+			return fmt.Errorf("read settings: %w", err)
+		}
+		t.settings = &row
+		return nil
+	})
+	return qq
+}
+
+func (t *tx) readSettings(ctx context.Context) (*settingsRow, error) {
+	if t.settings == nil {
+		if err := t.send(ctx, nil, true); err != nil {
+			return nil, err
+		}
+	}
+	return t.settings, nil
+}
+
+// ConfigVersion returns the version committed before this transaction
+// changed anything: Update moves it only at commit. In an Update it is
+// read with the configuration lock, so no other transaction moves it
+// before this one ends.
+func (t *tx) ConfigVersion(ctx context.Context) (int64, error) {
+	s, err := t.readSettings(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("config version: %w", err)
+	}
+	return s.version, nil
+}
+
+func (t *tx) Settings(ctx context.Context) (site.Settings, error) {
+	s, err := t.readSettings(ctx)
+	if err != nil {
+		return site.Settings{}, fmt.Errorf("settings: %w", err)
+	}
+	return s.Settings, nil
+}
+
+func (t *tx) SetSettings(ctx context.Context, s site.Settings) error {
+	if err := t.usable(true); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE settings SET name = $1::text, domain = $2::text, trust_xml_requests = $3::boolean,
+		anonymous_app_data = $4::boolean, server_data_credentials = $5::boolean WHERE id = 1`,
+		s.Name, s.Domain, s.TrustXMLRequests, s.AnonymousAppData, s.ServerDataCredentials)
+	t.wrote = true
+	if err := t.send(ctx, b, true); err != nil {
+		return fmt.Errorf("set settings: %w", err)
+	}
+	t.settings.Settings = s
+	t.configChanged = true
+	return nil
+}
+
+func (t *tx) Zones() site.Collection[site.Zone] {
+	return collection[site.Zone]{t, zones}
+}
+
+func (t *tx) Catalogs() site.Collection[site.Catalog] {
+	return collection[site.Catalog]{t, catalogs}
+}
+
+func (t *tx) Groups() site.Collection[site.Group] {
+	return collection[site.Group]{t, groups}
+}
+
+func (t *tx) Users() site.Collection[site.User] {
+	return collection[site.User]{t, users}
+}
+
+func (t *tx) Machines() site.Collection[site.Machine] {
+	return collection[site.Machine]{t, machines}
+}
+
+func (t *tx) DeliveryGroups() site.Collection[site.DeliveryGroup] {
+	return collection[site.DeliveryGroup]{t, deliveryGroups}
+}
+
+func (t *tx) Applications() site.Collection[site.Resource] {
+	return collection[site.Resource]{t, applications}
+}
+
+func (t *tx) Desktops() site.Collection[site.Resource] {
+	return collection[site.Resource]{t, desktops}
+}
+
+func (t *tx) Entitlements() site.Collection[site.Entitlement] {
+	return collection[site.Entitlement]{t, entitlements}
+}
+
+func (t *tx) Admins() site.Collection[site.Admin] {
+	return collection[site.Admin]{t, admins}
+}
+
+func (t *tx) Sessions() site.Sessions { return sessions{t} }
+
+// forUpdate is the locking clause of a read of runtime rows: in an Update
+// the rows stay locked until it ends.
+func (t *tx) forUpdate() string {
+	if t.update {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+func lockKey(table, name string) string { return table + "\x00" + name }
+
+func (t *tx) lock(table, name string) {
+	if t.locked == nil {
+		t.locked = map[string]bool{}
+	}
+	t.locked[lockKey(table, name)] = true
+}
+
+func (t *tx) unlock(table, name string) { delete(t.locked, lockKey(table, name)) }
+
+// write sends a write of one row of table, or, when the transaction holds
+// that row locked, queues it for the next round trip: it cannot miss. It
+// reports whether the row exists.
+func (t *tx) write(ctx context.Context, table, name, what, query string, args ...any) (bool, error) {
+	if t.locked[lockKey(table, name)] {
+		qq := &pgx.QueuedQuery{SQL: query, Arguments: args}
+		qq.Fn = func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("%s %q: %w", what, name, err)
+			}
+			return nil
+		}
+		t.pending = append(t.pending, qq)
+		t.wrote = true
+		return true, nil
+	}
+	var n int64
+	b := &pgx.Batch{}
+	b.Queue(query, args...).Exec(func(ct pgconn.CommandTag) error { n = ct.RowsAffected(); return nil })
+	t.wrote = true
+	if err := t.send(ctx, b, false); err != nil {
+		return false, fmt.Errorf("%s %q: %w", what, name, err)
+	}
+	return n > 0, nil
+}
+
+const statusCols = `registration, last_heartbeat, load_index, sessions, cpu_percent, memory_percent,
+	logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token,
+	agent_version, registration_conflict, registration_conflict_at, registered_credential`
+
+func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
+	if err := t.usable(false); err != nil {
+		return site.MachineStatus{}, err
+	}
+	var st site.MachineStatus
+	found := false
+	b := &pgx.Batch{}
+	queueOne(b, &found, `SELECT `+statusCols+` FROM machine_status WHERE machine = $1::text`+t.forUpdate(), []any{machine},
+		&st.Registration, timeDest{&st.LastHeartbeat}, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
+		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, timeDest{&st.ConflictAt}, &st.Credential)
+	if err := t.send(ctx, b, false); err != nil {
+		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
+	}
+	if !found {
+		return site.MachineStatus{}, site.NotFound(site.KindMachine, machine)
+	}
+	if t.update {
+		t.lock("machine_status", machine)
+	}
+	return st, nil
+}
+
+func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.MachineStatus) error {
+	if err := t.usable(true); err != nil {
+		return err
+	}
+	ok, err := t.write(ctx, "machine_status", machine, "set machine status",
+		`UPDATE machine_status SET registration = $2::text, last_heartbeat = $3::timestamptz, load_index = $4::bigint,
+		sessions = $5::bigint, cpu_percent = $6::double precision, memory_percent = $7::double precision,
+		logons_in_progress = $8::bigint, memory_used_mb = $9::bigint, memory_total_mb = $10::bigint,
+		registered_address = $11::text, protocol = $12::text, control_url = $13::text, control_token = $14::text,
+		agent_version = $15::text, registration_conflict = $16::text, registration_conflict_at = $17::timestamptz,
+		registered_credential = $18::text WHERE machine = $1::text`,
+		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent,
+		st.LogonsInProgress, st.MemoryUsedMB, st.MemoryTotalMB, st.RegisteredAddress, st.Protocol, st.ControlURL,
+		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return site.NotFound(site.KindMachine, machine)
+	}
+	return nil
+}
+
+func (t *tx) MachineCredential(ctx context.Context, machine string) (site.MachineCredential, error) {
+	if err := t.usable(false); err != nil {
+		return site.MachineCredential{}, err
+	}
+	var c site.MachineCredential
+	found := false
+	b := &pgx.Batch{}
+	queueOne(b, &found, `SELECT credential_id, issued_at, secret_fingerprint, bound, enrolment_token_hash, enrolment_token_expires
+		FROM machine_credentials WHERE machine = $1::text`+t.forUpdate(), []any{machine},
+		&c.ID, timeDest{&c.IssuedAt}, &c.SecretFingerprint, &c.Bound, &c.EnrolmentTokenHash, timeDest{&c.EnrolmentTokenExpires})
+	if err := t.send(ctx, b, false); err != nil {
+		return site.MachineCredential{}, fmt.Errorf("machine credential %q: %w", machine, err)
+	}
+	if !found {
+		return site.MachineCredential{}, site.NotFound(site.KindMachine, machine)
+	}
+	if t.update {
+		t.lock("machine_credentials", machine)
+	}
+	return c, nil
+}
+
+func (t *tx) SetMachineCredential(ctx context.Context, machine string, c site.MachineCredential) error {
+	if err := t.usable(true); err != nil {
+		return err
+	}
+	ok, err := t.write(ctx, "machine_credentials", machine, "set machine credential",
+		`UPDATE machine_credentials SET credential_id = $2::text, issued_at = $3::timestamptz, secret_fingerprint = $4::text,
+		bound = $5::boolean, enrolment_token_hash = $6::text, enrolment_token_expires = $7::timestamptz WHERE machine = $1::text`,
+		machine, c.ID, timeArg(c.IssuedAt), c.SecretFingerprint, c.Bound, c.EnrolmentTokenHash, timeArg(c.EnrolmentTokenExpires))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return site.NotFound(site.KindMachine, machine)
+	}
+	return nil
+}
+
+// queueOne queues a query for at most one row, scanned into dest; found
+// reports whether there was one.
+func queueOne(b *pgx.Batch, found *bool, query string, args []any, dest ...any) {
+	b.Queue(query, args...).Query(func(rows pgx.Rows) error {
+		if rows.Next() {
+			*found = true
+			return rows.Scan(dest...)
+		}
+		return nil
+	})
+}
+
+// Times are timestamptz, which keeps microseconds; the zero time is NULL.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// timeDest scans a timestamptz into a time.Time, in UTC, the zero time for
+// NULL.
+type timeDest struct{ t *time.Time }
+
+func (d timeDest) ScanTimestamptz(v pgtype.Timestamptz) error {
+	if !v.Valid || v.InfinityModifier != pgtype.Finite {
+		*d.t = time.Time{}
+		return nil
+	}
+	*d.t = v.Time.UTC()
+	return nil
+}
+
+// nullIfEmpty stores an empty optional reference as NULL, which foreign
+// keys ignore.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,351 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/pgtest"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/storetest"
+)
+
+// wire is the network between a store and its database: it counts the
+// round trips on it, and tests cut it.
+type wire struct {
+	turns atomic.Int64
+
+	mu    sync.Mutex
+	conns []*wireConn
+	down  bool
+}
+
+func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.down {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	wc := &wireConn{Conn: c, w: w}
+	w.conns = append(w.conns, wc)
+	return wc, nil
+}
+
+// drop closes every connection, as a database restart does.
+func (w *wire) drop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.conns {
+		c.Conn.Close()
+	}
+	w.conns = nil
+}
+
+// cut drops every connection and refuses new ones until mend.
+func (w *wire) cut() {
+	w.drop()
+	w.mu.Lock()
+	w.down = true
+	w.mu.Unlock()
+}
+
+func (w *wire) mend() {
+	w.mu.Lock()
+	w.down = false
+	w.mu.Unlock()
+}
+
+// wireConn counts a round trip at every turn from writing to reading.
+type wireConn struct {
+	net.Conn
+	w     *wire
+	wrote atomic.Bool
+}
+
+func (c *wireConn) Write(b []byte) (int, error) {
+	c.wrote.Store(true)
+	return c.Conn.Write(b)
+}
+
+func (c *wireConn) Read(b []byte) (int, error) {
+	if c.wrote.Swap(false) {
+		c.w.turns.Add(1)
+	}
+	return c.Conn.Read(b)
+}
+
+// openWire opens a store on a new schema over a wire.
+func openWire(t testing.TB, opts Options) (*Store, *wire) {
+	t.Helper()
+	cfg, err := parseDSN(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wire{}
+	cfg.ConnConfig.DialFunc = w.dial
+	s, err := open(context.Background(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, w
+}
+
+// fill creates a zone, a catalog, a user, machine m1, a delivery group and
+// an application.
+func fill(t testing.TB, s site.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Update(ctx, func(tx site.Tx) error {
+		for _, err := range []error{
+			tx.Zones().Create(ctx, site.Zone{Name: "z", Primary: true}),
+			tx.Catalogs().Create(ctx, site.Catalog{Name: "c", Kind: site.MultiSession, Zone: "z"}),
+			tx.Users().Create(ctx, site.User{Name: "u"}),
+			tx.Machines().Create(ctx, site.Machine{Name: "m1", Catalog: "c", Address: "h1:1"}),
+			tx.DeliveryGroups().Create(ctx, site.NewDeliveryGroup("dg", "c")),
+			tx.Applications().Create(ctx, site.Resource{Kind: site.Application, Name: "app", DisplayName: "App", CommandLine: "app", DeliveryGroups: []string{"dg"}}),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRoundTrips counts the round trips of the transactions brokers run
+// most, on the wire: each costs what the package documentation says, once
+// the connection has prepared its statements.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{MaxConns: 1})
+	fill(t, s)
+	n := 0
+	session := func() string { n++; return fmt.Sprint("s", n) }
+	last := ""
+	cases := []struct {
+		name string
+		// wait is what the caller waits for; all counts the rollback of a
+		// transaction that wrote nothing, which ends in the background.
+		wait, all int
+		update    bool
+		fn        func(ctx context.Context, tx site.Tx) error
+	}{
+		{"claim: read and set a machine's status, create a session", 3, 3, true, func(ctx context.Context, tx site.Tx) error {
+			st, err := tx.MachineStatus(ctx, "m1")
+			if err != nil {
+				return err
+			}
+			st.Sessions++
+			if err := tx.SetMachineStatus(ctx, "m1", st); err != nil {
+				return err
+			}
+			last = session()
+			return tx.Sessions().Create(ctx, site.Session{ID: last, User: "u", Resource: "app", DeliveryGroup: "dg", Machine: "m1", State: site.SessionPending})
+		}},
+		{"heartbeat: read and set a machine's status", 2, 2, true, func(ctx context.Context, tx site.Tx) error {
+			st, err := tx.MachineStatus(ctx, "m1")
+			if err != nil {
+				return err
+			}
+			st.CPUPercent++
+			return tx.SetMachineStatus(ctx, "m1", st)
+		}},
+		{"end a session: read it and its machine's status, set both", 3, 3, true, func(ctx context.Context, tx site.Tx) error {
+			sess, err := tx.Sessions().Get(ctx, last)
+			if err != nil {
+				return err
+			}
+			st, err := tx.MachineStatus(ctx, sess.Machine)
+			if err != nil {
+				return err
+			}
+			st.Sessions--
+			if err := tx.SetMachineStatus(ctx, sess.Machine, st); err != nil {
+				return err
+			}
+			sess.State = site.SessionLoggedOff
+			return tx.Sessions().Update(ctx, sess)
+		}},
+		{"a claim that finds the machine full", 1, 2, true, func(ctx context.Context, tx site.Tx) error {
+			_, err := tx.MachineStatus(ctx, "m1")
+			return err
+		}},
+		{"create a zone", 2, 2, true, func(ctx context.Context, tx site.Tx) error {
+			return tx.Zones().Create(ctx, site.Zone{Name: session()})
+		}},
+		{"view: a machine's status and the version", 1, 2, false, func(ctx context.Context, tx site.Tx) error {
+			if _, err := tx.MachineStatus(ctx, "m1"); err != nil {
+				return err
+			}
+			_, err := tx.ConfigVersion(ctx)
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var wait int
+			run := func() {
+				t.Helper()
+				fn := func(stx site.Tx) error {
+					if err := c.fn(ctx, stx); err != nil {
+						return err
+					}
+					wait = stx.(*tx).roundTrips
+					if tx := stx.(*tx); tx.wrote {
+						wait++ // the commit
+					}
+					return nil
+				}
+				var err error
+				if c.update {
+					err = s.Update(ctx, fn)
+				} else {
+					err = s.View(ctx, fn)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.ending.Wait()
+			}
+			run() // prepares the statements on the connection
+			before := w.turns.Load()
+			run()
+			if all := int(w.turns.Load() - before); wait != c.wait || all != c.all {
+				t.Errorf("%d round trips waited for, %d in all; want %d and %d", wait, all, c.wait, c.all)
+			}
+		})
+	}
+}
+
+// TestLoadConfigRoundTripsDoNotGrowWithSize guards against N+1 queries:
+// the whole configuration loads in a fixed number of round trips, one per
+// kind, however many objects there are.
+func TestLoadConfigRoundTripsDoNotGrowWithSize(t *testing.T) {
+	ctx := context.Background()
+	count := func(size storetest.Sizes) int {
+		s, _ := openWire(t, Options{})
+		if err := s.Update(ctx, func(tx site.Tx) error {
+			_, err := site.ApplyConfig(ctx, tx, storetest.GenerateConfig(size), false)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.View(ctx, func(stx site.Tx) error {
+			if _, err := site.LoadConfig(ctx, stx); err != nil {
+				return err
+			}
+			n = stx.(*tx).roundTrips
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	mid, demo := count(storetest.MidSize), count(storetest.DemoSize)
+	if mid != demo || demo > 10 {
+		t.Fatalf("LoadConfig took %d round trips for the mid-size site and %d for the demo site; want the same 10", mid, demo)
+	}
+}
+
+// TestLostDatabaseIsUnavailable: transactions fail with EUnavailable while
+// the database cannot be reached, and work again once it can.
+func TestLostDatabaseIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{})
+	fill(t, s)
+	w.cut()
+	called := false
+	err := s.Update(ctx, func(tx site.Tx) error {
+		called = true
+		return tx.Zones().Create(ctx, site.Zone{Name: "lost"})
+	})
+	if site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("update while the database is gone: %v, want code %s", err, site.EUnavailable)
+	}
+	err = s.View(ctx, func(tx site.Tx) error { _, err := tx.ConfigVersion(ctx); return err })
+	if site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("view while the database is gone: %v, want code %s", err, site.EUnavailable)
+	}
+	if !called {
+		t.Fatal("fn did not run") // it runs; its first statement fails
+	}
+	w.mend()
+	if err := s.Update(ctx, func(tx site.Tx) error { return tx.Zones().Create(ctx, site.Zone{Name: "found"}) }); err != nil {
+		t.Fatalf("update once the database is back: %v", err)
+	}
+}
+
+// TestDeadConnectionsAreReplaced: a transaction whose pooled connection
+// died while it idled (a database restart) runs on a new one; one whose
+// connection dies halfway fails with EUnavailable and commits nothing.
+func TestDeadConnectionsAreReplaced(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{MaxConns: 2})
+	fill(t, s)
+	w.drop()
+	if err := s.Update(ctx, func(tx site.Tx) error { return tx.Zones().Create(ctx, site.Zone{Name: "after-restart"}) }); err != nil {
+		t.Fatalf("update on a dead pooled connection: %v", err)
+	}
+	w.drop()
+	if err := s.View(ctx, func(tx site.Tx) error { _, err := tx.Zones().Get(ctx, "after-restart"); return err }); err != nil {
+		t.Fatalf("view on a dead pooled connection: %v", err)
+	}
+
+	err := s.Update(ctx, func(tx site.Tx) error {
+		if err := tx.Zones().Create(ctx, site.Zone{Name: "halfway"}); err != nil {
+			return err
+		}
+		w.drop()
+		return tx.Zones().Create(ctx, site.Zone{Name: "halfway-2"})
+	})
+	if site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("update whose connection died halfway: %v, want code %s", err, site.EUnavailable)
+	}
+	err = s.View(ctx, func(tx site.Tx) error { _, err := tx.Zones().Get(ctx, "halfway"); return err })
+	if site.ErrorCode(err) != site.ENotFound {
+		t.Fatalf("the first half of a failed update: %v, want not found", err)
+	}
+}
+
+// TestFailedStatementFailsTheUpdate: PostgreSQL aborts a transaction at
+// its first failed statement, so an Update whose fn ignores a failure
+// (here, text PostgreSQL refuses) commits nothing and says why.
+func TestFailedStatementFailsTheUpdate(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openWire(t, Options{})
+	fill(t, s)
+	err := s.Update(ctx, func(tx site.Tx) error {
+		if err := tx.Zones().Create(ctx, site.Zone{Name: "kept?"}); err != nil {
+			return err
+		}
+		st, err := tx.MachineStatus(ctx, "m1")
+		if err != nil {
+			return err
+		}
+		st.AgentVersion = "bad\x00byte"
+		_ = tx.SetMachineStatus(ctx, "m1", st) // waits for the next round trip, and fails there
+		if _, err := tx.Zones().Get(ctx, "kept?"); err == nil {
+			t.Errorf("a statement after a failed one succeeded")
+		}
+		return nil
+	})
+	if site.ErrorCode(err) != site.EInvalid || !strings.Contains(err.Error(), "set machine status") {
+		t.Fatalf("update with a failed statement: %v, want its error", err)
+	}
+	if err := s.View(ctx, func(tx site.Tx) error { _, err := tx.Zones().Get(ctx, "kept?"); return err }); site.ErrorCode(err) != site.ENotFound {
+		t.Fatalf("the update committed: %v", err)
+	}
+}
