@@ -109,12 +109,14 @@ const DefaultMaxConcurrent = 256
 
 // Broker enumerates and launches resources for users and keeps track of
 // VDAs and sessions. Enumeration is served from an in-memory snapshot of
-// the configuration; a launch costs one site DB transaction that claims one
-// machine's status.
+// the configuration; a launch costs one site.Placer call (one round trip
+// to the site DB on stores that implement it), which reconnects the user
+// or claims one machine's status, locking nothing wider than that machine.
 type Broker struct {
 	cfg       Config
 	log       *slog.Logger
 	store     site.Store
+	placer    site.Placer
 	snap      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one Refresh at a time, so that an older snapshot never replaces a newer one
 	machines  *table
@@ -176,6 +178,11 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), obs: cfg.Observer,
 		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy}
+	if p, ok := cfg.Store.(site.Placer); ok {
+		b.placer = p
+	} else {
+		b.placer = txPlacer{cfg.Store}
+	}
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -407,187 +414,190 @@ func (b *Broker) launch(ctx context.Context, req LaunchRequest, started string) 
 	if !ok || len(groups) == 0 {
 		return nil, ErrNotEntitled
 	}
-	if l, err := b.reconnect(ctx, s, req, res, groups); l != nil || err != nil {
-		if l != nil {
+	// The first placement also looks for a session to go back to; once
+	// the site DB said there is none, the others only claim.
+	ln := &launching{s: s, req: req, res: res, rule: reconnectRule(s, req, res, groups)}
+	for _, g := range groups {
+		dg, _ := s.DeliveryGroup(g)
+		l, err := b.place(ctx, ln, dg)
+		if l != nil && l.Reconnected {
 			op = OpReconnect
 			b.obs.Reconnected()
 		}
-		return l, err
-	}
-	for _, g := range groups {
-		dg, _ := s.DeliveryGroup(g)
-		if l, err := b.place(ctx, s, req, res, dg); l != nil || err != nil {
+		if l != nil || err != nil {
 			return l, err
 		}
 	}
 	return nil, site.Errorf(site.ENoCapacity, "no available machine for %q", res.DisplayName)
 }
 
-// reconnect returns the user to an existing session of the resource's
-// delivery groups, or nil when there is none to return to.
-func (b *Broker) reconnect(ctx context.Context, s *Snapshot, req LaunchRequest, res *site.Resource, groups []string) (*Launch, error) {
-	var sessions []site.Session
-	err := b.store.View(ctx, func(tx site.Tx) error {
-		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: req.User, Live: true}, site.ListOptions{})
-		sessions = p.Items
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list sessions: %w", err)
+// reconnectRule is what a launch of res may go back to: the user's
+// sessions of the groups serving res (a desktop its own sessions, an
+// application any application's: session sharing), as each group's
+// reconnection policy allows.
+func reconnectRule(s *Snapshot, req LaunchRequest, res *site.Resource, groups []string) *site.ReconnectRule {
+	r := &site.ReconnectRule{Groups: groups, ClientName: req.ClientName}
+	for _, g := range groups {
+		dg, _ := s.DeliveryGroup(g)
+		r.Policies = append(r.Policies, dg.Reconnect)
+		if res.Kind == site.Application {
+			r.Resources = append(r.Resources, s.appsOf[g]...)
+		}
 	}
-	for _, sess := range sessions {
-		if !slices.Contains(groups, sess.DeliveryGroup) || !sameSessionFor(s, sess, res) {
-			continue
-		}
-		dg, _ := s.DeliveryGroup(sess.DeliveryGroup)
-		if !mayReconnect(dg.Reconnect, sess, req.ClientName) {
-			continue
-		}
-		ms, ok := b.machines.get(sess.Machine)
-		if !ok || !ms.registered {
-			continue
-		}
-		ticket, exp := b.newTicket()
-		prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
-			Reconnect: sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
-		pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
-		err := b.cfg.Control.Prepare(pctx, ms.control, prep)
-		cancel()
-		if err != nil {
-			b.log.Warn("reconnect: VDA refused", "machine", ms.name, "session", sess.ID, "err", err)
-			continue
-		}
-		return &Launch{Session: sess, Address: ms.address, Protocol: ms.protocol, Ticket: ticket, ExpiresAt: exp, Reconnected: true}, nil
+	if res.Kind != site.Application {
+		r.Resources = []string{res.Name}
+	} else {
+		slices.Sort(r.Resources)
+		r.Resources = slices.Compact(r.Resources)
 	}
-	return nil, nil
+	return r
 }
 
-// sameSessionFor reports whether an existing session serves the resource:
-// a desktop only its own desktop session; an application any application
-// session of the same delivery group (session sharing).
-func sameSessionFor(s *Snapshot, sess site.Session, res *site.Resource) bool {
-	if sess.State == site.SessionLoggedOff {
-		return false
-	}
-	if sess.Resource == res.Name {
-		return true
-	}
-	other, ok := s.Resource(sess.Resource)
-	return ok && res.Kind == site.Application && other.Kind == site.Application
+// launching is a launch being placed.
+type launching struct {
+	s   *Snapshot
+	req LaunchRequest
+	res *site.Resource
+	// rule selects the sessions the launch may go back to; nil once the
+	// site DB found none.
+	rule *site.ReconnectRule
 }
 
-func mayReconnect(p site.ReconnectPolicy, sess site.Session, client string) bool {
-	switch sess.State {
-	case site.SessionDisconnected, site.SessionPending:
-		return true
-	case site.SessionActive:
-		return p == site.ReconnectAlways || (p == site.ReconnectSameEndpointOnly && client != "" && client == sess.ClientName)
-	}
-	return false
-}
+// maxCandidates bounds the machines one placement offers the site DB: the
+// broker's choice and the next best, in case its view is stale.
+const maxCandidates = 4
 
-// place puts a new session on a machine of the delivery group.
-func (b *Broker) place(ctx context.Context, s *Snapshot, req LaunchRequest, res *site.Resource, dg *site.DeliveryGroup) (*Launch, error) {
+// place seats the launch in the delivery group: each attempt is one
+// site-DB round trip (site.Placer) that goes back to a session ln.rule
+// allows, or claims the first of a few candidates that still has room.
+// It sets ln.rule to nil once the site DB found no session to go back to.
+// It returns nil, nil when the group has no machine for it.
+func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGroup) (*Launch, error) {
+	req, res := ln.req, ln.res
 	skip := map[string]bool{}
 	for range maxAttempts {
-		ms, ok := b.pickFor(s, req.User, dg, skip)
-		if !ok {
+		cands, picked := b.candidates(ln.s, req.User, dg, skip)
+		if len(cands) == 0 && ln.rule == nil {
 			return nil, nil
 		}
-		skip[ms.name] = true
-		l, err := b.claim(ctx, s, req, res, dg, ms)
-		if err != nil || l != nil {
-			return l, err
+		now := b.cfg.Now().UTC()
+		sess := site.Session{ID: newID(), User: req.User, Resource: res.Name, DeliveryGroup: dg.Name,
+			State: site.SessionPending, ClientName: req.ClientName, ClientAddress: req.ClientAddress, CreatedAt: now, UpdatedAt: now}
+		placed, err := b.placer.Place(ctx, site.Placement{Session: sess, Reconnect: ln.rule, Candidates: cands})
+		b.machines.settle(picked, placed, err == nil)
+		if err != nil {
+			return nil, fmt.Errorf("place session: %w", err)
+		}
+		// Candidates tried and passed over (refused, or gone from the
+		// site DB) are not offered again.
+		for _, c := range cands {
+			if c.Machine == placed.Session.Machine {
+				break
+			}
+			skip[c.Machine] = true
+		}
+		switch {
+		case placed.Reconnect != nil:
+			if l := b.prepare(ctx, res, *placed.Reconnect, placed.Status, true); l != nil {
+				return l, nil
+			}
+			ln.rule.Skip = append(ln.rule.Skip, placed.Reconnect.ID)
+		case placed.Session.ID != "":
+			if cand(cands, placed.Session.Machine).Assign {
+				b.machines.update(placed.Session.Machine, func(x *machineState) { x.assigned = req.User })
+			}
+			if l := b.prepare(ctx, res, placed.Session, placed.Status, false); l != nil {
+				return l, nil
+			}
+			skip[placed.Session.Machine] = true
+		default:
+			ln.rule = nil
+			if len(cands) == 0 {
+				return nil, nil
+			}
 		}
 	}
 	return nil, nil
 }
 
-// pickFor chooses a candidate: for assigned desktops the user's own
-// machine when it has one, else the least-loaded free machine.
-func (b *Broker) pickFor(s *Snapshot, user string, dg *site.DeliveryGroup, skip map[string]bool) (machineState, bool) {
+func cand(cands []site.Candidate, machine string) site.Candidate {
+	for _, c := range cands {
+		if c.Machine == machine {
+			return c
+		}
+	}
+	return site.Candidate{}
+}
+
+// candidates chooses where a new session of the group may go, best first:
+// for an assigned desktop the user's own machine when it has one, else the
+// least-loaded free machines. The first, picked, counts the session at
+// once (so that concurrent launches spread) until settle; the others are
+// fallbacks in case the broker's view is stale.
+func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, skip map[string]bool) (cands []site.Candidate, picked string) {
 	for _, m := range s.MachinesOf(dg.Name) {
 		if m.AssignedUser == user && !skip[m.Name] {
 			var ms machineState
-			ok := b.machines.update(m.Name, func(x *machineState) {
+			b.machines.update(m.Name, func(x *machineState) {
 				if x.eligible(true) {
 					x.inflight++
 					ms = *x
 				}
 			})
-			return ms, ok && ms.name != ""
+			if ms.name == "" {
+				return nil, ""
+			}
+			return []site.Candidate{ms.candidate(true)}, ms.name
 		}
 	}
-	return b.machines.pick(dg.Name, skip)
+	best := b.machines.pickN(dg.Name, skip, maxCandidates)
+	if len(best) == 0 {
+		return nil, ""
+	}
+	for i, ms := range best {
+		cands = append(cands, ms.candidate(i == 0))
+	}
+	return cands, best[0].name
 }
 
-// claim takes a slot on the candidate in the site DB, records the session
-// and asks the VDA to prepare it. It returns nil, nil when the machine
-// turned out unable to take it, so the caller tries another.
-func (b *Broker) claim(ctx context.Context, s *Snapshot, req LaunchRequest, res *site.Resource, dg *site.DeliveryGroup, ms machineState) (*Launch, error) {
-	now := b.cfg.Now().UTC()
-	sess := site.Session{ID: newID(), User: req.User, Resource: res.Name, DeliveryGroup: dg.Name, Machine: ms.name,
-		State: site.SessionPending, ClientName: req.ClientName, ClientAddress: req.ClientAddress, CreatedAt: now, UpdatedAt: now}
-	var st site.MachineStatus
-	claimed := false
-	err := b.store.Update(ctx, func(tx site.Tx) error {
-		var err error
-		if st, err = tx.MachineStatus(ctx, ms.name); err != nil {
-			return err
-		}
-		if st.Registration != site.Registered || ms.maintenance || (ms.limit > 0 && st.Sessions >= ms.limit) {
-			return nil // someone else took it, or it went away
-		}
-		st.Sessions++
-		st.LogonsInProgress++
-		st.LoadIndex = LoadOf(ms.rules, ms.limit, st.Usage).Index
-		if err := tx.SetMachineStatus(ctx, ms.name, st); err != nil {
-			return err
-		}
-		if err := tx.Sessions().Create(ctx, sess); err != nil {
-			return err
-		}
-		if ms.kind == site.SingleSessionAssigned && ms.assigned == "" {
-			m, err := tx.Machines().Get(ctx, ms.name)
-			if err != nil {
-				return err
-			}
-			m.AssignedUser = req.User
-			if err := tx.Machines().Update(ctx, m); err != nil {
-				return err
-			}
-		}
-		claimed = true
-		return nil
-	})
-	if err != nil {
-		b.machines.settle(ms.name, false, nil)
-		return nil, fmt.Errorf("claim machine %q: %w", ms.name, err)
-	}
-	b.machines.settle(ms.name, claimed, &st)
-	if !claimed {
-		return nil, nil
-	}
-	if ms.kind == site.SingleSessionAssigned && ms.assigned == "" {
-		b.machines.update(ms.name, func(x *machineState) { x.assigned = req.User })
-	}
-
+// prepare tells the VDA of a placed session that it is coming. It
+// returns nil when the VDA refused: a new session is then ended and its
+// machine cooled down, so that the caller tries another.
+func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Session, st site.MachineStatus, reconnect bool) *Launch {
 	ticket, exp := b.newTicket()
-	prep := Prepare{SessionID: sess.ID, User: req.User, Resource: res.Name, CommandLine: res.CommandLine,
-		Ticket: ticket, ExpiresAt: exp}
+	prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
+		Reconnect: reconnect && sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
-	err = b.cfg.Control.Prepare(pctx, ms.control, prep)
+	err := b.cfg.Control.Prepare(pctx, Control{URL: st.ControlURL, Token: st.ControlToken}, prep)
 	cancel()
-	if err != nil {
-		b.log.Warn("VDA refused a session; trying another machine", "machine", ms.name, "session", sess.ID, "err", err)
-		b.machines.coolDown(ms.name, b.cfg.Now().Add(refusalCoolDown))
-		if err := b.endSession(context.WithoutCancel(ctx), sess.ID, ms.name); err != nil {
-			b.log.Error("release refused session", "session", sess.ID, "err", err)
-		}
-		return nil, nil
+	if err == nil {
+		b.log.Debug("session placed", "session", sess.ID, "user", sess.User, "machine", sess.Machine, "reconnect", reconnect)
+		return &Launch{Session: sess, Address: st.RegisteredAddress, Protocol: st.Protocol, Ticket: ticket, ExpiresAt: exp, Reconnected: reconnect}
 	}
-	b.log.Debug("session placed", "session", sess.ID, "user", req.User, "machine", ms.name)
-	return &Launch{Session: sess, Address: ms.address, Protocol: ms.protocol, Ticket: ticket, ExpiresAt: exp}, nil
+	if reconnect {
+		b.log.Warn("reconnect: VDA refused", "machine", sess.Machine, "session", sess.ID, "err", err)
+		return nil
+	}
+	b.log.Warn("VDA refused a session; trying another machine", "machine", sess.Machine, "session", sess.ID, "err", err)
+	b.machines.coolDown(sess.Machine, b.cfg.Now().Add(refusalCoolDown))
+	if err := b.endSession(context.WithoutCancel(ctx), sess.ID, sess.Machine); err != nil {
+		b.log.Error("release refused session", "session", sess.ID, "err", err)
+	}
+	return nil
+}
+
+// txPlacer places with site.PlaceTx in an Update, for a store that does
+// not implement site.Placer.
+type txPlacer struct{ s site.Store }
+
+func (p txPlacer) Place(ctx context.Context, pl site.Placement) (site.Placed, error) {
+	var out site.Placed
+	err := p.s.Update(ctx, func(tx site.Tx) error {
+		var err error
+		out, err = site.PlaceTx(ctx, tx, pl)
+		return err
+	})
+	return out, err
 }
 
 func (b *Broker) newTicket() (string, time.Time) {

@@ -30,6 +30,9 @@ type Snapshot struct {
 	machinesOf map[string][]*site.Machine
 	// groupOf is the delivery group of each machine.
 	groupOf map[string]string
+	// appsOf lists the applications each delivery group publishes,
+	// disabled ones included: their sessions may still be shared.
+	appsOf map[string][]string
 	// ordered are the enabled resources in display order.
 	ordered []*site.Resource
 	// grants and limits are the entitlements of each delivery group:
@@ -54,7 +57,7 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 		users: map[string]*site.User{}, resources: map[string]*site.Resource{},
 		groups: map[string]*site.DeliveryGroup{}, catalogs: map[string]*site.Catalog{},
 		machines: map[string]*site.Machine{}, machinesOf: map[string][]*site.Machine{},
-		groupOf: map[string]string{}, grants: map[string][]*site.Entitlement{},
+		groupOf: map[string]string{}, appsOf: map[string][]string{}, grants: map[string][]*site.Entitlement{},
 		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
 		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
 	}
@@ -84,6 +87,11 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 		for i := range list {
 			r := &list[i]
 			s.resources[r.Name] = r
+			if r.Kind == site.Application {
+				for _, g := range r.DeliveryGroups {
+					s.appsOf[g] = append(s.appsOf[g], r.Name)
+				}
+			}
 			if !r.Disabled {
 				s.ordered = append(s.ordered, r)
 			}

@@ -130,25 +130,30 @@ func (ms *machineState) eligible(ignoreLogons bool) bool {
 	return !ms.load.LogonsFull || ignoreLogons
 }
 
-// pick chooses the least-loaded eligible machine of a delivery group, not
-// in skip, for user, and counts the new session on it at once (so that
-// concurrent launches spread) before the caller claims it in the site DB.
-// Ties go to the machine with fewer sessions, then to the first by name.
-// For assigned desktops only unassigned machines are candidates. It
-// returns false when no machine is eligible.
-func (t *table) pick(group string, skip map[string]bool) (machineState, bool) {
+// pickN chooses up to n eligible machines of a delivery group, not in
+// skip, least loaded first; the first counts the new session at once (so
+// that concurrent launches spread) until settle. Ties go to the machine
+// with fewer sessions, then to the first by name. For assigned desktops
+// only unassigned machines are candidates. A soft concurrent-logons rule
+// lets machines over it in when no other is eligible. It returns none
+// when no machine is eligible.
+func (t *table) pickN(group string, skip map[string]bool, n int) []machineState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	best := t.best(group, skip, false)
-	if best == nil && t.softLogons(group) {
-		best = t.best(group, skip, true)
+	best := t.best(group, skip, false, n)
+	if len(best) == 0 && t.softLogons(group) {
+		best = t.best(group, skip, true, n)
 	}
-	if best == nil {
-		return machineState{}, false
+	if len(best) == 0 {
+		return nil
 	}
-	best.inflight++
-	best.rescore()
-	return *best, true
+	best[0].inflight++
+	best[0].rescore()
+	out := make([]machineState, len(best))
+	for i, ms := range best {
+		out[i] = *ms
+	}
+	return out
 }
 
 func (t *table) softLogons(group string) bool {
@@ -156,38 +161,77 @@ func (t *table) softLogons(group string) bool {
 	return len(ms) > 0 && !ms[0].rules.ConcurrentLogons.Hard
 }
 
-func (t *table) best(group string, skip map[string]bool, ignoreLogons bool) *machineState {
-	var best *machineState
+// best returns up to n eligible machines, best first.
+func (t *table) best(group string, skip map[string]bool, ignoreLogons bool, n int) []*machineState {
+	best := make([]*machineState, 0, n)
 	now := t.now()
 	for _, ms := range t.byGroup[group] {
 		if skip[ms.name] || !ms.eligible(ignoreLogons) || (ms.kind == site.SingleSessionAssigned && ms.assigned != "") || now.Before(ms.coolUntil) {
 			continue
 		}
-		if best == nil || cmp.Or(
-			cmp.Compare(ms.load.Index, best.load.Index),
-			cmp.Compare(ms.effective().Sessions, best.effective().Sessions),
-			cmp.Compare(ms.name, best.name)) < 0 {
-			best = ms
+		// Insert in order, keeping n: groups are large, n is small.
+		i := len(best)
+		for i > 0 && better(ms, best[i-1]) {
+			i--
+		}
+		if i < n {
+			if len(best) < n {
+				best = append(best, nil)
+			}
+			copy(best[i+1:], best[i:len(best)-1])
+			best[i] = ms
 		}
 	}
 	return best
 }
 
-// settle ends an in-flight pick. When the claim in the site DB succeeded
-// the session is counted (deltas commute, so concurrent claims settling in
-// any order leave the right count); when it was refused, st is the status
-// the site DB showed, which replaces the table's view.
-func (t *table) settle(name string, claimed bool, st *site.MachineStatus) {
-	t.update(name, func(ms *machineState) {
-		ms.inflight = max(0, ms.inflight-1)
-		switch {
-		case claimed:
+// better reports whether a is a better choice than b.
+func better(a, b *machineState) bool {
+	return cmp.Or(
+		cmp.Compare(a.load.Index, b.load.Index),
+		cmp.Compare(a.effective().Sessions, b.effective().Sessions),
+		cmp.Compare(a.name, b.name)) < 0
+}
+
+// candidate is the machine as a placement candidate: its limit, its load
+// index with the new session counted (the picked machine counts it
+// already), and whether the claim makes it the user's.
+func (ms machineState) candidate(counted bool) site.Candidate {
+	idx := ms.load.Index
+	if !counted {
+		u := ms.effective()
+		u.Sessions++
+		u.LogonsInProgress++
+		idx = LoadOf(ms.rules, ms.limit, u).Index
+	}
+	return site.Candidate{Machine: ms.name, Limit: ms.limit, LoadIndex: min(idx, site.MaxLoadIndex),
+		Assign: ms.kind == site.SingleSessionAssigned && ms.assigned == ""}
+}
+
+// settle ends a placement: the picked machine's in-flight count goes,
+// a machine that took the session counts it (deltas commute, so
+// concurrent placements settling in any order leave the right count),
+// and candidates the site DB refused take the status it showed.
+func (t *table) settle(picked string, p site.Placed, ok bool) {
+	if picked != "" {
+		t.update(picked, func(ms *machineState) { ms.inflight = max(0, ms.inflight-1) })
+	}
+	if !ok {
+		return
+	}
+	if p.Session.ID != "" {
+		st := p.Status
+		t.update(p.Session.Machine, func(ms *machineState) {
 			ms.usage.Sessions++
 			ms.usage.LogonsInProgress++
-		case st != nil:
-			ms.apply(*st)
-		}
-	})
+			ms.registered = st.Registration == site.Registered
+			ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
+			ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
+		})
+	}
+	for name, st := range p.Refused {
+		t.sync(name, st)
+	}
 }
 
 // coolDown keeps a machine out of selection until the time.
