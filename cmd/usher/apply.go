@@ -16,6 +16,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/datadir"
+	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/siteyaml"
@@ -24,6 +25,7 @@ import (
 func (m *Main) apply(ctx context.Context, args []string) error {
 	fs := m.flagSet("apply", "-f FILE [--dry-run] [--data DIR]")
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	file := fs.String("f", "", "site file to apply (- for standard input)")
 	dryRun := fs.Bool("dry-run", false, "print the changes without making them")
 	quiet := fs.Bool("q", false, "print only the summary, not every change")
@@ -50,7 +52,7 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 	if *dryRun {
 		mode = emptyIfMissing
 	}
-	store, err := m.openSiteDB(ctx, *data, mode)
+	store, err := m.openSiteDB(ctx, *data, *db, mode)
 	if err != nil {
 		return err
 	}
@@ -106,12 +108,13 @@ func (m *Main) readInput(file string) (string, []byte, error) {
 func (m *Main) export(ctx context.Context, args []string) error {
 	fs := m.flagSet("export", "[-o FILE] [--data DIR]")
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	out := fs.String("o", "-", "file to write (- for standard output)")
 	secrets := fs.Bool("with-secrets", false, "include users' password hashes")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	store, err := m.openSiteDB(ctx, *data, mustExist)
+	store, err := m.openSiteDB(ctx, *data, *db, mustExist)
 	if err != nil {
 		return err
 	}
@@ -148,7 +151,18 @@ const (
 // (apply, export, admin), beside a running usher serve if there is one:
 // SQLite's WAL lets both use it. It names the site DB on standard error,
 // since the default data directory may not be the one the user means.
-func (m *Main) openSiteDB(ctx context.Context, data string, mode siteDBMode) (*siteDB, error) {
+func (m *Main) openSiteDB(ctx context.Context, data, db string, mode siteDBMode) (*siteDB, error) {
+	if db != "" {
+		if err := server.CheckDB(db); err != nil {
+			return nil, usageError{err.Error()}
+		}
+		st, where, err := server.OpenSiteDB(ctx, db, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(m.Stderr, "site DB: %s\n", where)
+		return &siteDB{st, nil}, nil
+	}
 	path, err := filepath.Abs(filepath.Join(data, datadir.SiteDBFile))
 	if err != nil {
 		return nil, err
@@ -192,7 +206,7 @@ func (m *Main) openSiteDB(ctx context.Context, data string, mode siteDBMode) (*s
 // siteDB is a site DB opened by openSiteDB; Close also removes the
 // temporary directory of an empty site.
 type siteDB struct {
-	*sqlitestore.Store
+	site.Store
 	cleanup func()
 }
 
@@ -280,6 +294,7 @@ func (m *Main) adminSetPassword(ctx context.Context, args []string, add bool) er
 	}
 	fs := m.flagSet("admin "+sub, "NAME [--password-stdin] [--data DIR]")
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	fromStdin := fs.Bool("password-stdin", false, "read the password from standard input (default: generate and print one)")
 	if err := parse(fs, args, 1); err != nil {
 		return err
@@ -309,7 +324,7 @@ func (m *Main) adminSetPassword(ctx context.Context, args []string, add bool) er
 	if add {
 		mode = createSiteDB
 	}
-	store, err := m.openSiteDB(ctx, *data, mode)
+	store, err := m.openSiteDB(ctx, *data, *db, mode)
 	if err != nil {
 		return err
 	}
@@ -343,10 +358,11 @@ func (m *Main) adminSetPassword(ctx context.Context, args []string, add bool) er
 func (m *Main) adminList(ctx context.Context, args []string) error {
 	fs := m.flagSet("admin list", "[--data DIR]")
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	store, err := m.openSiteDB(ctx, *data, mustExist)
+	store, err := m.openSiteDB(ctx, *data, *db, mustExist)
 	if err != nil {
 		return err
 	}
@@ -378,6 +394,7 @@ func (m *Main) adminList(ctx context.Context, args []string) error {
 func (m *Main) adminOn(ctx context.Context, cmd, what, usage string, args []string, flags func(*flag.FlagSet)) (*siteDB, string, error) {
 	fs := m.flagSet("admin "+cmd, what+" "+usage)
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	if flags != nil {
 		flags(fs)
 	}
@@ -387,7 +404,7 @@ func (m *Main) adminOn(ctx context.Context, cmd, what, usage string, args []stri
 	if fs.NArg() != 1 {
 		return nil, "", usageError{fmt.Sprintf("admin %s needs a %s", cmd, what)}
 	}
-	store, err := m.openSiteDB(ctx, *data, mustExist)
+	store, err := m.openSiteDB(ctx, *data, *db, mustExist)
 	if err != nil {
 		return nil, "", err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/usher-vdi/usher/internal/pgtest"
 )
 
 // runAsUsher, set in the environment, makes the test binary run as usher
@@ -23,5 +25,9 @@ func TestMain(m *testing.M) {
 		main := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 		os.Exit(main.Run(context.Background(), os.Args[1:]))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(mainFunc(func() int { return pgtest.Main(m) }))
 }
+
+type mainFunc func() int
+
+func (f mainFunc) Run() int { return f() }

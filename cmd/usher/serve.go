@@ -22,6 +22,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	var logs logFlags
 	fs := m.flagSet("serve", "[flags]")
 	data := m.dataFlag(fs)
+	db := m.dbFlag(fs)
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
 	fs.BoolVar(&cfg.Demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) into an empty site DB; a site DB that holds a site is kept as it is")
 	fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")
@@ -51,7 +52,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if cfg.SourceFree <= 0 {
 		cfg.SourceFree = -1
 	}
-	cfg.DataDir = *data
+	cfg.DataDir, cfg.DB = *data, *db
+	if err := server.CheckDB(cfg.DB); err != nil {
+		return usageError{err.Error()}
+	}
 	var err error
 	if cfg.SendBuffer, err = bytesize.Parse(*sendBuffer); err != nil || cfg.SendBuffer > server.MaxSendBuffer {
 		return usageError{fmt.Sprintf("--send-buffer %q is not a size up to 64MiB", *sendBuffer)}

@@ -25,7 +25,6 @@ import (
 	"github.com/usher-vdi/usher/internal/hotpath"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/web"
 )
@@ -63,6 +62,9 @@ type Config struct {
 	// DataDir holds the site DB, the token key and the enrolment secret;
 	// required. The server locks it.
 	DataDir string
+	// DB, when set, is the site DB: a PostgreSQL URL (postgres://...).
+	// Empty means the embedded SQLite file of DataDir.
+	DB string
 	// Listen is the address of the main HTTP listener: REST, admin and VDA
 	// APIs, NFuse, metrics, health and the index page (default
 	// DefaultListen).
@@ -162,7 +164,7 @@ type Server struct {
 	secret          string
 	secretPath      string
 	demoPassword    string
-	store           *sqlitestore.Store
+	store           site.Store
 	broker          *broker.Broker
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
@@ -211,13 +213,13 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.cleanup = append(s.cleanup, func() { dir.Close() })
 	s.dataDir = dir.Path()
-	store, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: log})
+	store, where, err := OpenSiteDB(ctx, cfg.DB, dir, log)
 	if err != nil {
 		return nil, err
 	}
 	s.cleanup = append(s.cleanup, func() { store.Close() })
 	s.store = store
-	log.Info("site DB open", "path", dir.SiteDB())
+	log.Info("site DB open", "db", where)
 
 	params := cmp.Or(cfg.PasswordParams, auth.DefaultParams)
 	if cfg.Demo {

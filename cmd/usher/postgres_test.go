@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/pgtest"
+)
+
+// TestSiteDBOnPostgres runs apply, export, admin and serve against a
+// PostgreSQL site DB named by --db: the same site as on SQLite.
+func TestSiteDBOnPostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	data := t.TempDir()
+	code, _, stderr := run(t, "", "apply", "-f", "../../examples/site.yaml", "--db", dsn, "--data", data)
+	if code != 0 {
+		t.Fatalf("apply: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stderr, "site.db") || !strings.Contains(stderr, "site DB: postgres") && !strings.Contains(stderr, "site DB: host=") {
+		t.Errorf("apply does not name the PostgreSQL site DB:\n%s", stderr)
+	}
+	code, onPG, stderr := run(t, "", "export", "--db", dsn, "--data", data)
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	sqliteData := t.TempDir()
+	if code, _, stderr := run(t, "", "apply", "-f", "../../examples/site.yaml", "--data", sqliteData); code != 0 {
+		t.Fatalf("apply on SQLite: exit %d: %s", code, stderr)
+	}
+	_, onSQLite, _ := run(t, "", "export", "--data", sqliteData)
+	if onPG != onSQLite || len(onPG) < 1000 {
+		t.Errorf("the site exported from PostgreSQL (%d bytes) differs from SQLite's (%d bytes)", len(onPG), len(onSQLite))
+	}
+	if code, _, stderr := run(t, "admin-password\n", "admin", "add", "root", "--password-stdin", "--db", dsn, "--data", data); code != 0 {
+		t.Fatalf("admin add: exit %d: %s", code, stderr)
+	}
+
+	s := startServe(t, "--db", dsn, "--data", t.TempDir())
+	code, body := get(t, s.url+"/api/v1/admin/applications?limit=1", "root", "admin-password")
+	if code != http.StatusOK {
+		t.Fatalf("admin API on the PostgreSQL site: %d %s", code, body)
+	}
+	var page struct{ Total int }
+	if err := json.Unmarshal(body, &page); err != nil || page.Total == 0 {
+		t.Errorf("applications: %s (%v)", body, err)
+	}
+}
+
+// TestBadDBIsNamedWithoutItsPassword: a wrong --db says what is wrong and
+// never prints the password it holds.
+func TestBadDBIsNamedWithoutItsPassword(t *testing.T) {
+	for _, args := range [][]string{
+		{"export", "--db", "postgres://alice:s3cret-pw@127.0.0.1:1/site?connect_timeout=2"},
+		{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--db", "postgres://alice:s3cret-pw@127.0.0.1:1/site?connect_timeout=2"},
+		{"export", "--db", "mysql://alice:s3cret-pw@db/site"},
+	} {
+		code, stdout, stderr := run(t, "", args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+		if strings.Contains(stdout+stderr, "s3cret-pw") {
+			t.Errorf("%v printed the password:\n%s%s", args, stdout, stderr)
+		}
+		if !strings.Contains(stderr, "127.0.0.1:1") && !strings.Contains(stderr, "--db takes a PostgreSQL URL") {
+			t.Errorf("%v: the error does not say which database or what is wrong:\n%s", args, stderr)
+		}
+	}
+}
