@@ -136,3 +136,54 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	reportRoundTrips(b, w, before)
 }
+
+// BenchmarkPlace is a broker's launch on the demo site with Place: a
+// reconnection check that finds nothing, a candidate refused (not
+// registered) and the claim of the next, with the session recorded. The
+// launches go round the site's users, so that each has a few sessions, as
+// users do.
+func BenchmarkPlace(b *testing.B) {
+	ctx := context.Background()
+	s, w := openDemo(b)
+	var refused, machine, resource, dg string
+	var users []string
+	if err := s.Update(ctx, func(tx site.Tx) error {
+		c, err := site.LoadConfig(ctx, tx)
+		if err != nil {
+			return err
+		}
+		refused, machine = c.Machines[0].Name, c.Machines[1].Name
+		for _, u := range c.Users {
+			users = append(users, u.Name)
+		}
+		resource, dg = c.Applications[0].Name, c.Applications[0].DeliveryGroups[0]
+		return tx.SetMachineStatus(ctx, machine, site.MachineStatus{Registration: site.Registered})
+	}); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	place := func() {
+		n++
+		placed, err := s.Place(ctx, site.Placement{
+			Session: site.Session{ID: fmt.Sprint("bench-", n), User: users[n%len(users)], Resource: resource, DeliveryGroup: dg,
+				State: site.SessionPending},
+			// The user's sessions are of resource; none of them serves
+			// the rule's.
+			Reconnect:  &site.ReconnectRule{Groups: []string{dg}, Policies: []site.ReconnectPolicy{site.ReconnectAlways}, Resources: []string{"none"}},
+			Candidates: []site.Candidate{{Machine: refused}, {Machine: machine, LoadIndex: 100}},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if placed.Session.Machine != machine {
+			b.Fatalf("placed %+v, want a session on %s", placed, machine)
+		}
+	}
+	place() // prepares the statements
+	s.ending.Wait()
+	before := w.turns.Load()
+	for b.Loop() {
+		place()
+	}
+	reportRoundTrips(b, w, before)
+}

@@ -43,6 +43,15 @@
 // default_query_exec_mode=exec in the DSN, which sends every statement
 // unprepared).
 //
+// Placements: Store is a site.Placer. Place seats a launch in one round
+// trip (BEGIN, a call of the place_session function that migration 0002
+// creates, and COMMIT, sent together), with the results and errors of
+// site.PlaceTx. The function's comment gives the order in which it takes
+// its locks (the user's advisory lock, the configuration lock only to
+// assign a machine, the machine's row to share, its status); it holds
+// those of one candidate at a time, and deadlocks with no other
+// transaction of the store.
+//
 // Errors: PostgreSQL errors become site errors (a lost connection, a lock
 // not granted within Options.LockTimeout and a deadlock are EUnavailable);
 // no error or log line carries the DSN's password.

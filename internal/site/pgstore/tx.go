@@ -48,6 +48,10 @@ type tx struct {
 	// broken is the error that aborted the transaction: PostgreSQL refuses
 	// every statement after a failed one, and Update commits nothing.
 	broken error
+	// commits says that the first batch ends with COMMIT (Place): when its
+	// connection turns out dead, it goes again only if its failure shows
+	// that the server committed nothing.
+	commits bool
 	// roundTrips counts the batches sent, for tests.
 	roundTrips int
 }
@@ -86,7 +90,8 @@ func (t *tx) beginSQL() string {
 // or a View begins, unless the transaction has read it; and the pending
 // writes. When the first statements of a transaction fail because their
 // connection was dead (the server restarted, or closed it while it
-// idled), nothing ran: they go again once, on another connection.
+// idled), nothing ran: they go again once, on another connection (for a
+// batch that commits, only when its error shows that nothing committed).
 func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
 	if err := t.usable(false); err != nil {
 		return err
@@ -108,7 +113,7 @@ func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
 		qs = append(qs, b.QueuedQueries...)
 	}
 	err := t.roundTrip(ctx, qs)
-	if err != nil && first && t.conn != nil && t.conn.Conn().IsClosed() && ctx.Err() == nil {
+	if err != nil && first && t.conn != nil && t.conn.Conn().IsClosed() && ctx.Err() == nil && (!t.commits || uncommitted(err)) {
 		t.s.log.Debug("site database connection lost before the transaction began; trying another", logKeyError, t.s.scrub(err))
 		t.conn.Release()
 		t.conn = nil
@@ -119,6 +124,15 @@ func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
 		return t.broken
 	}
 	return nil
+}
+
+// uncommitted reports whether a batch's failure shows that the server
+// committed nothing of it: nothing was sent, or the server answered with an
+// error, which comes before the COMMIT's answer and aborts the transaction
+// (a server shutting down ends its idle connections with one, FATAL).
+func uncommitted(err error) bool {
+	var pg *pgconn.PgError
+	return pgconn.SafeToRetry(err) || errors.As(err, &pg)
 }
 
 // roundTrip sends queries in one batch and reads every result.
@@ -156,6 +170,18 @@ func (t *tx) commit(ctx context.Context) error {
 	if t.configChanged {
 		qs = append(qs, &pgx.QueuedQuery{SQL: `UPDATE settings SET config_version = config_version + 1 WHERE id = 1`})
 	}
+	if err := t.roundTrip(ctx, append(qs, commitQuery())); err != nil {
+		t.broken = t.s.dbErr(ctx, t.conn, err)
+		return fmt.Errorf("commit: %w", t.broken)
+	}
+	t.conn.Release()
+	t.conn = nil
+	return nil
+}
+
+// commitQuery is a COMMIT that fails unless the transaction committed: a
+// COMMIT of a failed transaction rolls it back.
+func commitQuery() *pgx.QueuedQuery {
 	c := &pgx.QueuedQuery{SQL: "COMMIT"}
 	c.Exec(func(ct pgconn.CommandTag) error {
 		if ct.String() != "COMMIT" {
@@ -163,13 +189,7 @@ func (t *tx) commit(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err := t.roundTrip(ctx, append(qs, c)); err != nil {
-		t.broken = t.s.dbErr(ctx, t.conn, err)
-		return fmt.Errorf("commit: %w", t.broken)
-	}
-	t.conn.Release()
-	t.conn = nil
-	return nil
+	return c
 }
 
 // end releases the transaction's connection once fn has returned. A
@@ -357,6 +377,13 @@ const statusCols = `registration, last_heartbeat, load_index, sessions, cpu_perc
 	logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token,
 	agent_version, registration_conflict, registration_conflict_at, registered_credential`
 
+// statusDest returns the destinations of statusCols.
+func statusDest(st *site.MachineStatus) []any {
+	return []any{&st.Registration, timeDest{&st.LastHeartbeat}, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
+		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, timeDest{&st.ConflictAt}, &st.Credential}
+}
+
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
 	if err := t.usable(false); err != nil {
 		return site.MachineStatus{}, err
@@ -365,9 +392,7 @@ func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineSta
 	found := false
 	b := &pgx.Batch{}
 	queueOne(b, &found, `SELECT `+statusCols+` FROM machine_status WHERE machine = $1::text`+t.forUpdate(), []any{machine},
-		&st.Registration, timeDest{&st.LastHeartbeat}, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
-		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
-		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, timeDest{&st.ConflictAt}, &st.Credential)
+		statusDest(&st)...)
 	if err := t.send(ctx, b, false); err != nil {
 		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/storetest"
@@ -347,5 +349,208 @@ func TestFailedStatementFailsTheUpdate(t *testing.T) {
 	}
 	if err := s.View(ctx, func(tx site.Tx) error { _, err := tx.Zones().Get(ctx, "kept?"); return err }); site.ErrorCode(err) != site.ENotFound {
 		t.Fatalf("the update committed: %v", err)
+	}
+}
+
+// TestPlaceRoundTrips counts the round trips of a launch on the wire: one,
+// BEGIN, place_session and COMMIT together, whatever the placement finds,
+// once the connection has prepared its statements; and nothing is left to
+// end in the background.
+func TestPlaceRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{MaxConns: 1})
+	fill(t, s)
+	// d1 and d2 are to be assigned, one per run of the assignment.
+	if err := s.Update(ctx, func(tx site.Tx) error {
+		for _, m := range []string{"d1", "d2"} {
+			if err := tx.Machines().Create(ctx, site.Machine{Name: m, Catalog: "c", Address: m + ":1", MaxSessions: 1}); err != nil {
+				return err
+			}
+		}
+		for _, m := range []string{"m1", "d1", "d2"} {
+			if err := tx.SetMachineStatus(ctx, m, site.MachineStatus{Registration: site.Registered}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	version := func() int64 {
+		t.Helper()
+		var v int64
+		if err := s.View(ctx, func(tx site.Tx) (err error) { v, err = tx.ConfigVersion(ctx); return err }); err != nil {
+			t.Fatal(err)
+		}
+		s.ending.Wait()
+		return v
+	}
+	n := 0
+	session := func() site.Session {
+		n++
+		return site.Session{ID: fmt.Sprint("p", n), User: "u", Resource: "app", DeliveryGroup: "dg", State: site.SessionPending}
+	}
+	rule := func(resource string) *site.ReconnectRule {
+		return &site.ReconnectRule{Groups: []string{"dg"}, Policies: []site.ReconnectPolicy{site.ReconnectAlways}, Resources: []string{resource}}
+	}
+	desks := []string{"d1", "d2"}
+	cases := []struct {
+		name      string
+		placement func() site.Placement
+		// check says what is wrong with what the placement did, "" when
+		// nothing; versions is how far it moved the configuration version.
+		check    func(site.Placed) string
+		versions int64
+	}{
+		{"claim", func() site.Placement {
+			return site.Placement{Session: session(), Candidates: []site.Candidate{{Machine: "m1"}}}
+		}, func(p site.Placed) string {
+			if p.Session.Machine != "m1" {
+				return "want a session on m1"
+			}
+			return ""
+		}, 0},
+		{"reconnection check, then claim", func() site.Placement {
+			return site.Placement{Session: session(), Reconnect: rule("other"), Candidates: []site.Candidate{{Machine: "m1"}}}
+		}, func(p site.Placed) string {
+			if p.Session.Machine != "m1" {
+				return "want a session on m1"
+			}
+			return ""
+		}, 0},
+		{"reconnect", func() site.Placement {
+			return site.Placement{Session: session(), Reconnect: rule("app"), Candidates: []site.Candidate{{Machine: "m1"}}}
+		}, func(p site.Placed) string {
+			if p.Reconnect == nil || p.Reconnect.ID != "p1" {
+				return "want a reconnection to p1"
+			}
+			return ""
+		}, 0},
+		{"nothing placed", func() site.Placement {
+			return site.Placement{Session: session(), Candidates: []site.Candidate{{Machine: "m1", Limit: 1}}}
+		}, func(p site.Placed) string {
+			if _, ok := p.Refused["m1"]; p.Placed() || !ok {
+				return "want nothing placed, m1 refused"
+			}
+			return ""
+		}, 0},
+		{"assignment", func() site.Placement {
+			d := desks[0]
+			desks = desks[1:]
+			return site.Placement{Session: session(), Candidates: []site.Candidate{{Machine: d, Limit: 1, Assign: true}}}
+		}, func(p site.Placed) string {
+			if p.Session.Machine == "" || p.Status.Sessions != 1 {
+				return "want a session on a desktop"
+			}
+			return ""
+		}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			run := func() int {
+				t.Helper()
+				v := version()
+				before := w.turns.Load()
+				placed, err := s.Place(ctx, c.placement())
+				s.ending.Wait()
+				turns := int(w.turns.Load() - before)
+				if err != nil {
+					t.Fatalf("place: %v", err)
+				}
+				if msg := c.check(placed); msg != "" {
+					t.Fatalf("placed %+v: %s", placed, msg)
+				}
+				if got := version() - v; got != c.versions {
+					t.Fatalf("the configuration version moved by %d, want %d", got, c.versions)
+				}
+				return turns
+			}
+			run() // prepares the statements on the connection
+			if turns := run(); turns != 1 {
+				t.Errorf("%d round trips, want 1", turns)
+			}
+		})
+	}
+}
+
+// TestPlaceOnALostDatabase: a placement fails with EUnavailable while the
+// database cannot be reached, without the DSN's password, and works again
+// once it can, on a new connection.
+func TestPlaceOnALostDatabase(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := parseDSN(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const password = "hunter2-the-password" // the test server trusts; the store must not show it
+	cfg.ConnConfig.Password = password
+	w := &wire{}
+	cfg.ConnConfig.DialFunc = w.dial
+	s, err := open(ctx, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	fill(t, s)
+	if err := s.Update(ctx, func(tx site.Tx) error {
+		return tx.SetMachineStatus(ctx, "m1", site.MachineStatus{Registration: site.Registered})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	place := func(id string) (site.Placed, error) {
+		return s.Place(ctx, site.Placement{Session: site.Session{ID: id, User: "u", Resource: "app", DeliveryGroup: "dg", State: site.SessionPending},
+			Candidates: []site.Candidate{{Machine: "m1"}}})
+	}
+	w.cut()
+	_, err = place("lost")
+	if site.ErrorCode(err) != site.EUnavailable || strings.Contains(err.Error(), password) {
+		t.Fatalf("place while the database is gone: %v, want code %s without the password", err, site.EUnavailable)
+	}
+	w.mend()
+	if placed, err := place("found"); err != nil || placed.Session.Machine != "m1" {
+		t.Fatalf("place once the database is back: %+v, %v", placed, err)
+	}
+	w.drop() // a restart: the pooled connections are dead, and the placement goes on a new one
+	if placed, err := place("after-restart"); err != nil || placed.Session.Machine != "m1" {
+		t.Fatalf("place after a restart: %+v, %v", placed, err)
+	}
+}
+
+// TestPlaceAfterTheServerEndsItsConnections: a placement whose pooled
+// connection the server ended while it idled (a restart, an
+// administrator), which answers it with an error and so committed
+// nothing, goes again on a new connection.
+func TestPlaceAfterTheServerEndsItsConnections(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := parseDSN(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const app = "usher-place-ended"
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	s, err := open(ctx, cfg, Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	fill(t, s)
+	if err := s.Update(ctx, func(tx site.Tx) error {
+		return tx.SetMachineStatus(ctx, "m1", site.MachineStatus{Registration: site.Registered})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, pgtest.Admin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var ended int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended); err != nil || ended != 1 {
+		t.Fatalf("ended %d connections, %v; want 1", ended, err)
+	}
+	placed, err := s.Place(ctx, site.Placement{Session: site.Session{ID: "s1", User: "u", Resource: "app", DeliveryGroup: "dg", State: site.SessionPending},
+		Candidates: []site.Candidate{{Machine: "m1"}}})
+	if err != nil || placed.Session.Machine != "m1" {
+		t.Fatalf("place on a connection the server ended: %+v, %v", placed, err)
 	}
 }
