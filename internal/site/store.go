@@ -21,6 +21,8 @@ type Store interface {
 	Update(ctx context.Context, fn func(Tx) error) error
 	// Close releases the database. Transactions after Close fail.
 	Close() error
+	// Placer seats launches in one round trip.
+	Placer
 }
 
 // Tx is a transaction on a Store. A Tx must not be used after the function

@@ -16,12 +16,8 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 	placer := func(t *testing.T) (site.Store, site.Placer) {
 		t.Helper()
 		s := openBase(t, open)
-		p, ok := s.(site.Placer)
-		if !ok {
-			t.Skip("the store does not implement site.Placer")
-		}
 		register(t, s, "app1", "app2", "spare1", "vdi1", "vdi2")
-		return s, p
+		return s, s
 	}
 	newSession := func(id, user, resource, group string) site.Session {
 		return site.Session{ID: id, User: user, Resource: resource, DeliveryGroup: group, State: site.SessionPending,
@@ -229,6 +225,71 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 				if st.Sessions != limit || page.Total != limit {
 					t.Errorf("%s: status counts %d sessions and %d are stored, want %d", m, st.Sessions, page.Total, limit)
 				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("ConcurrentLaunchesOfOneUserMakeOneSession", func(t *testing.T) {
+		t.Parallel()
+		_, p := placer(t)
+		const launches = 12
+		rule := &site.ReconnectRule{Groups: []string{"apps"}, Policies: []site.ReconnectPolicy{site.ReconnectAlways}, Resources: []string{"notepad", "calc"}}
+		var wg sync.WaitGroup
+		placed := make([]site.Placed, launches)
+		errs := make([]error, launches)
+		for i := range launches {
+			wg.Go(func() {
+				placed[i], errs[i] = p.Place(t.Context(), site.Placement{Session: newSession(fmt.Sprintf("s%02d", i), "alice", "notepad", "apps"),
+					Reconnect: rule, Candidates: []site.Candidate{{Machine: "app1"}, {Machine: "spare1"}}})
+			})
+		}
+		wg.Wait()
+		var created []string
+		for i := range launches {
+			if errs[i] != nil {
+				t.Fatalf("place %d: %v", i, errs[i])
+			}
+			switch {
+			case placed[i].Session.ID != "":
+				created = append(created, placed[i].Session.ID)
+			case placed[i].Reconnect == nil:
+				t.Errorf("launch %d was neither placed nor reconnected", i)
+			}
+		}
+		if len(created) != 1 {
+			t.Fatalf("%d sessions created for one user's concurrent launches, want 1 and the rest reconnected", len(created))
+		}
+		for i := range launches {
+			if r := placed[i].Reconnect; r != nil && r.ID != created[0] {
+				t.Errorf("launch %d reconnected to %s, want %s", i, r.ID, created[0])
+			}
+		}
+	})
+
+	t.Run("AFailedPlacementChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, p := placer(t)
+		for name, sess := range map[string]site.Session{
+			"unknown user":     newSession("s1", "ghost", "notepad", "apps"),
+			"unknown resource": newSession("s2", "alice", "ghost-app", "apps"),
+		} {
+			_, err := p.Place(t.Context(), site.Placement{Session: sess, Candidates: []site.Candidate{{Machine: "app1"}}})
+			if site.ErrorCode(err) != site.EInvalid {
+				t.Errorf("%s: %v, want %s", name, err, site.EInvalid)
+			}
+		}
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			st, err := tx.MachineStatus(ctx, "app1")
+			if err != nil {
+				return err
+			}
+			page, err := tx.Sessions().List(ctx, site.SessionFilter{}, site.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if st.Sessions != 0 || st.LogonsInProgress != 0 || page.Total != 0 {
+				t.Errorf("after failed placements: %d sessions, %d logons counted, %d stored; want none", st.Sessions, st.LogonsInProgress, page.Total)
 			}
 			return nil
 		})
