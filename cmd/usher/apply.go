@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -253,6 +254,9 @@ Subcommands:
                                           (usher vda --enrolment-token); the machine then no longer
                                           enrols with the site's enrolment secret
   revoke-credential MACHINE               revoke a machine's credential: its VDA is refused until it enrols again
+  rotate-secret enrolment|token-key       replace a site secret in the site DB: the enrolment secret (VDAs enrolled
+                                          with the old one must enrol again) or the key that signs tokens (every
+                                          user and admin logs on again); brokers take it when they restart
   unlock NAME [--server URL] [--kind K]   clear a locked-out user's (or admin's) lock on the running server,
                                           through its admin API (lock-out lives in the server's memory)
 
@@ -281,8 +285,10 @@ func (m *Main) admin(ctx context.Context, args []string) error {
 		return m.adminRevokeCredential(ctx, args[1:])
 	case "unlock":
 		return m.adminUnlock(ctx, args[1:])
+	case "rotate-secret":
+		return m.adminRotateSecret(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown subcommand %q: add, list, reset-password, remove, enrol-token, revoke-credential or unlock", args[0])}
+	return usageError{fmt.Sprintf("unknown subcommand %q: add, list, reset-password, remove, enrol-token, revoke-credential, rotate-secret or unlock", args[0])}
 }
 
 // adminSetPassword adds an admin account (add) or sets the password of an
@@ -469,6 +475,30 @@ func (m *Main) adminEnrolToken(ctx context.Context, args []string) error {
 	fmt.Fprintln(m.Stdout, token)
 	fmt.Fprintf(m.Stderr, "single-use enrolment token for machine %q, valid until %s: usher vda --machine %s --enrolment-token TOKEN; "+
 		"the machine no longer enrols with the site's enrolment secret\n", name, exp.Format(time.RFC3339), name)
+	return nil
+}
+
+// adminRotateSecret replaces a site secret with a new random one.
+func (m *Main) adminRotateSecret(ctx context.Context, args []string) error {
+	store, name, err := m.adminOn(ctx, "rotate-secret", "SECRET (enrolment or token-key)", "[--data DIR] [--db URL]", args, nil)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var value []byte
+	switch name {
+	case site.SecretEnrolment:
+		value = []byte(auth.RandomSecret(24))
+	case site.SecretTokenKey:
+		value = make([]byte, 32)
+		rand.Read(value)
+	default:
+		return usageError{fmt.Sprintf("admin rotate-secret: unknown secret %q: enrolment or token-key", name)}
+	}
+	if err := store.Update(ctx, func(tx site.Tx) error { return tx.SetSecret(ctx, name, value) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "site secret %q rotated; each broker takes it when it restarts\n", name)
 	return nil
 }
 

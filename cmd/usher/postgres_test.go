@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -66,5 +68,31 @@ func TestBadDBIsNamedWithoutItsPassword(t *testing.T) {
 		if !strings.Contains(stderr, "127.0.0.1:1") && !strings.Contains(stderr, "--db takes a PostgreSQL URL") {
 			t.Errorf("%v: the error does not say which database or what is wrong:\n%s", args, stderr)
 		}
+	}
+}
+
+// TestRotateSecret: rotating the enrolment secret changes what a broker
+// hands VDAs at its next start; an unknown secret is a usage error.
+func TestRotateSecret(t *testing.T) {
+	data := t.TempDir()
+	s := startServe(t, "--data", data)
+	s.stop()
+	before, err := os.ReadFile(filepath.Join(data, "enrolment.secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := run(t, "", "admin", "rotate-secret", "enrolment", "--data", data); code != 0 || !strings.Contains(out, "rotated") {
+		t.Fatalf("rotate: exit %d: %s%s", code, out, stderr)
+	}
+	if code, _, _ := run(t, "", "admin", "rotate-secret", "nonsense", "--data", data); code != 2 {
+		t.Errorf("an unknown secret: exit %d, want 2", code)
+	}
+	startServe(t, "--data", data).stop()
+	after, err := os.ReadFile(filepath.Join(data, "enrolment.secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(before) == string(after) || len(after) < 17 {
+		t.Errorf("the enrolment secret did not change: %q then %q", before, after)
 	}
 }

@@ -158,6 +158,35 @@ func (d *Dir) EnrolmentSecret() (secret, path string, err error) {
 	return secret, path, nil
 }
 
+// SetEnrolmentSecret keeps secret as the directory's copy of the site's
+// enrolment secret (0600), unless the file holds it already, and returns
+// the file's path.
+func (d *Dir) SetEnrolmentSecret(secret string) (path string, err error) {
+	path = filepath.Join(d.path, EnrolmentSecretFile)
+	if len(secret) < 16 {
+		return path, fmt.Errorf("the site's enrolment secret is shorter than 16 characters")
+	}
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == secret {
+		return path, nil
+	}
+	tmp, err := os.CreateTemp(d.path, "."+EnrolmentSecretFile+".*")
+	if err != nil {
+		return path, fmt.Errorf("write enrolment secret: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(secret + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return path, fmt.Errorf("write enrolment secret: %w", err)
+	}
+	return path, nil
+}
+
 // TokenKey returns the key that signs bearer tokens, creating it on first
 // use. Keeping it in the data directory keeps tokens valid across
 // restarts.

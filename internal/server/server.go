@@ -231,7 +231,11 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	key, err := dir.TokenKey()
+	// The token key and the enrolment secret are the site's, in the site
+	// DB, so that every broker signs and checks alike. A site DB without
+	// them takes this data directory's (from before they moved there),
+	// or new ones.
+	key, err := site.EnsureSecret(ctx, store, site.SecretTokenKey, dir.TokenKey)
 	if err != nil {
 		return nil, err
 	}
@@ -239,9 +243,18 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.secret, s.secretPath, err = dir.EnrolmentSecret(); err != nil {
+	secret, err := site.EnsureSecret(ctx, store, site.SecretEnrolment, func() ([]byte, error) {
+		s, _, err := dir.EnrolmentSecret()
+		return []byte(s), err
+	})
+	if err != nil {
 		return nil, err
 	}
+	// The data directory keeps a copy for VDAs on this host to enrol with.
+	if s.secretPath, err = dir.SetEnrolmentSecret(string(secret)); err != nil {
+		return nil, err
+	}
+	s.secret = string(secret)
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

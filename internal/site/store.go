@@ -77,6 +77,16 @@ type Tx interface {
 
 	Sessions() Sessions
 	Admins() Collection[Admin]
+
+	// Secret returns a site secret by name (ENotFound when it is unset):
+	// what every broker of the site shares, such as the key that signs
+	// tokens and the secret VDAs enrol with. SetSecret creates or replaces
+	// one; it moves the configuration version, so that every broker
+	// notices. Secrets are neither configuration nor exported. In an
+	// Update, Secret takes the configuration lock, so that two
+	// transactions creating the same secret cannot both find it unset.
+	Secret(ctx context.Context, name string) ([]byte, error)
+	SetSecret(ctx context.Context, name string, value []byte) error
 }
 
 // Collection is one kind of named configuration object, ordered by name.

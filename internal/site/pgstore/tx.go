@@ -508,3 +508,39 @@ func nullIfEmpty(s string) any {
 	}
 	return s
 }
+
+// Secret reads a secret; in an Update, with the configuration lock (see
+// site.Tx).
+func (t *tx) Secret(ctx context.Context, name string) ([]byte, error) {
+	if err := t.usable(false); err != nil {
+		return nil, err
+	}
+	var v []byte
+	found := false
+	b := &pgx.Batch{}
+	queueOne(b, &found, `SELECT value FROM secrets WHERE name = $1::text`, []any{name}, &v)
+	if err := t.send(ctx, b, t.update); err != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	if !found {
+		return nil, site.Errorf(site.ENotFound, "secret %q is not set", name)
+	}
+	return v, nil
+}
+
+func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
+	if err := t.usable(true); err != nil {
+		return err
+	}
+	if name == "" || len(value) == 0 {
+		return site.Errorf(site.EInvalid, "a secret needs a name and a value")
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO secrets (name, value) VALUES ($1::text, $2::bytea) ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value)
+	t.wrote = true
+	if err := t.send(ctx, b, true); err != nil {
+		return fmt.Errorf("set secret %q: %w", name, err)
+	}
+	t.configChanged = true
+	return nil
+}

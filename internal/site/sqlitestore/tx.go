@@ -312,3 +312,30 @@ func nullIfEmpty(s string) any {
 	}
 	return s
 }
+
+func (t *tx) Secret(ctx context.Context, name string) ([]byte, error) {
+	var v []byte
+	err := t.scanOne(ctx, `SELECT value FROM secrets WHERE name = ?`, []any{name}, &v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, site.Errorf(site.ENotFound, "secret %q is not set", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	return v, nil
+}
+
+func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if name == "" || len(value) == 0 {
+		return site.Errorf(site.EInvalid, "a secret needs a name and a value")
+	}
+	if _, err := t.exec(ctx, `INSERT INTO secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+		name, value); err != nil {
+		return fmt.Errorf("set secret %q: %w", name, err)
+	}
+	t.configChanged = true
+	return nil
+}

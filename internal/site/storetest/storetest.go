@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Config", testConfig},
 		{"Concurrency", testConcurrency},
 		{"Place", testPlace},
+		{"Secrets", testSecrets},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
