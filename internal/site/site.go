@@ -22,6 +22,7 @@ const (
 	KindEntitlement   Kind = "entitlement"
 	KindSession       Kind = "session"
 	KindAdmin         Kind = "admin"
+	KindBroker        Kind = "broker"
 )
 
 // Settings are the site-wide settings. There is exactly one Settings per site.

@@ -77,6 +77,9 @@ type Tx interface {
 
 	Sessions() Sessions
 	Admins() Collection[Admin]
+	// Brokers are the brokers of the site as each last reported itself:
+	// runtime state, which moves no version.
+	Brokers() Collection[BrokerRecord]
 
 	// Secret returns a site secret by name (ENotFound when it is unset):
 	// what every broker of the site shares, such as the key that signs
@@ -151,6 +154,32 @@ type SessionFilter struct {
 	// Live selects only sessions that have not ended (not logged off), so
 	// that brokering does not read a user's or a machine's history.
 	Live bool
+}
+
+// BrokerRecord is one broker of a site: where it serves and when it last
+// said it was alive. Brokers record themselves at start and every few
+// seconds; a name is one broker's at a time.
+type BrokerRecord struct {
+	Name string `json:"name"`
+	Zone string `json:"zone"`
+	// Address is the broker's HTTP listener, host:port.
+	Address string `json:"address"`
+	// Instance tells one run of a broker from another under the same
+	// name: a restarted broker has a new one.
+	Instance  string    `json:"instance"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	LastSeen  time.Time `json:"last_seen,omitzero"`
+}
+
+// Validate checks the record's own fields.
+func (b BrokerRecord) Validate() error {
+	if err := ValidateName(KindBroker, b.Name); err != nil {
+		return err
+	}
+	if b.Instance == "" {
+		return invalid(KindBroker, b.Name, "instance is missing")
+	}
+	return nil
 }
 
 // Admin is an administrator account of the admin API. Admins are not part

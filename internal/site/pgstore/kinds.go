@@ -215,3 +215,19 @@ var admins = newSpec(spec[site.Admin]{
 	dest: func(a *site.Admin) []any { return []any{&a.Name, &a.PasswordHash, timeDest{&a.CreatedAt}} },
 	name: func(a site.Admin) string { return a.Name },
 })
+
+// Brokers are runtime state: they do not move the version, and an
+// Update locks the rows it reads.
+var brokers = newSpec(spec[site.BrokerRecord]{
+	kind:  site.KindBroker,
+	table: "brokers",
+	cols:  []column{nameCol, col("zone", tText), col("address", tText), col("instance", tText), col("started_at", tTime), col("last_seen", tTime)},
+	args: func(b site.BrokerRecord) []any {
+		return []any{b.Name, b.Zone, b.Address, b.Instance, timeArg(b.StartedAt), timeArg(b.LastSeen)}
+	},
+	sel: "t.name, t.zone, t.address, t.instance, t.started_at, t.last_seen",
+	dest: func(b *site.BrokerRecord) []any {
+		return []any{&b.Name, &b.Zone, &b.Address, &b.Instance, timeDest{&b.StartedAt}, timeDest{&b.LastSeen}}
+	},
+	name: func(b site.BrokerRecord) string { return b.Name },
+})

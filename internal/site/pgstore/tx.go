@@ -327,6 +327,10 @@ func (t *tx) Admins() site.Collection[site.Admin] {
 
 func (t *tx) Sessions() site.Sessions { return sessions{t} }
 
+func (t *tx) Brokers() site.Collection[site.BrokerRecord] {
+	return collection[site.BrokerRecord]{t, brokers}
+}
+
 // forUpdate is the locking clause of a read of runtime rows: in an Update
 // the rows stay locked until it ends.
 func (t *tx) forUpdate() string {

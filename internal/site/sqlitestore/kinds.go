@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -256,4 +257,26 @@ var admins = newSpec(spec[site.Admin]{
 		return a, err
 	},
 	name: func(a site.Admin) string { return a.Name },
+})
+
+// Brokers are runtime state: they do not move the version.
+var brokers = newSpec(spec[site.BrokerRecord]{
+	kind:  site.KindBroker,
+	table: "brokers",
+	cols:  []string{"name", "zone", "address", "instance", "started_at", "last_seen"},
+	args: func(b site.BrokerRecord) []any {
+		return []any{b.Name, b.Zone, b.Address, b.Instance, timeArg(b.StartedAt), timeArg(b.LastSeen)}
+	},
+	sel: "name, zone, address, instance, coalesce(started_at, ''), coalesce(last_seen, '')",
+	scan: func(r scanner) (b site.BrokerRecord, err error) {
+		var started, seen string
+		if err = r.Scan(&b.Name, &b.Zone, &b.Address, &b.Instance, &started, &seen); err != nil {
+			return b, err
+		}
+		var err2 error
+		b.StartedAt, err = parseTime(started)
+		b.LastSeen, err2 = parseTime(seen)
+		return b, errors.Join(err, err2)
+	},
+	name: func(b site.BrokerRecord) string { return b.Name },
 })

@@ -199,6 +199,10 @@ func (t *tx) Admins() site.Collection[site.Admin] {
 
 func (t *tx) Sessions() site.Sessions { return sessions{t} }
 
+func (t *tx) Brokers() site.Collection[site.BrokerRecord] {
+	return collection[site.BrokerRecord]{t, brokers}
+}
+
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
 	var st site.MachineStatus
 	var heartbeat, conflictAt string

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Concurrency", testConcurrency},
 		{"Place", testPlace},
 		{"Secrets", testSecrets},
+		{"Brokers", testBrokers},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
