@@ -74,6 +74,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the all-in-one site: broker, embedded site DB, admin API (--demo for the demo site)", (*Main).serve},
+		{"broker", "run one broker of a site whose site DB is PostgreSQL (--db), in a zone (--zone), under a name (--name)", (*Main).broker},
 		{"apply", "make the site match a YAML file (-f site.yaml), all or nothing", (*Main).apply},
 		{"export", "write the site configuration as YAML", (*Main).export},
 		{"demo", "write a generated site as YAML (--scale mid|demo|large), for apply, tests and benches", (*Main).demo},

@@ -11,22 +11,41 @@ import (
 	"github.com/usher-vdi/usher/internal/bytesize"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/server"
+	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/vda"
 )
 
 // defaultSimWait bounds the wait for simulated VDAs before the banner.
 const defaultSimWait = 15 * time.Second
 
-func (m *Main) serve(ctx context.Context, args []string) error {
+func (m *Main) serve(ctx context.Context, args []string) error { return m.runSite(ctx, "serve", args) }
+
+// broker runs one broker of a shared site: serve's listeners on a
+// PostgreSQL site DB, under a name and in a zone.
+func (m *Main) broker(ctx context.Context, args []string) error {
+	return m.runSite(ctx, "broker", args)
+}
+
+// runSite is serve (all-in-one, SQLite by default, the demo site) and
+// broker (one of a multi-broker site: --db required, no demo).
+func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	var cfg server.Config
 	var logs logFlags
-	fs := m.flagSet("serve", "[flags]")
+	isBroker := role == "broker"
+	fs := m.flagSet(role, "[flags]")
 	data := m.dataFlag(fs)
 	db := m.dbFlag(fs)
+	fs.StringVar(&cfg.Name, "name", "", "this broker's name in the site's broker registry (default: the host name); two running brokers cannot share one")
+	fs.StringVar(&cfg.Zone, "zone", "", "the zone this broker serves (default: the primary zone)")
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
-	fs.BoolVar(&cfg.Demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) into an empty site DB; a site DB that holds a site is kept as it is")
-	fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")
-	fs.StringVar(&cfg.DemoPassword, "demo-password", "", "with --demo: password of the demo users and of the admin account (default: random at the first start, printed; kept at later starts)")
+	startRetry := time.Duration(0)
+	if isBroker {
+		fs.DurationVar(&startRetry, "start-retry", 5*time.Minute, "how long to keep trying when the site DB does not answer at start (0: fail at once)")
+	} else {
+		fs.BoolVar(&cfg.Demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) into an empty site DB; a site DB that holds a site is kept as it is")
+		fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")
+		fs.StringVar(&cfg.DemoPassword, "demo-password", "", "with --demo: password of the demo users and of the admin account (default: random at the first start, printed; kept at later starts)")
+	}
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
 	sendBuffer := fs.String("send-buffer", fmt.Sprintf("%dKiB", server.DefaultSendBuffer>>10), "socket send buffer of each HTTP connection, so that a whole enumeration is written at once (0: the kernel's autotuning)")
@@ -56,6 +75,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err := server.CheckDB(cfg.DB); err != nil {
 		return usageError{err.Error()}
 	}
+	if isBroker && cfg.DB == "" {
+		return usageError{"usher broker needs --db postgres://...: the brokers of a site share a PostgreSQL site DB (for one node on embedded SQLite, use usher serve)"}
+	}
 	var err error
 	if cfg.SendBuffer, err = bytesize.Parse(*sendBuffer); err != nil || cfg.SendBuffer > server.MaxSendBuffer {
 		return usageError{fmt.Sprintf("--send-buffer %q is not a size up to 64MiB", *sendBuffer)}
@@ -75,7 +97,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if cfg.Logger, err = logs.logger(m.Stderr); err != nil {
 		return err
 	}
-	s, err := server.Open(ctx, cfg)
+	s, err := openRetrying(ctx, cfg, startRetry)
 	if err != nil {
 		return err
 	}
@@ -100,10 +122,32 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	return s.Run(ctx)
 }
 
+// openRetrying opens the site, trying again with a growing delay for as
+// long as retry allows while the site DB does not answer.
+func openRetrying(ctx context.Context, cfg server.Config, retry time.Duration) (*server.Server, error) {
+	deadline := time.Now().Add(retry)
+	delay := time.Second
+	for {
+		s, err := server.Open(ctx, cfg)
+		if err == nil || site.ErrorCode(err) != site.EUnavailable || time.Now().Add(delay).After(deadline) {
+			return s, err
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Warn("the site DB does not answer; trying again", "in", delay, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+}
+
 func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	base := s.URL()
 	_, secretPath := s.EnrolmentSecret()
-	fmt.Fprintf(m.Stdout, "usher is serving the site in %s\n\n", s.DataDir())
+	fmt.Fprintf(m.Stdout, "usher is serving the site in %s as broker %q of zone %q\n\n", s.SiteDB(), s.Name(), s.Zone())
 	fmt.Fprintf(m.Stdout, "  Browser:      %s/\n", base)
 	fmt.Fprintf(m.Stdout, "  Admin API:    %s/api/v1/admin/  (HTTP basic or bearer token)\n", base)
 	fmt.Fprintf(m.Stdout, "  OpenAPI:      %s/api/openapi.json\n", base)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -65,6 +66,12 @@ type Config struct {
 	// DB, when set, is the site DB: a PostgreSQL URL (postgres://...).
 	// Empty means the embedded SQLite file of DataDir.
 	DB string
+	// Name is this broker's name in the site's broker registry (default:
+	// the host name); two running brokers cannot share one.
+	Name string
+	// Zone is the zone this broker serves (default: the primary zone); it
+	// must be one of the site's.
+	Zone string
 	// Listen is the address of the main HTTP listener: REST, admin and VDA
 	// APIs, NFuse, metrics, health and the index page (default
 	// DefaultListen).
@@ -143,6 +150,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("server: a demo password or reset needs the demo site")
 	}
 	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, api.DefaultMaxBodyBytes)
 	c.SendBuffer = cmp.Or(c.SendBuffer, DefaultSendBuffer)
@@ -160,12 +170,15 @@ type Server struct {
 	log *slog.Logger
 
 	addr, nfuseAddr string
-	dataDir         string
-	secret          string
-	secretPath      string
-	demoPassword    string
-	store           site.Store
-	broker          *broker.Broker
+	// name and zone are this broker's in the site's broker registry.
+	name, zone   string
+	siteDB       string
+	dataDir      string
+	secret       string
+	secretPath   string
+	demoPassword string
+	store        site.Store
+	broker       *broker.Broker
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 
@@ -219,6 +232,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.cleanup = append(s.cleanup, func() { store.Close() })
 	s.store = store
+	s.siteDB = where
 	log.Info("site DB open", "db", where)
 
 	params := cmp.Or(cfg.PasswordParams, auth.DefaultParams)
@@ -275,6 +289,16 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	metrics.Attach(brk)
 	s.broker = brk
+	zone, err := brokerZone(ctx, store, cfg.Zone)
+	if err != nil {
+		return nil, err
+	}
+	s.name, s.zone = cfg.Name, zone
+	if s.name == "" {
+		if s.name, err = os.Hostname(); err != nil || s.name == "" {
+			s.name = "usher"
+		}
+	}
 	// The broker and the simulator outlive ctx (which only bounds
 	// opening): Close stops them.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -332,11 +356,20 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		})
 	}
 
+	s.addr = ln.Addr().String()
+	now := cfg.Now()
+	stopRegistry, err := s.registerBroker(ctx, site.BrokerRecord{Name: s.name, Zone: s.zone, Address: s.addr,
+		Instance: brokerInstance(s.dataDir), StartedAt: now, LastSeen: now})
+	if err != nil {
+		return nil, fmt.Errorf("broker %q: %w", s.name, err)
+	}
+	s.cleanup = append(s.cleanup, stopRegistry)
+	// From here on, nothing fails before Serve starts: shutdown waits for
+	// it to return.
 	if s.srv, err = s.httpServer(ctx, handler); err != nil {
 		return nil, err
 	}
-	s.addr = ln.Addr().String()
-	log.Info("listening", "addr", s.addr)
+	log.Info("listening", "addr", s.addr, "broker", s.name, "zone", s.zone)
 	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
 
 	if cfg.SimVDAs != 0 {
@@ -462,6 +495,14 @@ func (s *Server) shutdown(timeout time.Duration) error {
 	s.cleanup = nil
 	return err
 }
+
+// SiteDB names the site DB: the SQLite file, or the PostgreSQL database
+// without its password.
+func (s *Server) SiteDB() string { return s.siteDB }
+
+// Name and Zone are the broker's name and zone in the site.
+func (s *Server) Name() string { return s.name }
+func (s *Server) Zone() string { return s.zone }
 
 // Addr is the main listener's address, host:port.
 func (s *Server) Addr() string { return s.addr }
