@@ -217,18 +217,15 @@ func register[T any](s *Server, c collection[T]) {
 		if c.del != nil {
 			return nil, c.del(s, r, name)
 		}
-		err := s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
-			_, err := site.Mutate(r.Context(), tx, func(cfg *site.Config) error {
-				list := c.items(cfg)
-				i := c.index(*list, name)
-				if i < 0 {
-					return site.NotFound(c.kind, name)
-				}
-				*list = slices.Delete(*list, i, i+1)
-				return nil
-			})
-			return err
-		})
+		err := s.mutate(r.Context(), func(cfg *site.Config) error {
+			list := c.items(cfg)
+			i := c.index(*list, name)
+			if i < 0 {
+				return site.NotFound(c.kind, name)
+			}
+			*list = slices.Delete(*list, i, i+1)
+			return nil
+		}, nil)
 		if site.ErrorCode(err) == site.EInvalid {
 			// Whatever broke is a reference to the deleted object.
 			return nil, site.Errorf(site.EConflict, "%s %q is still in use: %s", c.kind, name, site.ErrorMessage(err))
@@ -256,13 +253,11 @@ func (c collection[T]) read(s *Server, r *http.Request, obj *T) error {
 }
 
 // change applies fn to the configuration in one transaction, with the
-// whole-site validation of site.Mutate, and returns the stored object.
+// whole-site validation of site.Mutate, and returns the stored object. fn
+// adds, replaces or deletes whole objects of the list (see Server.mutate).
 func (c collection[T]) change(s *Server, ctx context.Context, name string, fn func(*[]T) error) (any, error) {
 	var out any
-	err := s.cfg.Store.Update(ctx, func(tx site.Tx) error {
-		if _, err := site.Mutate(ctx, tx, func(cfg *site.Config) error { return fn(c.items(cfg)) }); err != nil {
-			return err
-		}
+	err := s.mutate(ctx, func(cfg *site.Config) error { return fn(c.items(cfg)) }, func(tx site.Tx) error {
 		obj, err := c.get(tx).Get(ctx, name)
 		if err != nil {
 			return err
@@ -385,11 +380,7 @@ func (s *Server) putSettings(r *http.Request) (any, error) {
 	if err := decodeJSON(r, &st); err != nil {
 		return nil, err
 	}
-	err := s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
-		_, err := site.Mutate(r.Context(), tx, func(c *site.Config) error { c.Settings = st; return nil })
-		return err
-	})
-	if err != nil {
+	if err := s.mutate(r.Context(), func(c *site.Config) error { c.Settings = st; return nil }, nil); err != nil {
 		return nil, err
 	}
 	return s.getSettings(r)
@@ -404,15 +395,17 @@ func (s *Server) setUserPassword(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := r.PathValue("name")
-	return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
-		u, err := tx.Users().Get(r.Context(), name)
-		if err != nil {
-			return err
+	// A user is named by any spelling of the name, as tx.Users().Get
+	// names one.
+	key := site.FoldName(r.PathValue("name"))
+	return nil, s.mutate(r.Context(), func(c *site.Config) error {
+		i := slices.IndexFunc(c.Users, func(u site.User) bool { return site.FoldName(u.Name) == key })
+		if i < 0 {
+			return site.NotFound(site.KindUser, r.PathValue("name"))
 		}
-		u.PasswordHash = hash
-		return tx.Users().Update(r.Context(), u)
-	})
+		c.Users[i].PasswordHash = hash
+		return nil
+	}, nil)
 }
 
 func camel(path string) string {

@@ -247,8 +247,12 @@ func (s *Server) route(rt Route, h handler) {
 			return
 		}
 		if rt.Auth == AuthAdmin && rt.Method != "GET" && s.cfg.Broker != nil {
-			// The change takes effect at once on this broker; other
-			// brokers see it at their next refresh (broker.DefaultRefreshInterval).
+			// The change takes effect at once on this broker: a
+			// configuration change made through Server.mutate is
+			// published already, and Refresh then only reads the
+			// version (it reloads the site only when something else
+			// moved it). Other brokers see the change at their next
+			// refresh (broker.DefaultRefreshInterval).
 			if err := s.cfg.Broker.Refresh(r.Context()); err != nil {
 				s.log.WarnContext(r.Context(), "refresh the broker after an admin change", "err", err)
 			}

@@ -91,15 +91,12 @@ func deleteMachine(s *Server, r *http.Request, name string) error {
 	if force {
 		return site.Errorf(site.EInvalid, "force needs a broker to end the sessions")
 	}
-	return s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
-		_, err := site.Mutate(r.Context(), tx, func(c *site.Config) error {
-			n := len(c.Machines)
-			c.Machines = slices.DeleteFunc(c.Machines, func(m site.Machine) bool { return m.Name == name })
-			if len(c.Machines) == n {
-				return site.NotFound(site.KindMachine, name)
-			}
-			return nil
-		})
-		return err
-	})
+	return s.mutate(r.Context(), func(c *site.Config) error {
+		n := len(c.Machines)
+		c.Machines = slices.DeleteFunc(c.Machines, func(m site.Machine) bool { return m.Name == name })
+		if len(c.Machines) == n {
+			return site.NotFound(site.KindMachine, name)
+		}
+		return nil
+	}, nil)
 }

@@ -118,7 +118,7 @@ type Broker struct {
 	store     site.Store
 	placer    site.Placer
 	snap      atomic.Pointer[Snapshot]
-	refreshMu sync.Mutex // one Refresh at a time, so that an older snapshot never replaces a newer one
+	refreshMu sync.Mutex // one Refresh or Publish at a time, so that an older snapshot never replaces a newer one
 	machines  *table
 	obs       Observer
 	guard     *auth.Guard
@@ -199,10 +199,12 @@ func (b *Broker) HeartbeatTimeout() time.Duration  { return b.cfg.HeartbeatTimeo
 // Snapshot returns the current configuration snapshot.
 func (b *Broker) Snapshot() *Snapshot { return b.snap.Load() }
 
-// Refresh reloads the snapshot when the configuration version moved.
-// Run calls it every RefreshInterval; the admin API calls it after each
-// change, so that a change (a new password) takes effect at once on the
-// broker that made it. It is safe for concurrent use.
+// Refresh reloads the snapshot when the configuration version moved:
+// when another process (another broker, usher apply) changed the
+// configuration, or a change of this process was not published. Run calls
+// it every RefreshInterval; the admin API calls it after each change,
+// which then costs one read of the version, the change being published
+// already. It is safe for concurrent use.
 func (b *Broker) Refresh(ctx context.Context) error {
 	b.refreshMu.Lock()
 	defer b.refreshMu.Unlock()
@@ -223,11 +225,38 @@ func (b *Broker) Refresh(ctx context.Context) error {
 	if cfg == nil {
 		return nil
 	}
+	b.install(version, cfg)
+	return nil
+}
+
+// Publish makes cfg, the site's whole configuration at version, the one
+// the broker serves, without reading the site DB: the admin API calls it
+// with the site.Mutation of a change once committed, so that the change
+// is served at once, and the next change starts from cfg (see
+// Snapshot.Config). A configuration no newer than the one served is
+// ignored, so that changes published out of order, or after a Refresh
+// read a newer one, never take the broker back; Publish reports whether
+// it took cfg.
+//
+// cfg must be normalized and valid, and exactly what site.LoadConfig
+// would read at version (a committed site.Mutation's Config is). The
+// broker keeps it: no one may modify it afterwards.
+func (b *Broker) Publish(version int64, cfg *site.Config) bool {
+	b.refreshMu.Lock()
+	defer b.refreshMu.Unlock()
+	if cur := b.snap.Load(); cur != nil && cur.Version >= version {
+		return false
+	}
+	b.install(version, cfg)
+	return true
+}
+
+// install serves cfg at version. The caller holds refreshMu.
+func (b *Broker) install(version int64, cfg *site.Config) {
 	s := NewSnapshot(version, cfg)
 	b.machines.configure(s)
 	b.snap.Store(s)
 	b.log.Debug("configuration snapshot", "version", version)
-	return nil
 }
 
 func (b *Broker) loadStatuses(ctx context.Context) error {

@@ -20,6 +20,9 @@ type Snapshot struct {
 	Version  int64
 	Settings site.Settings
 
+	// config is the configuration the snapshot indexes, and points into.
+	config *site.Config
+
 	// users are indexed by site.FoldName of their names.
 	users     map[string]*site.User
 	resources map[string]*site.Resource
@@ -50,10 +53,12 @@ type Snapshot struct {
 	resolved map[string]*Entitlements
 }
 
-// NewSnapshot indexes a validated, normalized configuration.
+// NewSnapshot indexes a validated, normalized configuration, the site's
+// at version. The snapshot keeps c and points into it: from then on c
+// must not be modified, nor anything it holds (see Config).
 func NewSnapshot(version int64, c *site.Config) *Snapshot {
 	s := &Snapshot{
-		Version: version, Settings: c.Settings,
+		Version: version, Settings: c.Settings, config: c,
 		users: map[string]*site.User{}, resources: map[string]*site.Resource{},
 		groups: map[string]*site.DeliveryGroup{}, catalogs: map[string]*site.Catalog{},
 		machines: map[string]*site.Machine{}, machinesOf: map[string][]*site.Machine{},
@@ -113,6 +118,14 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 	}
 	return s
 }
+
+// Config returns the configuration the snapshot was built from: the
+// site's whole configuration at s.Version, normalized and valid. It is
+// immutable, as the snapshot is: readers use it concurrently, so no one
+// may write into it or into anything it holds. A change starts from a
+// copy of it (site.MutateFrom copies its lists of objects and replaces,
+// never modifies, the lists those objects hold).
+func (s *Snapshot) Config() *site.Config { return s.config }
 
 // User returns a user, or false when there is none. Names match as
 // Windows matches them: case-insensitively, in any Unicode normal form.

@@ -75,6 +75,13 @@ func all[T any](ctx context.Context, c Collection[T]) ([]T, error) {
 // by name, string lists sorted, empty lists nil, resource kinds and
 // display names filled in. Two equivalent configurations normalize to
 // deeply equal values.
+//
+// Normalize writes only into c's own lists of objects (c.Users, ...):
+// it never writes into the lists inside objects (a user's Groups, ...),
+// but replaces a list that needs sorting or respelling with a sorted,
+// respelled copy, and keeps one already in canonical form as it is. So
+// a copy of a configuration that shares those inner lists with the
+// original (see MutateFrom) normalizes without touching the original.
 func (c *Config) Normalize() {
 	c.normalizeAccounts()
 	sortByName(c.Zones, func(z Zone) string { return z.Name })
@@ -141,15 +148,23 @@ func (c *Config) normalizeAccounts() {
 			users[FoldName(u.Name)] = u.Name
 		}
 	}
-	spell := func(names map[string]string, list []string) {
+	// spell returns list with its names spelled as their objects are: list
+	// itself when they already are, else a copy, so that a list shared
+	// with another configuration is never written.
+	spell := func(names map[string]string, list []string) []string {
+		out := list
 		for i, n := range list {
-			if s, ok := names[FoldName(n)]; ok {
-				list[i] = s
+			if s, ok := names[FoldName(n)]; ok && s != n {
+				if &out[0] == &list[0] {
+					out = slices.Clone(list)
+				}
+				out[i] = s
 			}
 		}
+		return out
 	}
 	for i := range c.Users {
-		spell(groups, c.Users[i].Groups)
+		c.Users[i].Groups = spell(groups, c.Users[i].Groups)
 	}
 	for i := range c.Machines {
 		if s, ok := users[FoldName(c.Machines[i].AssignedUser)]; ok && c.Machines[i].AssignedUser != "" {
@@ -157,8 +172,8 @@ func (c *Config) normalizeAccounts() {
 		}
 	}
 	for i := range c.Entitlements {
-		spell(users, c.Entitlements[i].Users)
-		spell(groups, c.Entitlements[i].Groups)
+		e := &c.Entitlements[i]
+		e.Users, e.Groups = spell(users, e.Users), spell(groups, e.Groups)
 	}
 }
 
@@ -178,12 +193,20 @@ func nilIfEmpty[T any](s *[]T) {
 }
 
 func sortByName[T any](s []T, name func(T) string) {
-	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(name(a), name(b)) })
+	byName := func(a, b T) int { return cmp.Compare(name(a), name(b)) }
+	if !slices.IsSortedFunc(s, byName) {
+		slices.SortStableFunc(s, byName)
+	}
 }
 
+// normList returns s sorted, nil when empty: s itself when it already is,
+// else a sorted copy (s is never written).
 func normList(s []string) []string {
 	if len(s) == 0 {
 		return nil
+	}
+	if slices.IsSorted(s) {
+		return s
 	}
 	s = slices.Clone(s)
 	slices.Sort(s)
@@ -196,7 +219,13 @@ func (c *Config) Validate() error {
 	if err := c.Settings.Validate(); err != nil {
 		return err
 	}
-	names := map[Kind]map[string]string{} // kind -> nameKey -> name
+	names := map[Kind]map[string]string{ // kind -> nameKey -> name, sized not to grow
+		KindZone: make(map[string]string, len(c.Zones)), KindCatalog: make(map[string]string, len(c.Catalogs)),
+		KindGroup: make(map[string]string, len(c.Groups)), KindUser: make(map[string]string, len(c.Users)),
+		KindMachine: make(map[string]string, len(c.Machines)), KindDeliveryGroup: make(map[string]string, len(c.DeliveryGroups)),
+		KindApplication: make(map[string]string, len(c.Applications)+len(c.Desktops)),
+		KindEntitlement: make(map[string]string, len(c.Entitlements)),
+	}
 	add := func(kind Kind, name string, err error) error {
 		if err != nil {
 			return err

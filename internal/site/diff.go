@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -86,55 +85,149 @@ func (p *Plan) String() string {
 // Diff returns the plan that turns current into desired. Both must be
 // normalized. A desired user without a password hash keeps the current one:
 // passwords are managed through the admin API, not the configuration file.
-func Diff(current, desired *Config) *Plan {
+//
+// Objects are matched by name in one pass over both configurations, which
+// normalization sorts by name, and compared field by field: the cost is
+// that of reading the two configurations once, and of rendering the
+// fields of the objects that differ. A list not sorted by name, or naming
+// an object twice, is diffed through maps, with the same result.
+func Diff(current, desired *Config) *Plan { return diff(current, desired, false) }
+
+// diff is Diff. With keep, a desired user without a password hash gets
+// the current one written into desired.Users, so that desired is then
+// the configuration the plan leaves the site with; desired.Users must be
+// the caller's own list.
+func diff(current, desired *Config, keep bool) *Plan {
 	p := &Plan{}
-	if fc := fieldChanges(current.Settings, desired.Settings); len(fc) > 0 {
-		p.Settings = &fc
-	}
-	users := slices.Clone(desired.Users)
-	have := map[string]User{}
-	for _, u := range current.Users {
-		have[u.Name] = u
-	}
-	for i, u := range users {
-		if u.PasswordHash == "" {
-			users[i].PasswordHash = have[u.Name].PasswordHash
+	if current.Settings != desired.Settings {
+		if fc := fieldChanges(current.Settings, desired.Settings); len(fc) > 0 {
+			p.Settings = &fc
 		}
 	}
+	keepHash := func(old, u *User) (User, bool) {
+		if u.PasswordHash != "" || old.PasswordHash == "" {
+			return User{}, false
+		}
+		kept := *u
+		kept.PasswordHash = old.PasswordHash
+		return kept, true
+	}
 	p.Changes = slices.Concat(
-		diffKind(KindZone, current.Zones, desired.Zones, func(z Zone) string { return z.Name }),
-		diffKind(KindCatalog, current.Catalogs, desired.Catalogs, func(x Catalog) string { return x.Name }),
-		diffKind(KindGroup, current.Groups, desired.Groups, func(g Group) string { return g.Name }),
-		diffKind(KindUser, current.Users, users, func(u User) string { return u.Name }),
-		diffKind(KindMachine, current.Machines, desired.Machines, func(m Machine) string { return m.Name }),
-		diffKind(KindDeliveryGroup, current.DeliveryGroups, desired.DeliveryGroups, func(g DeliveryGroup) string { return g.Name }),
-		diffKind(KindApplication, current.Applications, desired.Applications, func(r Resource) string { return r.Name }),
-		diffKind(KindDesktop, current.Desktops, desired.Desktops, func(r Resource) string { return r.Name }),
-		diffKind(KindEntitlement, current.Entitlements, desired.Entitlements, func(e Entitlement) string { return e.Name }),
+		diffKind(KindZone, current.Zones, desired.Zones, zoneName, equalZone, nil, false),
+		diffKind(KindCatalog, current.Catalogs, desired.Catalogs, catalogName, equalCatalog, nil, false),
+		diffKind(KindGroup, current.Groups, desired.Groups, groupName, equalGroup, nil, false),
+		diffKind(KindUser, current.Users, desired.Users, userName, equalUser, keepHash, keep),
+		diffKind(KindMachine, current.Machines, desired.Machines, machineName, equalMachine, nil, false),
+		diffKind(KindDeliveryGroup, current.DeliveryGroups, desired.DeliveryGroups, deliveryGroupName, equalDeliveryGroup, nil, false),
+		diffKind(KindApplication, current.Applications, desired.Applications, resourceName, equalResource, nil, false),
+		diffKind(KindDesktop, current.Desktops, desired.Desktops, resourceName, equalResource, nil, false),
+		diffKind(KindEntitlement, current.Entitlements, desired.Entitlements, entitlementName, equalEntitlement, nil, false),
 	)
 	return p
 }
 
-func diffKind[T any](kind Kind, current, desired []T, name func(T) string) []Change {
-	var out []Change
-	have := make(map[string]T, len(current))
-	for _, o := range current {
-		have[name(o)] = o
+func zoneName(z *Zone) string                   { return z.Name }
+func catalogName(x *Catalog) string             { return x.Name }
+func groupName(g *Group) string                 { return g.Name }
+func userName(u *User) string                   { return u.Name }
+func machineName(m *Machine) string             { return m.Name }
+func deliveryGroupName(g *DeliveryGroup) string { return g.Name }
+func resourceName(r *Resource) string           { return r.Name }
+func entitlementName(e *Entitlement) string     { return e.Name }
+
+// diffKind returns the changes of one kind: creates and updates in the
+// order of desired, then deletes in the order of current. keep, when not
+// nil, returns a desired object filled in from the current one of its
+// name, to be compared instead, or false when there is nothing to fill
+// in; with write, the filled-in object replaces the desired one.
+func diffKind[T any](kind Kind, current, desired []T, name func(*T) string, equal func(a, b *T) bool, keep func(old, o *T) (T, bool), write bool) []Change {
+	if !ascending(current, name) || !ascending(desired, name) {
+		return diffKindMaps(kind, current, desired, name, equal, keep, write)
 	}
-	want := make(map[string]bool, len(desired))
-	for _, o := range desired {
-		n := name(o)
-		want[n] = true
-		old, ok := have[n]
+	var out, deletes []Change
+	i, j := 0, 0
+	for i < len(current) || j < len(desired) {
+		var c int
 		switch {
-		case !ok:
-			out = append(out, Change{Op: OpCreate, Kind: kind, Name: n, obj: o})
-		case !reflect.DeepEqual(old, o):
-			out = append(out, Change{Op: OpUpdate, Kind: kind, Name: n, Fields: fieldChanges(old, o), obj: o})
+		case j == len(desired):
+			c = -1
+		case i == len(current):
+			c = 1
+		default:
+			if a, b := name(&current[i]), name(&desired[j]); a != b { // == is quick on shared strings
+				c = strings.Compare(a, b)
+			}
+		}
+		switch {
+		case c < 0:
+			deletes = append(deletes, Change{Op: OpDelete, Kind: kind, Name: name(&current[i])})
+			i++
+		case c > 0:
+			out = append(out, Change{Op: OpCreate, Kind: kind, Name: name(&desired[j]), obj: desired[j]})
+			j++
+		default:
+			if ch, ok := compare(kind, &current[i], &desired[j], name, equal, keep, write); ok {
+				out = append(out, ch)
+			}
+			i++
+			j++
 		}
 	}
-	for _, o := range current {
-		if n := name(o); !want[n] {
+	return append(out, deletes...)
+}
+
+// compare compares an object with the desired one of its name, returning
+// the update when they differ.
+func compare[T any](kind Kind, old, want *T, name func(*T) string, equal func(a, b *T) bool, keep func(old, o *T) (T, bool), write bool) (Change, bool) {
+	o := want
+	if keep != nil {
+		if kept, ok := keep(old, want); ok {
+			if write {
+				*want = kept
+			} else {
+				o = &kept
+			}
+		}
+	}
+	if equal(old, o) {
+		return Change{}, false
+	}
+	return Change{Op: OpUpdate, Kind: kind, Name: name(o), Fields: fieldChanges(*old, *o), obj: *o}, true
+}
+
+// ascending reports whether s is sorted by name, each name once.
+func ascending[T any](s []T, name func(*T) string) bool {
+	for i := 1; i < len(s); i++ {
+		if name(&s[i-1]) >= name(&s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// diffKindMaps is diffKind for lists that are not sorted by name, or name
+// an object twice: an object matches the last current one of its name.
+func diffKindMaps[T any](kind Kind, current, desired []T, name func(*T) string, equal func(a, b *T) bool, keep func(old, o *T) (T, bool), write bool) []Change {
+	var out []Change
+	have := make(map[string]*T, len(current))
+	for i := range current {
+		have[name(&current[i])] = &current[i]
+	}
+	want := make(map[string]bool, len(desired))
+	for j := range desired {
+		n := name(&desired[j])
+		want[n] = true
+		old, ok := have[n]
+		if !ok {
+			out = append(out, Change{Op: OpCreate, Kind: kind, Name: n, obj: desired[j]})
+			continue
+		}
+		if ch, ok := compare(kind, old, &desired[j], name, equal, keep, write); ok {
+			out = append(out, ch)
+		}
+	}
+	for i := range current {
+		if n := name(&current[i]); !want[n] {
 			out = append(out, Change{Op: OpDelete, Kind: kind, Name: n})
 		}
 	}
@@ -283,26 +376,33 @@ func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Pla
 		return nil, fmt.Errorf("load current configuration: %w", err)
 	}
 	plan := Diff(current, desired)
-	if dryRun || plan.Empty() {
+	if dryRun {
 		return plan, nil
 	}
+	return plan, plan.carryOut(ctx, tx, desired)
+}
+
+// carryOut applies the plan that leads to desired in tx.
+func (p *Plan) carryOut(ctx context.Context, tx Tx, desired *Config) error {
+	if p.Empty() {
+		return nil
+	}
 	var settings *Settings
-	if plan.Settings != nil {
+	if p.Settings != nil {
 		settings = &desired.Settings
 	}
-	return plan, plan.apply(ctx, tx, settings)
+	return p.apply(ctx, tx, settings)
 }
 
 // Mutate loads the configuration in tx, lets fn change it, validates the
 // result as a whole and applies the difference. It is how single-object
-// changes (the admin API) get the same checks as a whole-file apply.
+// changes (the admin API) get the same checks as a whole-file apply. fn
+// follows the rules of MutateFrom: it must not write into the lists held
+// by objects, only replace them.
 func Mutate(ctx context.Context, tx Tx, fn func(*Config) error) (*Plan, error) {
-	cfg, err := LoadConfig(ctx, tx)
+	m, err := MutateFrom(ctx, tx, nil, 0, fn)
 	if err != nil {
 		return nil, err
 	}
-	if err := fn(cfg); err != nil {
-		return nil, err
-	}
-	return ApplyConfig(ctx, tx, cfg, false)
+	return m.Plan, nil
 }
