@@ -116,7 +116,6 @@ type Broker struct {
 	cfg       Config
 	log       *slog.Logger
 	store     site.Store
-	placer    site.Placer
 	snap      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one Refresh or Publish at a time, so that an older snapshot never replaces a newer one
 	machines  *table
@@ -178,11 +177,6 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), obs: cfg.Observer,
 		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy}
-	if p, ok := cfg.Store.(site.Placer); ok {
-		b.placer = p
-	} else {
-		b.placer = txPlacer{cfg.Store}
-	}
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -512,7 +506,7 @@ func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGrou
 		now := b.cfg.Now().UTC()
 		sess := site.Session{ID: newID(), User: req.User, Resource: res.Name, DeliveryGroup: dg.Name,
 			State: site.SessionPending, ClientName: req.ClientName, ClientAddress: req.ClientAddress, CreatedAt: now, UpdatedAt: now}
-		placed, err := b.placer.Place(ctx, site.Placement{Session: sess, Reconnect: ln.rule, Candidates: cands})
+		placed, err := b.store.Place(ctx, site.Placement{Session: sess, Reconnect: ln.rule, Candidates: cands})
 		b.machines.settle(picked, placed, err == nil)
 		if err != nil {
 			return nil, fmt.Errorf("place session: %w", err)
@@ -613,20 +607,6 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 		b.log.Error("release refused session", "session", sess.ID, "err", err)
 	}
 	return nil
-}
-
-// txPlacer places with site.PlaceTx in an Update, for a store that does
-// not implement site.Placer.
-type txPlacer struct{ s site.Store }
-
-func (p txPlacer) Place(ctx context.Context, pl site.Placement) (site.Placed, error) {
-	var out site.Placed
-	err := p.s.Update(ctx, func(tx site.Tx) error {
-		var err error
-		out, err = site.PlaceTx(ctx, tx, pl)
-		return err
-	})
-	return out, err
 }
 
 func (b *Broker) newTicket() (string, time.Time) {

@@ -475,7 +475,14 @@ func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) err
 	}
 	now := b.cfg.Now().UTC()
 	ended := 0
+	snap := b.Snapshot()
+	var m *site.Mutation
 	err := b.store.Update(ctx, func(tx site.Tx) error {
+		// The configuration is read (its version) before the sessions
+		// change: MutateFrom wants no change of this transaction before it.
+		if _, err := tx.ConfigVersion(ctx); err != nil {
+			return err
+		}
 		if force {
 			p, err := tx.Sessions().List(ctx, site.SessionFilter{Machine: name, Live: true}, site.ListOptions{})
 			if err != nil {
@@ -489,7 +496,8 @@ func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) err
 			}
 			ended = len(p.Items)
 		}
-		_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+		var err error
+		m, err = site.MutateFrom(ctx, tx, snap.Config(), snap.Version, func(c *site.Config) error {
 			n := len(c.Machines)
 			c.Machines = slices.DeleteFunc(c.Machines, func(m site.Machine) bool { return m.Name == name })
 			if len(c.Machines) == n {
@@ -505,7 +513,8 @@ func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) err
 	if ended > 0 {
 		b.log.WarnContext(ctx, "machine deleted with live sessions; they were ended", "machine", name, "sessions", ended)
 	}
-	return b.Refresh(ctx)
+	b.Publish(m.Version, m.Config)
+	return nil
 }
 
 // logoffAll asks a registered machine's VDA to log off its live sessions.
