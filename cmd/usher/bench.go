@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/pgstore"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
 
@@ -39,6 +42,9 @@ Experiments:
   launch       the zones-and-latency test: --launches at each --concurrency (12,24,36,48,60)
                through the REST API, each launch a new session of another
                user; the zones-and-latency test launched 10,000 (--launches 10000).
+               With --rtt 10ms,45ms,90ms,160ms,250ms the site DB is
+               PostgreSQL (--db) across a WAN of each RTT (toxiproxy, in
+               process), and an RTT-0 row is measured too.
   logon-storm  --users log on and launch at --rate per second (Citrix's
                sizing test: 100,000 at 20/s, at least 1h23m20s), then a
                ramp of rates (--ramp) for the highest usher holds with p99
@@ -144,8 +150,8 @@ func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
 		return bench.Env{}, nil, err
 	}
 	progress := m.progressLine()
-	env := bench.Env{Start: m.benchStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout, Progress: progress.update,
-		Self: m.self()}
+	env := bench.Env{Start: m.benchStarter(root, log), StartDB: m.benchDBStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout,
+		Progress: progress.update, Self: m.self()}
 	return env, sync.OnceFunc(func() { stopProfile(); progress.clear(); cleanup() }), nil
 }
 
@@ -195,10 +201,15 @@ func (m *Main) writeBenchDir(rep *loadgen.Report, out string) error {
 func (m *Main) benchLaunch(ctx context.Context, args []string) error {
 	cfg := bench.DefaultLaunchConfig
 	var b benchFlags
-	fs := m.flagSet("bench launch", "[flags]\n\nCitrix's zones-and-latency test (docs/published-results.md): launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group.")
+	fs := m.flagSet("bench launch", "[flags]\n\nCitrix's zones-and-latency test (docs/published-results.md): launches through the REST API at fixed concurrency, onto 57 simulated VDAs of one delivery group. With --rtt, the site DB is PostgreSQL across a simulated WAN of each RTT.")
 	fs.IntVar(&cfg.Launches, "launches", cfg.Launches, "launches at each concurrency (the zones-and-latency test: 10000)")
 	conc := fs.String("concurrency", "12,24,36,48,60", "concurrent launches of each step: C1,C2,... or START:STEP:MAX")
 	fs.IntVar(&cfg.LogonConcurrency, "logon-concurrency", cfg.LogonConcurrency, "users logging on at once before the run (untimed; 0: two per CPU)")
+	rtts := fs.String("rtt", "", "round-trip times between the broker and the site DB, RTT1,RTT2,... (the zones-and-latency test: 10ms,45ms,90ms,160ms,250ms): "+
+		"the site DB is then PostgreSQL (--db) across a WAN of each RTT, simulated by toxiproxy in this process, and an RTT-0 row is measured too")
+	db := fs.String("db", "", "with --rtt: the PostgreSQL server (DSN of a user who may create schemas; each run makes a schema of its own and drops it) "+
+		"(default: $USHER_DB, else "+bench.DefaultDB+")")
+	cellLimit := fs.Duration("cell-limit", bench.DefaultCellLimit, "with --rtt: a cell (an RTT and a concurrency) not done by then is cut off and reported as such")
 	b.register(fs, "launch")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -211,12 +222,37 @@ func (m *Main) benchLaunch(ctx context.Context, args []string) error {
 	if cfg.Launches < 1 {
 		return usageError{"--launches must be at least 1"}
 	}
+	var wan bench.LatencyConfig
+	if *rtts != "" {
+		if wan.RTTs, err = parseRTTs(*rtts); err != nil {
+			return usageError{"--rtt " + err.Error()}
+		}
+		if *cellLimit <= 0 {
+			return usageError{"--cell-limit must be positive"}
+		}
+		wan.LaunchConfig, wan.CellLimit = cfg, *cellLimit
+		wan.DB = cmp.Or(*db, m.Getenv("USHER_DB"), bench.DefaultDB)
+		if err := server.CheckDB(wan.DB); err != nil || wan.DB == "" {
+			return usageError{"--db takes a PostgreSQL URL (postgres://user@host:5432/dbname) or key=value DSN (host=... dbname=...)"}
+		}
+	} else if *db != "" {
+		return usageError{"--db needs --rtt: without it the bench site runs on embedded SQLite"}
+	}
 	env, done, err := m.benchEnv(b)
 	if err != nil {
 		return err
 	}
 	defer done()
-	rep, err := bench.Launch(ctx, env, cfg)
+	var rep *loadgen.Report
+	if wan.RTTs != nil {
+		rep, err = bench.LaunchOverLatency(ctx, env, wan)
+		if errors.Is(err, bench.ErrNoPostgres) {
+			err = fmt.Errorf("%w\nStart the local server (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start, "+
+				"which answers at %s), or name another with --db or $USHER_DB", err, bench.DefaultDB)
+		}
+	} else {
+		rep, err = bench.Launch(ctx, env, cfg)
+	}
 	done()
 	if rep == nil {
 		return err
@@ -368,4 +404,55 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 		}
 		return benchSite{s}, nil
 	}
+}
+
+// benchDBStarter starts bench sites on PostgreSQL site DBs, with data
+// directories (token key, enrolment secret) under root: the configuration
+// is applied through load, then the site runs as usher serve --db serve
+// does, with every machine played by a simulated VDA.
+func (m *Main) benchDBStarter(root string, log *slog.Logger) bench.DBStartFunc {
+	var n atomic.Int64
+	return func(ctx context.Context, cfg *site.Config, load, serve string) (bench.Site, error) {
+		store, err := pgstore.Open(ctx, load, pgstore.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		err = store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err })
+		store.Close()
+		if err != nil {
+			return nil, fmt.Errorf("apply the bench site: %w", err)
+		}
+		data := filepath.Join(root, fmt.Sprintf("pg-site-%d", n.Add(1)))
+		s, err := server.Open(ctx, server.Config{DataDir: data, DB: serve, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1})
+		if err != nil {
+			return nil, err
+		}
+		if err := s.WaitRegistered(ctx, time.Minute); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return benchSite{s}, nil
+	}
+}
+
+// parseRTTs reads --rtt: durations separated by commas, each a whole
+// number of milliseconds (0 is the RTT-0 row, which runs anyway).
+func parseRTTs(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration (10ms, 0.25s)", f)
+		}
+		if d < 0 || d%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%s is not a whole, non-negative number of milliseconds (toxiproxy's latency is in milliseconds)", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

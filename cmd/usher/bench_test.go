@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,9 +13,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/usher-vdi/usher/internal/bench"
 	"github.com/usher-vdi/usher/internal/figures"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/pgtest"
 )
 
 func readReport(t *testing.T, dir string) loadgen.Report {
@@ -55,6 +59,94 @@ func TestBenchLaunch(t *testing.T) {
 		if s.Requests != 60 || s.Errors != 0 || s.TimeToFinish <= 0 {
 			t.Errorf("step at %d: %d launches, %d errors (%v), %.2fs", s.Concurrency, s.Requests, s.Errors, s.ErrorsByKind, s.TimeToFinish)
 		}
+	}
+}
+
+// TestBenchLaunchRTT runs the zones-and-latency test in small over a WAN
+// to PostgreSQL: a table with a row per cell, the RTT-0 row first, no
+// errors, latency the WAN really added, and the run's schema dropped.
+func TestBenchLaunchRTT(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	out := t.TempDir()
+	code, stdout, stderr := run(t, "", "bench", "launch", "--rtt", "0ms,20ms", "--concurrency", "6,12", "--launches", "60", "--db", dsn, "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	rep := readReport(t, out)
+	main := rep.Tables[0]
+	col := map[string]int{}
+	for i, h := range main.Header {
+		col[h] = i
+	}
+	for _, h := range []string{"RTT", "concurrent", "usher launches/s", "usher avg (s)", "usher p99 (s)", "usher errors %", "bound concurrent/RTT (launches/s)",
+		"usher / bound", "RTT-0 launches/s", "the zones-and-latency test launches/s", "the zones-and-latency test errors %", "the zones-and-latency test avg (s)"} {
+		if _, ok := col[h]; !ok {
+			t.Errorf("the table has no column %q: %v", h, main.Header)
+		}
+	}
+	if len(main.Rows) != 4 {
+		t.Fatalf("%d rows, want 2 RTTs × 2 concurrencies:\n%s", len(main.Rows), stdout)
+	}
+	for i, want := range []string{"0 ms|6", "0 ms|12", "20 ms|6", "20 ms|12"} {
+		if got := main.Rows[i][col["RTT"]] + "|" + main.Rows[i][col["concurrent"]]; got != want {
+			t.Errorf("row %d is %s, want %s", i, got, want)
+		}
+	}
+	if len(rep.Runs) != 2 || rep.Runs[1].Name != "usher, RTT 20 ms" {
+		t.Fatalf("runs: %v", rep.Runs)
+	}
+	for _, r := range rep.Runs {
+		for _, s := range r.Result.Steps {
+			if s.Requests != 60 || s.Errors != 0 || s.Incomplete {
+				t.Errorf("%s at %d: %d launches, %d errors (%v)", r.Name, s.Concurrency, s.Requests, s.Errors, s.ErrorsByKind)
+			}
+			if r.Name == "usher, RTT 20 ms" && s.Latency.Avg < 20 {
+				t.Errorf("%s at %d: average launch %.1f ms, under the RTT", r.Name, s.Concurrency, s.Latency.Avg)
+			}
+		}
+	}
+	if db := rep.Tables[1]; len(db.Rows) != 4 || db.Rows[3][5] == "-" || db.Rows[3][5] == "0.00" {
+		t.Errorf("site DB table: %v", db.Rows)
+	}
+	if len(rep.Headlines) == 0 || !strings.Contains(rep.Headlines[0].What, "20 ms RTT") {
+		t.Errorf("headlines: %+v", rep.Headlines)
+	}
+	i := strings.Index(stdout, "schema usher_bench_")
+	if i < 0 {
+		t.Fatalf("output names no schema:\n%s", stdout)
+	}
+	schema := strings.Fields(stdout[i+len("schema "):])[0]
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
+		t.Errorf("schema %s: %d left (%v)", schema, n, err)
+	}
+}
+
+func TestBenchLaunchRTTUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--db", "postgres://h/d"}, "--db needs --rtt"},
+		{[]string{"--rtt", "1.5ms"}, "whole"},
+		{[]string{"--rtt", "fast"}, "not a duration"},
+		{[]string{"--rtt", "10ms", "--db", "sqlite.db"}, "--db takes a PostgreSQL URL"},
+		{[]string{"--rtt", "10ms", "--cell-limit", "0s"}, "--cell-limit"},
+	} {
+		code, _, stderr := run(t, "", append([]string{"bench", "launch", "--out", ""}, tc.args...)...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %s; want %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	// A server that does not answer: the message says how to start one.
+	code, _, stderr := run(t, "", "bench", "launch", "--out", "", "--rtt", "10ms", "--launches", "1", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	if code == 0 || !strings.Contains(stderr, "no PostgreSQL server") || !strings.Contains(stderr, "pg_ctlcluster") {
+		t.Errorf("no server: exit %d, %s", code, stderr)
 	}
 }
 

@@ -95,9 +95,12 @@ func Users(n int, password string) loadgen.Users {
 
 // Env is what every experiment shares.
 type Env struct {
-	Start  StartFunc
-	Log    *slog.Logger
-	Stdout io.Writer // tables and notes as they come
+	Start StartFunc
+	// StartDB starts a site on a PostgreSQL site DB, for the experiments
+	// that need one (LaunchOverLatency).
+	StartDB DBStartFunc
+	Log     *slog.Logger
+	Stdout  io.Writer // tables and notes as they come
 	// Progress, when set, gets each run's live figures.
 	Progress func(loadgen.Progress)
 	// Timeout bounds each transaction (default loadgen.DefaultTimeout).

@@ -4,6 +4,9 @@
 //
 //   - Launch: the zones-and-latency test, launches through the REST API at fixed concurrency
 //     onto 57 simulated VDAs of one delivery group;
+//   - LaunchOverLatency: the same with the site DB on PostgreSQL across a
+//     WAN of each RTT, simulated by toxiproxy run in process (WAN), with
+//     the site DB's round trips counted on the wire (DBTap);
 //   - LogonStorm: users logging on and launching at a fixed arrival rate
 //     (Citrix's 20/s sizing test), and the highest rate held with bounded
 //     latency;
@@ -14,5 +17,6 @@
 // internal/loadgen; starting the site is the caller's (cmd/usher starts an
 // internal/server site), through a StartFunc. It only ever loads the URL
 // of the site it was given. It imports the domain (site, demo, auth) and
-// loadgen; only cmd/usher imports it.
+// loadgen, and, for the WAN experiment, pgx (a schema per run), pgstore
+// (its pool size) and toxiproxy; only cmd/usher imports it.
 package bench

@@ -189,7 +189,7 @@ func TestConcurrentLaunchesSpreadEvenly(t *testing.T) {
 		lo, hi = min(lo, n), max(hi, n)
 	}
 	if hi-lo > 1 {
-		t.Fatalf("sessions spread from %d to %d per machine across 57 equal machines; want within one", lo, hi)
+		t.Fatalf("sessions spread from %d to %d per machine across 57 equal machines; want within one: %v", lo, hi, per)
 	}
 }
 

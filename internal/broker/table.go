@@ -213,24 +213,31 @@ func (ms machineState) candidate(counted bool) site.Candidate {
 // concurrent placements settling in any order leave the right count),
 // and candidates the site DB refused take the status it showed.
 func (t *table) settle(picked string, p site.Placed, ok bool) {
-	if picked != "" {
-		t.update(picked, func(ms *machineState) { ms.inflight = max(0, ms.inflight-1) })
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// One critical section, so that no pick sees the in-flight session
+	// gone before the claimed one counts.
+	if ms := t.machines[picked]; ms != nil {
+		ms.inflight = max(0, ms.inflight-1)
+		ms.rescore()
 	}
 	if !ok {
 		return
 	}
-	if p.Session.ID != "" {
+	if ms := t.machines[p.Session.Machine]; p.Session.ID != "" && ms != nil {
 		st := p.Status
-		t.update(p.Session.Machine, func(ms *machineState) {
-			ms.usage.Sessions++
-			ms.usage.LogonsInProgress++
-			ms.registered = st.Registration == site.Registered
-			ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
-			ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
-		})
+		ms.usage.Sessions++
+		ms.usage.LogonsInProgress++
+		ms.registered = st.Registration == site.Registered
+		ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
+		ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
+		ms.rescore()
 	}
 	for name, st := range p.Refused {
-		t.sync(name, st)
+		if ms := t.machines[name]; ms != nil {
+			ms.apply(st)
+			ms.rescore()
+		}
 	}
 }
 

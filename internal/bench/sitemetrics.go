@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// siteCounters are what a site's /metrics say about its VDAs and
+// launches.
+type siteCounters struct {
+	// registrations counts VDA registrations, failed ones included: a VDA
+	// registers again when the broker stopped hearing from it.
+	registrations float64
+	// reconnects counts launches that went back to a live session.
+	reconnects float64
+	// registered is the machines registered at the reading.
+	registered float64
+	ok         bool
+}
+
+// Sub returns the counts between an earlier reading o and c; registered
+// is c's.
+func (c siteCounters) Sub(o siteCounters) siteCounters {
+	if !c.ok || !o.ok {
+		return siteCounters{}
+	}
+	return siteCounters{registrations: c.registrations - o.registrations, reconnects: c.reconnects - o.reconnects,
+		registered: c.registered, ok: true}
+}
+
+// scrapeSite reads the site's /metrics; a site that does not serve them
+// gives counters that are not ok.
+func scrapeSite(ctx context.Context, client *http.Client, base string) siteCounters {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return siteCounters{}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return siteCounters{}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return siteCounters{}
+	}
+	c := siteCounters{ok: true}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		switch name := line[:i]; {
+		case strings.HasPrefix(name, `usher_broker_transactions_total{`) && strings.Contains(name, `operation="register"`):
+			c.registrations += v
+		case name == "usher_broker_reconnections_total":
+			c.reconnects += v
+		case name == `usher_machines{state="registered"}`:
+			c.registered = v
+		}
+	}
+	return c
+}

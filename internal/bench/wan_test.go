@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usher-vdi/usher/internal/pgtest"
+)
+
+// echo serves connections that send back what they get, until the test
+// ends.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// TestWANAddsTheRTT: a round trip through the WAN takes the RTT set, on a
+// connection made before it was set; the RTT changes under traffic
+// (go test -race checks that the change does not race with the pipes).
+func TestWANAddsTheRTT(t *testing.T) {
+	w, err := StartWAN(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	c, err := net.Dial("tcp", w.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d := roundTrip(t, c); d > 15*time.Millisecond {
+		t.Errorf("no latency: a round trip took %v", d)
+	}
+	if err := w.SetRTT(30 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := roundTrip(t, c); d < 30*time.Millisecond || d > 200*time.Millisecond {
+		t.Errorf("RTT 30 ms: a round trip took %v", d)
+	}
+	for i := range 20 {
+		if err := w.SetRTT(time.Duration(1+i%3) * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, c)
+	}
+	if err := w.SetRTT(0); err != nil {
+		t.Fatal(err)
+	}
+	if d := roundTrip(t, c); d > 15*time.Millisecond {
+		t.Errorf("back to RTT 0: a round trip took %v", d)
+	}
+	if err := w.SetRTT(1500 * time.Microsecond); err == nil {
+		t.Error("an RTT of 1.5 ms was taken")
+	}
+}
+
+// TestDBTapCountsRoundTrips: pgx through the tap, with its default
+// statement cache: connecting is a round trip, a statement's first use
+// prepares it in one more, a batch goes in one.
+func TestDBTapCountsRoundTrips(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	network, server, err := dsnServer(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap, err := StartDBTap(network, server, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Close()
+	via, err := dsnVia(dsn, tap.Addr())
+	if err == nil {
+		via, err = dsnWith(via, "sslmode", "disable")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	step := func(what string, want int64, fn func() error) DBTraffic {
+		t.Helper()
+		before := tap.Mark()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		d := tap.Mark().Sub(before)
+		if d.RoundTrips != want {
+			t.Errorf("%s: %d round trips (%v), want %d", what, d.RoundTrips, d.ByKind, want)
+		}
+		return d
+	}
+	if got := tap.Read(); got.RoundTrips < 1 || got.ByKind[KindStartup] != 1 || got.Opened != 1 || got.Open != 1 {
+		t.Errorf("connecting: %+v", got)
+	}
+	q := func(sql string, args ...any) func() error {
+		return func() error { _, err := conn.Exec(ctx, sql, args...); return err }
+	}
+	d := step("first use", 2, q("SELECT $1::int", 1))
+	if d.ByKind["prepare: SELECT $1::int"] != 1 || d.ByKind["SELECT $1::int"] != 1 {
+		t.Errorf("first use: %v", d.ByKind)
+	}
+	step("second use", 1, q("SELECT $1::int", 2))
+	batch := func() error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SELECT $1::int", 3)
+		b.Queue("SELECT $1::int", 4)
+		b.Queue("COMMIT")
+		return conn.SendBatch(ctx, b).Close()
+	}
+	d = step("a batch, first sent", 2, batch)
+	if d.ByKind["prepare: BEGIN; COMMIT"] != 1 || d.ByKind["BEGIN; SELECT $1::int; SELECT $1::int; COMMIT"] != 1 {
+		t.Errorf("a batch, first sent: %v", d.ByKind)
+	}
+	step("a batch", 1, batch)
+	step("a simple query", 1, func() error {
+		_, err := conn.Exec(ctx, "SELECT pg_sleep(0.05)", pgx.QueryExecModeSimpleProtocol)
+		return err
+	})
+	if w := tap.Read().Waiting; w < 50*time.Millisecond {
+		t.Errorf("waiting %v, want at least the 50 ms of pg_sleep", w)
+	}
+	long := "SELECT '" + strings.Repeat("x", 100) + "'"
+	d = step("a long statement", 1, func() error {
+		_, err := conn.Exec(ctx, long, pgx.QueryExecModeSimpleProtocol)
+		return err
+	})
+	for k := range d.ByKind {
+		if !strings.HasSuffix(k, "…") || len([]rune(k)) != 57 {
+			t.Errorf("a long statement's kind: %q", k)
+		}
+	}
+}
+
+func TestDSNs(t *testing.T) {
+	for _, tc := range []struct {
+		dsn, via, server string
+	}{
+		{"postgres://u:pw@db.example:5433/test?sslmode=disable&host=/tmp", "postgres://u:pw@127.0.0.1:9/test?sslmode=disable", "unix /tmp/.s.PGSQL.5433"},
+		{"postgres://u@10.0.0.1/test", "postgres://u@127.0.0.1:9/test", "tcp 10.0.0.1:5432"},
+		{"host=db.example port=5433 dbname=test", "host=db.example port=5433 dbname=test host='127.0.0.1' port='9'", "tcp db.example:5433"},
+	} {
+		via, err := dsnVia(tc.dsn, "127.0.0.1:9")
+		if err != nil || via != tc.via {
+			t.Errorf("dsnVia(%q) = %q, %v; want %q", tc.dsn, via, err, tc.via)
+		}
+		network, server, err := dsnServer(tc.dsn)
+		if err != nil || network+" "+server != tc.server {
+			t.Errorf("dsnServer(%q) = %s %s, %v; want %s", tc.dsn, network, server, err, tc.server)
+		}
+	}
+	if got, _ := dsnWith("postgres://h/d?a=1", "search_path", "s x"); got != "postgres://h/d?a=1&search_path=s+x" {
+		t.Errorf("dsnWith URL: %q", got)
+	}
+	if got, _ := dsnWith("host=h", "application_name", `it's`); got != `host=h application_name='it\'s'` {
+		t.Errorf("dsnWith key=value: %q", got)
+	}
+	if !dsnSets("postgres://h/d?sslmode=require", "sslmode") || dsnSets("host=h", "sslmode") || !dsnSets("host=h sslmode=disable", "sslmode") {
+		t.Error("dsnSets")
+	}
+	for dsn, want := range map[string]int{"postgres://h/d": 16, "postgres://h/d?pool_max_conns=64": 64, "host=h pool_max_conns=8": 8} {
+		if got := poolSize(dsn); got != want {
+			t.Errorf("poolSize(%q) = %d, want %d", dsn, got, want)
+		}
+	}
+}
