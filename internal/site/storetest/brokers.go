@@ -56,6 +56,8 @@ func testBrokers(t *testing.T, open func(*testing.T) site.Store) {
 			return nil
 		})
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Brokers().Delete(ctx, "broker-c") })
-		wantCode(t, try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Brokers().Create(ctx, site.BrokerRecord{Name: "broker-d"}) }), site.EInvalid)
+		wantCode(t, try(t, s, func(ctx context.Context, tx site.Tx) error {
+			return tx.Brokers().Create(ctx, site.BrokerRecord{Name: "broker-d"})
+		}), site.EInvalid)
 	})
 }
