@@ -82,7 +82,7 @@ func TestDomainImportsNoEdges(t *testing.T) {
 func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
-		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest"},
+		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest", "internal/pgadmin"},
 		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/block/meter", "cmd/usher"},
 	}
 	for name, p := range list(t) {

@@ -17,6 +17,6 @@
 // internal/loadgen; starting the site is the caller's (cmd/usher starts an
 // internal/server site), through a StartFunc. It only ever loads the URL
 // of the site it was given. It imports the domain (site, demo, auth) and
-// loadgen, and, for the WAN experiment, pgx (a schema per run), pgstore
+// loadgen, and, for the WAN experiment, pgadmin (a schema per run), pgstore
 // (its pool size) and toxiproxy; only cmd/usher imports it.
 package bench

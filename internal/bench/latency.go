@@ -16,6 +16,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/pgadmin"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/pgstore"
 )
@@ -65,7 +66,7 @@ type latencyCell struct {
 	rtt  time.Duration
 	step loadgen.Step
 	db   DBTraffic
-	act  Activity
+	act  pgadmin.Activity
 	site siteCounters
 	// logoffErr is why logging the last cell's sessions off before this
 	// one failed, if it did: those sessions stayed live.
@@ -94,17 +95,17 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 	log := env.logger()
 	out := env.out()
 
-	network, upstream, err := dsnServer(cfg.DB)
+	network, upstream, err := pgadmin.Server(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = execOnce(pctx, cfg.DB, "SELECT 1")
+	err = pgadmin.Exec(pctx, cfg.DB, "SELECT 1")
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: %v", ErrNoPostgres, upstream, err)
 	}
-	schema, err := createSchema(ctx, cfg.DB)
+	schema, err := pgadmin.CreateSchema(ctx, cfg.DB)
 	if err != nil {
 		return nil, err
 	}
@@ -140,19 +141,19 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 		return nil, err
 	}
 	defer tap.Close()
-	app := "usher-bench-" + strings.TrimPrefix(schema.name, "usher_bench_")
-	serve, err := dsnVia(direct, tap.Addr())
+	app := "usher-bench-" + strings.TrimPrefix(schema.Name(), "usher_bench_")
+	serve, err := pgadmin.Via(direct, tap.Addr())
 	if err == nil {
-		serve, err = dsnWith(serve, "application_name", app)
+		serve, err = pgadmin.With(serve, "application_name", app)
 	}
-	if err == nil && !dsnSets(serve, "sslmode") {
+	if err == nil && !pgadmin.Sets(serve, "sslmode") {
 		// The tap reads the statements; TLS would hide them.
-		serve, err = dsnWith(serve, "sslmode", "disable")
+		serve, err = pgadmin.With(serve, "sslmode", "disable")
 	}
 	if err != nil {
 		return nil, err
 	}
-	act, err := startActivity(ctx, cfg.DB, app, activityInterval)
+	act, err := pgadmin.StartActivity(ctx, cfg.DB, app, activityInterval)
 	if err != nil {
 		return nil, fmt.Errorf("watch the site's connections: %w", err)
 	}
@@ -164,7 +165,7 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 		return nil, err
 	}
 	siteCfg := SiteConfig(cfg.Launches, cfg.Launches, hash)
-	fmt.Fprintf(out, "Site DB: schema %s on %s, reached through toxiproxy at %s; loading the bench site into it directly...\n", schema.name, where, wan.Addr())
+	fmt.Fprintf(out, "Site DB: schema %s on %s, reached through toxiproxy at %s; loading the bench site into it directly...\n", schema.Name(), where, wan.Addr())
 	start := time.Now()
 	s, err := env.StartDB(ctx, siteCfg, direct, serve)
 	if err != nil {

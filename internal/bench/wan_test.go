@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/usher-vdi/usher/internal/pgadmin"
 	"github.com/usher-vdi/usher/internal/pgtest"
 )
 
@@ -96,7 +97,7 @@ func TestWANAddsTheRTT(t *testing.T) {
 // prepares it in one more, a batch goes in one.
 func TestDBTapCountsRoundTrips(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	network, server, err := dsnServer(dsn)
+	network, server, err := pgadmin.Server(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +106,9 @@ func TestDBTapCountsRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tap.Close()
-	via, err := dsnVia(dsn, tap.Addr())
+	via, err := pgadmin.Via(dsn, tap.Addr())
 	if err == nil {
-		via, err = dsnWith(via, "sslmode", "disable")
+		via, err = pgadmin.With(via, "sslmode", "disable")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -169,39 +170,6 @@ func TestDBTapCountsRoundTrips(t *testing.T) {
 	for k := range d.ByKind {
 		if !strings.HasSuffix(k, "…") || len([]rune(k)) != 57 {
 			t.Errorf("a long statement's kind: %q", k)
-		}
-	}
-}
-
-func TestDSNs(t *testing.T) {
-	for _, tc := range []struct {
-		dsn, via, server string
-	}{
-		{"postgres://u:pw@db.example:5433/test?sslmode=disable&host=/tmp", "postgres://u:pw@127.0.0.1:9/test?sslmode=disable", "unix /tmp/.s.PGSQL.5433"},
-		{"postgres://u@10.0.0.1/test", "postgres://u@127.0.0.1:9/test", "tcp 10.0.0.1:5432"},
-		{"host=db.example port=5433 dbname=test", "host=db.example port=5433 dbname=test host='127.0.0.1' port='9'", "tcp db.example:5433"},
-	} {
-		via, err := dsnVia(tc.dsn, "127.0.0.1:9")
-		if err != nil || via != tc.via {
-			t.Errorf("dsnVia(%q) = %q, %v; want %q", tc.dsn, via, err, tc.via)
-		}
-		network, server, err := dsnServer(tc.dsn)
-		if err != nil || network+" "+server != tc.server {
-			t.Errorf("dsnServer(%q) = %s %s, %v; want %s", tc.dsn, network, server, err, tc.server)
-		}
-	}
-	if got, _ := dsnWith("postgres://h/d?a=1", "search_path", "s x"); got != "postgres://h/d?a=1&search_path=s+x" {
-		t.Errorf("dsnWith URL: %q", got)
-	}
-	if got, _ := dsnWith("host=h", "application_name", `it's`); got != `host=h application_name='it\'s'` {
-		t.Errorf("dsnWith key=value: %q", got)
-	}
-	if !dsnSets("postgres://h/d?sslmode=require", "sslmode") || dsnSets("host=h", "sslmode") || !dsnSets("host=h sslmode=disable", "sslmode") {
-		t.Error("dsnSets")
-	}
-	for dsn, want := range map[string]int{"postgres://h/d": 16, "postgres://h/d?pool_max_conns=64": 64, "host=h pool_max_conns=8": 8} {
-		if got := poolSize(dsn); got != want {
-			t.Errorf("poolSize(%q) = %d, want %d", dsn, got, want)
 		}
 	}
 }
