@@ -193,30 +193,33 @@ func (b *Broker) HeartbeatTimeout() time.Duration  { return b.cfg.HeartbeatTimeo
 // Snapshot returns the current configuration snapshot.
 func (b *Broker) Snapshot() *Snapshot { return b.snap.Load() }
 
-// Refresh reloads the snapshot when the configuration version moved:
-// when another process (another broker, usher apply) changed the
-// configuration, or a change of this process was not published. Run calls
-// it every RefreshInterval; the admin API calls it after each change,
-// which then costs one read of the version, the change being published
-// already. It is safe for concurrent use.
+// Refresh brings the snapshot up to the site's configuration version when
+// it moved: when another process (another broker, usher apply) changed
+// the configuration, or a change of this process was not published. It
+// reads only the objects that changed since the snapshot's version when
+// the store's change log reaches back that far (site.Refresh), the whole
+// configuration otherwise. Run calls it when the store tells of a change
+// (site.ConfigWatcher) and every RefreshInterval; the admin API calls it
+// after each change, which then costs one read of the version, the change
+// being published already. It is safe for concurrent use.
 func (b *Broker) Refresh(ctx context.Context) error {
 	b.refreshMu.Lock()
 	defer b.refreshMu.Unlock()
-	var version int64
+	var base *site.Config
+	var baseVersion int64
+	if cur := b.snap.Load(); cur != nil {
+		base, baseVersion = cur.Config(), cur.Version
+	}
 	var cfg *site.Config
-	cur := b.snap.Load()
-	err := b.store.View(ctx, func(tx site.Tx) error {
-		var err error
-		if version, err = tx.ConfigVersion(ctx); err != nil || (cur != nil && cur.Version == version) {
-			return err
-		}
-		cfg, err = site.LoadConfig(ctx, tx)
+	var version int64
+	err := b.store.View(ctx, func(tx site.Tx) (err error) {
+		cfg, version, err = site.Refresh(ctx, tx, base, baseVersion)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("refresh configuration: %w", err)
 	}
-	if cfg == nil {
+	if base != nil && version <= baseVersion {
 		return nil
 	}
 	b.install(version, cfg)
@@ -266,10 +269,20 @@ func (b *Broker) loadStatuses(ctx context.Context) error {
 	})
 }
 
-// Run keeps the broker current until ctx is done: it reloads the snapshot
-// when the configuration changes, unregisters machines that stopped
-// heartbeating and ends sessions whose user never arrived.
+// Run keeps the broker current until ctx is done: it refreshes the
+// snapshot when the configuration changes (at once when the store tells
+// of changes, and every RefreshInterval in any case), unregisters machines
+// that stopped heartbeating and ends sessions whose user never arrived.
 func (b *Broker) Run(ctx context.Context) error {
+	changed := make(chan struct{}, 1)
+	if w, ok := b.store.(site.ConfigWatcher); ok {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			b.watch(ctx, w, changed)
+		}()
+	}
 	refresh := time.NewTicker(b.cfg.RefreshInterval)
 	defer refresh.Stop()
 	sweep := time.NewTicker(max(b.cfg.HeartbeatInterval/3, 50*time.Millisecond))
@@ -278,14 +291,54 @@ func (b *Broker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changed:
+			b.refresh(ctx)
 		case <-refresh.C:
-			if err := b.Refresh(ctx); err != nil && ctx.Err() == nil {
-				b.log.Warn("configuration refresh failed", "err", err)
-			}
+			b.refresh(ctx)
 		case <-sweep.C:
 			b.expireMachines(ctx)
 			b.expirePending(ctx)
 		}
+	}
+}
+
+func (b *Broker) refresh(ctx context.Context) {
+	if err := b.Refresh(ctx); err != nil && ctx.Err() == nil {
+		b.log.Warn("configuration refresh failed", "err", err)
+	}
+}
+
+// watch signals changed whenever w tells of a configuration version newer
+// than the snapshot's, and once it starts watching, so that nothing
+// committed before is missed; it watches again, after a growing delay,
+// whenever it loses the database.
+func (b *Broker) watch(ctx context.Context, w site.ConfigWatcher, changed chan<- struct{}) {
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // a refresh is due already
+		}
+	}
+	delay := b.cfg.RefreshInterval
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := w.WatchConfig(ctx, signal, func(version int64) {
+			if s := b.snap.Load(); s == nil || version > s.Version {
+				signal()
+			}
+		})
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			delay = b.cfg.RefreshInterval
+		}
+		b.log.Warn("not told of configuration changes; checking every refresh interval meanwhile", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Minute)
 	}
 }
 

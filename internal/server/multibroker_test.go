@@ -1,11 +1,15 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/server"
@@ -89,4 +93,110 @@ func TestBrokerNamesAndZones(t *testing.T) {
 		t.Fatalf("b1 restarted from its data directory: %v", err)
 	}
 	b.Close()
+}
+
+// openBrokers starts n brokers of one new demo site on PostgreSQL, the
+// first loading the demo; every broker after the first checks the
+// configuration version only once an hour, so that it sees changes only
+// when told of them.
+func openBrokers(t *testing.T, n int, edit func(i int, c *server.Config)) []*server.Server {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	var out []*server.Server
+	for i := range n {
+		cfg := server.Config{DataDir: t.TempDir(), DB: dsn, Listen: "127.0.0.1:0", PasswordParams: sitetest.Cheap, Name: fmt.Sprint("broker-", i)}
+		if i == 0 {
+			cfg.Demo, cfg.DemoPassword = true, testPassword
+		} else {
+			cfg.RefreshInterval = time.Hour
+		}
+		if edit != nil {
+			edit(i, &cfg)
+		}
+		s, err := server.Open(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestConfigChangeReachesEveryBroker: a change made through one broker's
+// admin API is served by the others within a second, although they check
+// the version only hourly: the site DB tells them (LISTEN/NOTIFY), and
+// they read only what changed.
+func TestConfigChangeReachesEveryBroker(t *testing.T) {
+	brokers := openBrokers(t, 3, nil)
+	a := brokers[0]
+	user := `DEMO\user0001`
+	token := login(t, a, user)
+	var res struct {
+		Resources []struct{ Name, Kind string } `json:"resources"`
+	}
+	userDo(t, a, "GET", "/resources", token, "", &res)
+	gone := ""
+	for _, r := range res.Resources {
+		if r.Kind == "application" {
+			gone = r.Name
+			break
+		}
+	}
+	if gone == "" {
+		t.Fatal("the demo user has no application")
+	}
+	serves := func(s *server.Server, name string) bool {
+		var r struct {
+			Resources []struct{ Name string } `json:"resources"`
+		}
+		userDo(t, s, "GET", "/resources", token, "", &r)
+		for _, x := range r.Resources {
+			if x.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	for _, s := range brokers {
+		if !serves(s, gone) {
+			t.Fatalf("%s does not serve %q before the change", s.Name(), gone)
+		}
+	}
+
+	// A delete through the first broker.
+	start := time.Now()
+	if code, body := adminDo(t, a, "DELETE", "/applications/"+url.PathEscape(gone), nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("delete %s: %d %s", gone, code, body)
+	}
+	for _, s := range brokers[1:] {
+		poll(t, time.Second-time.Since(start), s.Name()+" to stop serving "+gone, func() bool { return !serves(s, gone) })
+	}
+	t.Logf("a delete reached every broker in %v", time.Since(start))
+
+	// A password change: the new password logs on at every other broker
+	// within a second, the old one no longer.
+	start = time.Now()
+	body, _ := json.Marshal(map[string]string{"password": "pw-changed-5678"})
+	req, _ := http.NewRequestWithContext(t.Context(), "PUT", a.URL()+"/api/v1/admin/users/user0001/password", bytes.NewReader(body))
+	req.SetBasicAuth("admin", testPassword)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		t.Fatalf("set password: %d", resp.StatusCode)
+	}
+	for _, s := range brokers[1:] {
+		poll(t, time.Second-time.Since(start), s.Name()+" to take the new password", func() bool {
+			code, _, _ := call(t, "POST", s.URL()+"/api/v1/login", map[string]string{"username": user, "password": "pw-changed-5678"})
+			return code == http.StatusOK
+		})
+		if code, _, _ := call(t, "POST", s.URL()+"/api/v1/login", map[string]string{"username": user, "password": testPassword}); code == http.StatusOK {
+			t.Errorf("%s still takes the old password", s.Name())
+		}
+	}
+	t.Logf("a password change reached every broker in %v", time.Since(start))
 }

@@ -102,6 +102,10 @@ type Config struct {
 	// HeartbeatInterval and HeartbeatTimeout are the broker's (defaults
 	// broker.DefaultHeartbeatInterval and DefaultHeartbeatTimeout).
 	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// RefreshInterval is how often the broker checks the site's
+	// configuration version besides being told of changes (default
+	// broker.DefaultRefreshInterval).
+	RefreshInterval time.Duration
 	// AllowVDAAddressChange lets a VDA register a display-protocol address
 	// on another host than its machine's configured address; off, such a
 	// registration is refused.
@@ -282,7 +286,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	guard := auth.NewGuard(auth.GuardConfig{Threshold: cfg.LockoutThreshold, SourceFree: cfg.SourceFree, Now: cfg.Now})
 	verified := auth.NewVerifiedCache(15*time.Minute, 100000)
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
-		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, Now: cfg.Now,
+		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, Now: cfg.Now,
 		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)

@@ -25,6 +25,18 @@ type Store interface {
 	Placer
 }
 
+// ConfigWatcher is a Store that tells of configuration changes as they
+// commit, from any process: a broker then refreshes at once instead of at
+// its next periodic check.
+type ConfigWatcher interface {
+	// WatchConfig calls ready once it is watching, then changed with the
+	// version of each configuration change committed (from one goroutine,
+	// in commit order), until ctx is done (it returns nil) or it loses
+	// the database (it returns an EUnavailable error; the caller may call
+	// it again). Changes committed before ready may not be told.
+	WatchConfig(ctx context.Context, ready func(), changed func(version int64)) error
+}
+
 // Tx is a transaction on a Store. A Tx must not be used after the function
 // it was passed to returns, nor from several goroutines at once. A View
 // sees one snapshot for its whole life, whatever commits meanwhile.
@@ -41,6 +53,14 @@ type Tx interface {
 	// transaction (not counting this transaction's own changes). It starts
 	// at 1 for a new site and only grows.
 	ConfigVersion(ctx context.Context) (int64, error)
+	// ConfigChanges returns what the configuration changes committed
+	// after version since, up to ConfigVersion, wrote: one ConfigChange
+	// per object written by each (a write of the settings or a secret
+	// too), in version order. complete is false when the store's log no
+	// longer reaches back to since+1 (it keeps at least the last
+	// ConfigLogKeep versions, and nothing from before it existed): the
+	// caller then reads the whole configuration instead.
+	ConfigChanges(ctx context.Context, since int64) (changes []ConfigChange, complete bool, err error)
 
 	// Settings returns the site settings; SetSettings replaces them.
 	Settings(ctx context.Context) (Settings, error)

@@ -523,7 +523,7 @@ func (c collection[T]) Create(ctx context.Context, obj T) error {
 	case !inserted:
 		return c.conflict(name, holder)
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(name)
 	return nil
 }
 
@@ -568,7 +568,7 @@ func (c collection[T]) Update(ctx context.Context, obj T) error {
 	case missing != nil:
 		return c.missing(*stored, refs, *missing)
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(*stored)
 	return nil
 }
 
@@ -607,7 +607,7 @@ func (c collection[T]) Delete(ctx context.Context, name string) error {
 		c.t.unlock("machine_status", *stored)
 		c.t.unlock("machine_credentials", *stored)
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(*stored)
 	return nil
 }
 

@@ -68,7 +68,10 @@ type Store struct {
 	ending sync.WaitGroup // transactions ending in the background
 }
 
-var _ site.Store = (*Store)(nil)
+var (
+	_ site.Store         = (*Store)(nil)
+	_ site.ConfigWatcher = (*Store)(nil)
+)
 
 // Open connects to the PostgreSQL database that dsn names (a URL or
 // key=value string, as libpq takes) and migrates its schema. It refuses a

@@ -43,8 +43,10 @@ type tx struct {
 	// nothing has nothing to commit.
 	wrote bool
 	// configChanged is set by every successful configuration write; Update
-	// then moves the configuration version once at commit.
+	// then moves the configuration version once at commit, and logs the
+	// objects written (changes) under the new version.
 	configChanged bool
+	changes       map[site.ConfigChange]bool
 	// broken is the error that aborted the transaction: PostgreSQL refuses
 	// every statement after a failed one, and Update commits nothing.
 	broken error
@@ -168,7 +170,7 @@ func (t *tx) commit(ctx context.Context) error {
 	qs := t.pending
 	t.pending = nil
 	if t.configChanged {
-		qs = append(qs, &pgx.QueuedQuery{SQL: `UPDATE settings SET config_version = config_version + 1 WHERE id = 1`})
+		qs = append(qs, t.versionQueries()...)
 	}
 	if err := t.roundTrip(ctx, append(qs, commitQuery())); err != nil {
 		t.broken = t.s.dbErr(ctx, t.conn, err)
@@ -281,7 +283,7 @@ func (t *tx) SetSettings(ctx context.Context, s site.Settings) error {
 		return fmt.Errorf("set settings: %w", err)
 	}
 	t.settings.Settings = s
-	t.configChanged = true
+	t.logChange(site.KindSettings, "")
 	return nil
 }
 
@@ -545,6 +547,6 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 	if err := t.send(ctx, b, true); err != nil {
 		return fmt.Errorf("set secret %q: %w", name, err)
 	}
-	t.configChanged = true
+	t.logChange(site.KindSecret, name)
 	return nil
 }

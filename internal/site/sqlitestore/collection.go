@@ -258,7 +258,7 @@ func (c collection[T]) Create(ctx context.Context, obj T) error {
 	if err := c.writeLinks(ctx, name, &obj); err != nil {
 		return c.t.fail(fmt.Errorf("create %s %q: %w", c.sp.kind, name, err))
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(name)
 	return nil
 }
 
@@ -304,7 +304,7 @@ func (c collection[T]) Update(ctx context.Context, obj T) error {
 	if err := c.writeLinks(ctx, name, &obj); err != nil {
 		return c.t.fail(fmt.Errorf("update %s %q: %w", c.sp.kind, name, err))
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(name)
 	return nil
 }
 
@@ -351,7 +351,7 @@ func (c collection[T]) Delete(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("delete %s %q: %w", c.sp.kind, name, err)
 	}
-	c.t.configChanged = c.t.configChanged || c.sp.config
+	c.changedName(name)
 	return nil
 }
 

@@ -227,8 +227,8 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 		return fmt.Errorf("transaction rolled back after a failed write: %w", tx.broken)
 	}
 	if tx.configChanged {
-		if _, err := tx.exec(ctx, `UPDATE settings SET config_version = config_version + 1 WHERE id = 1`); err != nil {
-			return fmt.Errorf("move config version: %w", err)
+		if err := tx.moveVersion(ctx); err != nil {
+			return err
 		}
 	}
 	if err := sqlTx.Commit(); err != nil {

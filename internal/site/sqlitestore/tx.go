@@ -22,8 +22,10 @@ type tx struct {
 	queries  int        // statements run, for tests that guard against N+1 queries
 
 	// configChanged is set by every successful configuration write; Update
-	// then moves the configuration version once at commit.
+	// then moves the configuration version once at commit, and logs the
+	// objects written (changes) under the new version.
 	configChanged bool
+	changes       map[site.ConfigChange]bool
 	// broken is the error of a write that failed halfway: Update refuses to
 	// commit a transaction that holds part of a change.
 	broken error
@@ -153,7 +155,7 @@ func (t *tx) SetSettings(ctx context.Context, s site.Settings) error {
 	if err != nil {
 		return fmt.Errorf("set settings: %w", err)
 	}
-	t.configChanged = true
+	t.logChange(site.KindSettings, "")
 	return nil
 }
 
@@ -340,6 +342,6 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 		name, value); err != nil {
 		return fmt.Errorf("set secret %q: %w", name, err)
 	}
-	t.configChanged = true
+	t.logChange(site.KindSecret, name)
 	return nil
 }

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Paging", testPaging},
 		{"Transactions", testTransactions},
 		{"ConfigVersion", testConfigVersion},
+		{"ConfigChanges", testConfigChanges},
 		{"Settings", testSettings},
 		{"MachineStatus", testMachineStatus},
 		{"Sessions", testSessions},
