@@ -11,7 +11,6 @@ import (
 
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/sitetest"
 )
 
@@ -70,7 +69,7 @@ func testSite(users, maxSessions int) *site.Config {
 
 type harness struct {
 	t       *testing.T
-	store   *sqlitestore.Store
+	store   site.Store
 	control *sitetest.Control
 	b       *broker.Broker
 	cfg     *site.Config
