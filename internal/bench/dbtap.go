@@ -380,7 +380,8 @@ func (c *tapConn) parse(p []byte, b *burst) {
 			}
 			c.keep = c.typ == 0 || c.typ == 'Q' || c.typ == 'P' || c.typ == 'B'
 			c.body = c.body[:0]
-			if c.left <= 0 {
+			if c.left <= 0 { // empty, or a length under its own four bytes
+				c.left = 0
 				c.message(b)
 			}
 			continue
