@@ -86,6 +86,10 @@ type Tx interface {
 	// without locking any other machine.
 	MachineStatus(ctx context.Context, machine string) (MachineStatus, error)
 	SetMachineStatus(ctx context.Context, machine string, st MachineStatus) error
+	// MachineStatuses returns every machine's runtime state, by machine
+	// name, in one read: what a broker loads at start, and reads again to
+	// learn what other brokers changed. It locks nothing.
+	MachineStatuses(ctx context.Context) (map[string]MachineStatus, error)
 
 	// MachineCredential returns what the site keeps of a machine's
 	// credential (ENotFound for an unknown machine); a new machine's is

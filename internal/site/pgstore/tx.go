@@ -411,6 +411,29 @@ func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineSta
 	return st, nil
 }
 
+func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus, error) {
+	if err := t.usable(false); err != nil {
+		return nil, err
+	}
+	out := map[string]site.MachineStatus{}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT machine, `+statusCols+` FROM machine_status`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var name string
+			var st site.MachineStatus
+			if err := rows.Scan(append([]any{&name}, statusDest(&st)...)...); err != nil {
+				return err
+			}
+			out[name] = st
+		}
+		return rows.Err()
+	})
+	if err := t.send(ctx, b, false); err != nil {
+		return nil, fmt.Errorf("machine statuses: %w", err)
+	}
+	return out, nil
+}
+
 func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.MachineStatus) error {
 	if err := t.usable(true); err != nil {
 		return err

@@ -206,28 +206,60 @@ func (t *tx) Brokers() site.Collection[site.BrokerRecord] {
 }
 
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
-	var st site.MachineStatus
-	var heartbeat, conflictAt string
-	err := t.scanOne(ctx, `SELECT registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent,
-		logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version,
-		registration_conflict, coalesce(registration_conflict_at, ''), registered_credential
-		FROM machines WHERE name = ?`, []any{machine},
-		&st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
-		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
-		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, &conflictAt, &st.Credential)
+	st, err := scanStatus(func(dest ...any) error {
+		return t.scanOne(ctx, `SELECT `+statusCols+` FROM machines WHERE name = ?`, []any{machine}, dest...)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return site.MachineStatus{}, site.NotFound(site.KindMachine, machine)
 	}
+	if err != nil {
+		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
+	}
+	return st, nil
+}
+
+// statusCols are the columns of a machine's status, as scanStatus reads
+// them.
+const statusCols = `registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent,
+	logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version,
+	registration_conflict, coalesce(registration_conflict_at, ''), registered_credential`
+
+// scanStatus reads statusCols, after the destinations in first, with scan.
+func scanStatus(scan func(dest ...any) error, first ...any) (site.MachineStatus, error) {
+	var st site.MachineStatus
+	var heartbeat, conflictAt string
+	dest := append(first, &st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
+		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, &conflictAt, &st.Credential)
+	err := scan(dest...)
 	if err == nil {
 		st.LastHeartbeat, err = parseTime(heartbeat)
 	}
 	if err == nil {
 		st.ConflictAt, err = parseTime(conflictAt)
 	}
+	return st, err
+}
+
+func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus, error) {
+	rows, err := t.query(ctx, `SELECT name, `+statusCols+` FROM machines`)
 	if err != nil {
-		return site.MachineStatus{}, fmt.Errorf("machine status %q: %w", machine, err)
+		return nil, fmt.Errorf("machine statuses: %w", err)
 	}
-	return st, nil
+	defer rows.Close()
+	out := map[string]site.MachineStatus{}
+	for rows.Next() {
+		var name string
+		st, err := scanStatus(rows.Scan, &name)
+		if err != nil {
+			return nil, fmt.Errorf("machine statuses: %w", err)
+		}
+		out[name] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("machine statuses: %w", dbErr(err))
+	}
+	return out, nil
 }
 
 func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.MachineStatus) error {

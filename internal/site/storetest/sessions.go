@@ -75,6 +75,34 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 		})
 	})
 
+	t.Run("AllStatusesInOneRead", func(t *testing.T) {
+		want := site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms(2025, 7, 1, 8, 0, 0, 1, cet), LoadIndex: 500,
+			Usage: site.Usage{Sessions: 2}, ControlURL: "http://10.0.0.5:8081/vda/spare1", Credential: "c"}
+		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "spare1", want) })
+		view(t, s, func(ctx context.Context, tx site.Tx) error {
+			all, err := tx.MachineStatuses(ctx)
+			if err != nil {
+				return err
+			}
+			if len(all) != len(base().Machines) {
+				t.Errorf("%d statuses, want one per machine (%d)", len(all), len(base().Machines))
+			}
+			for _, m := range base().Machines {
+				one, err := tx.MachineStatus(ctx, m.Name)
+				if err != nil {
+					return err
+				}
+				if got, ok := all[m.Name]; !ok || !same(got, one) {
+					t.Errorf("%s: %+v in all, %+v alone", m.Name, got, one)
+				}
+			}
+			if !same(all["spare1"], want) {
+				t.Errorf("spare1: %+v, want %+v", all["spare1"], want)
+			}
+			return nil
+		})
+	})
+
 	t.Run("UnknownMachineIsNotFound", func(t *testing.T) {
 		err := try(t, s, func(ctx context.Context, tx site.Tx) error {
 			_, err := tx.MachineStatus(ctx, "no-such")
