@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Schema is a schema of its own, with a random name, in the database
@@ -59,7 +60,7 @@ func (s *Schema) DSN() (string, error) {
 
 // Exec runs one statement on a connection of its own.
 func Exec(ctx context.Context, dsn, sql string) error {
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
@@ -189,7 +190,7 @@ FROM pg_stat_activity WHERE application_name = $1 AND backend_type = 'client bac
 
 // StartActivity samples every interval until Close.
 func StartActivity(ctx context.Context, dsn, app string, interval time.Duration) (*ActivitySampler, error) {
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -242,4 +243,15 @@ func (d *ActivitySampler) Close() {
 	close(d.stop)
 	<-d.done
 	d.conn.Close(context.Background())
+}
+
+// connect opens one connection to the server a DSN names, ignoring the
+// settings of a pool (pool_max_conns, ...), which the site DB's DSN may
+// carry and a single connection would send the server as parameters.
+func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("cannot parse the DSN") // pgx's message may show a password
+	}
+	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
 }
