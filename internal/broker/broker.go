@@ -24,7 +24,11 @@ const (
 	DefaultHeartbeatTimeout  = 10 * time.Second
 	DefaultTicketTTL         = 90 * time.Second
 	DefaultRefreshInterval   = time.Second
-	DefaultPrepareTimeout    = 5 * time.Second
+	// DefaultStatusSyncInterval is how often a broker of a shared site
+	// rereads every machine's status, to learn what the other brokers
+	// changed: registrations, heartbeats, sessions started and ended.
+	DefaultStatusSyncInterval = 2 * time.Second
+	DefaultPrepareTimeout     = 5 * time.Second
 	// maxAttempts bounds the machines a launch tries before giving up.
 	maxAttempts = 8
 	// refusalCoolDown keeps a machine whose VDA refused a session out of
@@ -72,8 +76,13 @@ type Config struct {
 	HeartbeatTimeout  time.Duration
 	TicketTTL         time.Duration
 	RefreshInterval   time.Duration
-	PrepareTimeout    time.Duration
-	Now               func() time.Time
+	// StatusSyncInterval is how often the broker rereads every machine's
+	// status from the site DB (default DefaultStatusSyncInterval);
+	// negative: never, for a broker alone on its site DB, which then
+	// knows every change as it makes it.
+	StatusSyncInterval time.Duration
+	PrepareTimeout     time.Duration
+	Now                func() time.Time
 
 	// LockoutThreshold failed logons within LockoutWindow lock a user out
 	// for LockoutDuration; a negative threshold turns lock-out off.
@@ -118,10 +127,14 @@ type Broker struct {
 	store     site.Store
 	snap      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one Refresh or Publish at a time, so that an older snapshot never replaces a newer one
-	machines  *table
-	obs       Observer
-	guard     *auth.Guard
-	admission *admission
+	// resyncMu serializes the status reads of launches that found no
+	// machine; resyncStart is when the last began.
+	resyncMu    sync.Mutex
+	resyncStart time.Time
+	machines    *table
+	obs         Observer
+	guard       *auth.Guard
+	admission   *admission
 	// dummyHash is verified against (as a decoy) for unknown users.
 	dummyHash string
 }
@@ -157,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	cfg.HeartbeatTimeout = cmp.Or(max(cfg.HeartbeatTimeout, 0), DefaultHeartbeatTimeout)
 	cfg.TicketTTL = cmp.Or(max(cfg.TicketTTL, 0), DefaultTicketTTL)
 	cfg.RefreshInterval = cmp.Or(max(cfg.RefreshInterval, 0), DefaultRefreshInterval)
+	cfg.StatusSyncInterval = cmp.Or(cfg.StatusSyncInterval, DefaultStatusSyncInterval)
 	cfg.PrepareTimeout = cmp.Or(max(cfg.PrepareTimeout, 0), DefaultPrepareTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -256,17 +270,39 @@ func (b *Broker) install(version int64, cfg *site.Config) {
 	b.log.Debug("configuration snapshot", "version", version)
 }
 
+// loadStatuses reads every machine's status from the site DB, in one read,
+// into the broker's table: at start, and every StatusSyncInterval on a
+// shared site, where other brokers register machines, take their
+// heartbeats and start and end sessions.
 func (b *Broker) loadStatuses(ctx context.Context) error {
-	return b.store.View(ctx, func(tx site.Tx) error {
-		for name := range b.Snapshot().machines {
-			st, err := tx.MachineStatus(ctx, name)
-			if err != nil {
-				return err
-			}
-			b.machines.sync(name, st)
-		}
-		return nil
+	var all map[string]site.MachineStatus
+	err := b.store.View(ctx, func(tx site.Tx) (err error) {
+		all, err = tx.MachineStatuses(ctx)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("machine statuses: %w", err)
+	}
+	for name, st := range all {
+		b.machines.sync(name, st)
+	}
+	return nil
+}
+
+// resyncStatuses reads every machine's status again unless a read that
+// began after since has done so already: concurrent launches that found
+// no machine share one read (one in flight, one waiting at most), so that
+// none is refused on a view older than its own start.
+func (b *Broker) resyncStatuses(ctx context.Context, since time.Time) {
+	b.resyncMu.Lock()
+	defer b.resyncMu.Unlock()
+	if b.resyncStart.After(since) {
+		return
+	}
+	b.resyncStart = time.Now()
+	if err := b.loadStatuses(ctx); err != nil && ctx.Err() == nil {
+		b.log.Warn("machine status sync failed", "err", err)
+	}
 }
 
 // Run keeps the broker current until ctx is done: it refreshes the
@@ -287,6 +323,12 @@ func (b *Broker) Run(ctx context.Context) error {
 	defer refresh.Stop()
 	sweep := time.NewTicker(max(b.cfg.HeartbeatInterval/3, 50*time.Millisecond))
 	defer sweep.Stop()
+	var statuses <-chan time.Time
+	if b.cfg.StatusSyncInterval > 0 {
+		t := time.NewTicker(b.cfg.StatusSyncInterval)
+		defer t.Stop()
+		statuses = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -295,6 +337,10 @@ func (b *Broker) Run(ctx context.Context) error {
 			b.refresh(ctx)
 		case <-refresh.C:
 			b.refresh(ctx)
+		case <-statuses:
+			if err := b.loadStatuses(ctx); err != nil && ctx.Err() == nil {
+				b.log.Warn("machine status sync failed", "err", err)
+			}
 		case <-sweep.C:
 			b.expireMachines(ctx)
 			b.expirePending(ctx)
@@ -551,8 +597,17 @@ const maxCandidates = 4
 func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGroup) (*Launch, error) {
 	req, res := ln.req, ln.res
 	skip := map[string]bool{}
+	resynced := false
 	for range maxAttempts {
 		cands, picked := b.candidates(ln.s, req.User, dg, skip)
+		if len(cands) == 0 && !resynced && b.cfg.StatusSyncInterval > 0 {
+			// The broker holds every machine full or unregistered, but
+			// other brokers share the site: read the statuses as they
+			// are before saying so.
+			resynced = true
+			b.resyncStatuses(ctx, time.Now())
+			cands, picked = b.candidates(ln.s, req.User, dg, skip)
+		}
 		if len(cands) == 0 && ln.rule == nil {
 			return nil, nil
 		}
@@ -590,6 +645,13 @@ func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGrou
 			ln.rule = nil
 			if len(cands) == 0 {
 				return nil, nil
+			}
+			if !resynced && b.cfg.StatusSyncInterval > 0 {
+				// Every candidate was full in the site DB: other
+				// brokers filled them. Read the statuses as they are
+				// rather than try the next few stale ones.
+				resynced = true
+				b.resyncStatuses(ctx, time.Now())
 			}
 		}
 	}
@@ -680,6 +742,12 @@ func newID() string { return strings.ToLower(randomToken(12)) }
 func (b *Broker) endSession(ctx context.Context, id, machine string) error {
 	var wasPending, changed bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
+		// The machine's status before the session: the lock order
+		// (Register).
+		st, err := tx.MachineStatus(ctx, machine)
+		if err != nil {
+			return err
+		}
 		sess, err := tx.Sessions().Get(ctx, id)
 		if err != nil {
 			return err
@@ -689,10 +757,6 @@ func (b *Broker) endSession(ctx context.Context, id, machine string) error {
 		}
 		if sess.State == site.SessionLoggedOff {
 			return nil
-		}
-		st, err := tx.MachineStatus(ctx, sess.Machine)
-		if err != nil {
-			return err
 		}
 		wasPending = sess.State == site.SessionPending
 		st.Sessions = max(0, st.Sessions-1)

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,45 +16,19 @@ import (
 
 // TestThreeBrokersOnePostgres: three brokers, each with its own
 // connections to one PostgreSQL site DB as three processes would have,
-// take 3,300 concurrent launches for 1,140 seats, 300 of them a second
+// take 2,200 concurrent launches for 570 seats, 200 of them a second
 // launch of a user already launching through another broker. No machine
 // goes over its limit, every seat is given, every acknowledged launch is
 // exactly one session (a user's two launches the same one), and none is
 // lost; sessions started through one broker are logged off through
 // another.
 func TestThreeBrokersOnePostgres(t *testing.T) {
-	dsn := pgtest.DSN(t)
 	ctx := context.Background()
-	const users, limit, twice = 3000, 20, 300
+	const users, limit, twice = 2000, 10, 200
 	cfg := testSite(users, limit)
 	seats := 57 * limit
 
-	var brokers []*broker.Broker
-	var stores []site.Store
-	for i := range 3 {
-		store, err := pgstore.Open(ctx, dsn, pgstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		if i == 0 {
-			if err := store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
-				t.Fatal(err)
-			}
-		}
-		b, err := broker.New(ctx, broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			for j, m := range cfg.Machines {
-				if err := b.Register(ctx, sitetest.Registration(j, m.Name)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		brokers, stores = append(brokers, b), append(stores, store)
-	}
+	brokers, stores := pgBrokers(t, cfg, 3)
 
 	type result struct {
 		user string
@@ -85,7 +60,11 @@ func TestThreeBrokersOnePostgres(t *testing.T) {
 	failed := map[string]int{}
 	for r := range results {
 		if r.err != nil {
-			failed[site.ErrorCode(r.err)]++
+			code := site.ErrorCode(r.err)
+			if failed[code] == 0 && code != site.ENoCapacity {
+				t.Logf("%s: %v", r.user, r.err)
+			}
+			failed[code]++
 			continue
 		}
 		if prev, seen := ok[r.user]; seen && prev.Session.ID != r.l.Session.ID {
@@ -123,4 +102,101 @@ func TestThreeBrokersOnePostgres(t *testing.T) {
 		delete(ok, user)
 	}
 	h.check(ok, limits)
+}
+
+// pgBrokers starts n brokers, each with its own connections to one new
+// PostgreSQL site DB holding cfg, every machine registered.
+func pgBrokers(t *testing.T, cfg *site.Config, n int) ([]*broker.Broker, []site.Store) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	var brokers []*broker.Broker
+	var stores []site.Store
+	for i := range n {
+		store, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		if i == 0 {
+			if err := store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := broker.New(ctx, broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			for j, m := range cfg.Machines {
+				if err := b.Register(ctx, sitetest.Registration(j, m.Name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		brokers, stores = append(brokers, b), append(stores, store)
+	}
+	return brokers, stores
+}
+
+// TestRegistrationsAndLogoffsDoNotDeadlock: a VDA registering again
+// (which ends the sessions it does not report) while users log the same
+// sessions off through other brokers: both lock the machine's status
+// before its sessions, so that on PostgreSQL neither fails with a
+// deadlock, and every session ends once.
+func TestRegistrationsAndLogoffsDoNotDeadlock(t *testing.T) {
+	ctx := context.Background()
+	const users = 570
+	cfg := testSite(users, 10)
+	brokers, stores := pgBrokers(t, cfg, 3)
+	h := &harness{t: t, store: stores[0]}
+	for round := range 3 {
+		ok := map[string]*broker.Launch{}
+		for i := 1; i <= users; i++ {
+			user := fmt.Sprintf("u%04d", i)
+			l, err := brokers[i%3].Launch(ctx, broker.LaunchRequest{User: user, Resource: "calc"})
+			if err != nil {
+				t.Fatalf("round %d: launch for %s: %v", round, user, err)
+			}
+			ok[user] = l
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, users+len(cfg.Machines))
+		for user, l := range ok {
+			wg.Go(func() { errs <- brokers[1+len(user)%2].Logoff(ctx, user, l.Session.ID) })
+		}
+		for j, m := range cfg.Machines {
+			if !strings.HasPrefix(m.Name, "rdsh-") {
+				continue
+			}
+			wg.Go(func() { errs <- brokers[0].Register(ctx, sitetest.Registration(j, m.Name)) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		per := h.check(nil, nil)
+		for m, n := range per {
+			if n != 0 {
+				t.Errorf("round %d: machine %s still has %d live sessions", round, m, n)
+			}
+		}
+		if err := stores[0].View(ctx, func(tx site.Tx) error {
+			all, err := tx.MachineStatuses(ctx)
+			for m, st := range all {
+				if st.Sessions != 0 || st.LogonsInProgress != 0 {
+					t.Errorf("round %d: machine %s counts %d sessions, %d logging on, and holds none", round, m, st.Sessions, st.LogonsInProgress)
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -140,10 +140,16 @@ func (ms *machineState) eligible(ignoreLogons bool) bool {
 func (t *table) pickN(group string, skip map[string]bool, n int) []machineState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	best := t.best(group, skip, false, n)
+	best := t.best(group, skip, func(ms *machineState) bool { return ms.eligible(false) }, n)
 	if len(best) == 0 && t.softLogons(group) {
-		best = t.best(group, skip, true, n)
+		best = t.best(group, skip, func(ms *machineState) bool { return ms.eligible(true) }, n)
 	}
+	return t.picked(best)
+}
+
+// picked counts the new session on the first of best and returns copies.
+// The caller holds t.mu.
+func (t *table) picked(best []*machineState) []machineState {
 	if len(best) == 0 {
 		return nil
 	}
@@ -161,12 +167,12 @@ func (t *table) softLogons(group string) bool {
 	return len(ms) > 0 && !ms[0].rules.ConcurrentLogons.Hard
 }
 
-// best returns up to n eligible machines, best first.
-func (t *table) best(group string, skip map[string]bool, ignoreLogons bool, n int) []*machineState {
+// best returns up to n machines that ok takes, best first.
+func (t *table) best(group string, skip map[string]bool, ok func(*machineState) bool, n int) []*machineState {
 	best := make([]*machineState, 0, n)
 	now := t.now()
 	for _, ms := range t.byGroup[group] {
-		if skip[ms.name] || !ms.eligible(ignoreLogons) || (ms.kind == site.SingleSessionAssigned && ms.assigned != "") || now.Before(ms.coolUntil) {
+		if skip[ms.name] || !ok(ms) || (ms.kind == site.SingleSessionAssigned && ms.assigned != "") || now.Before(ms.coolUntil) {
 			continue
 		}
 		// Insert in order, keeping n: groups are large, n is small.

@@ -110,6 +110,13 @@ func (b *Broker) KnowsMachine(name string) bool {
 // Register records a VDA as ready for sessions and reconciles the broker's
 // sessions on the machine with the ones the VDA reports: a live session
 // the VDA does not know has ended.
+//
+// Lock order: every transaction of the broker that writes a machine's
+// status and its sessions reads (in an update: locks) the status first,
+// then the sessions, as a placement does (it claims the status, then
+// creates the session), so that registrations, session events and logoffs
+// of one machine wait for each other instead of deadlocking on a store
+// that locks rows (pgstore).
 func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 	done := b.begin(OpRegister)
 	defer func() { done(err) }()
@@ -295,6 +302,10 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent) error {
 	}
 	var wasPending bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
+		st, err := tx.MachineStatus(ctx, ev.Machine) // before the session: the lock order (Register)
+		if err != nil {
+			return err
+		}
 		sess, err := tx.Sessions().Get(ctx, ev.SessionID)
 		if err != nil {
 			return err
@@ -307,10 +318,6 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent) error {
 		}
 		wasPending = sess.State == site.SessionPending
 		if wasPending {
-			st, err := tx.MachineStatus(ctx, sess.Machine)
-			if err != nil {
-				return err
-			}
 			st.LogonsInProgress = max(0, st.LogonsInProgress-1)
 			b.rescore(sess.Machine, &st)
 			if err := tx.SetMachineStatus(ctx, sess.Machine, st); err != nil {

@@ -286,7 +286,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	guard := auth.NewGuard(auth.GuardConfig{Threshold: cfg.LockoutThreshold, SourceFree: cfg.SourceFree, Now: cfg.Now})
 	verified := auth.NewVerifiedCache(15*time.Minute, 100000)
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
-		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, Now: cfg.Now,
+		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
 		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
@@ -611,4 +611,14 @@ func (s *Server) WaitRegistered(ctx context.Context, limit time.Duration) error 
 		case <-tick.C:
 		}
 	}
+}
+
+// statusSync is the broker's StatusSyncInterval: a broker alone on its
+// embedded site DB knows every status change as it makes it; brokers
+// sharing PostgreSQL learn each other's by reading them again.
+func statusSync(cfg Config) time.Duration {
+	if cfg.DB == "" {
+		return -1
+	}
+	return 0 // broker.DefaultStatusSyncInterval
 }
