@@ -417,7 +417,7 @@ func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus
 	}
 	out := map[string]site.MachineStatus{}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT machine, `+statusCols+` FROM machine_status`).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT machine, ` + statusCols + ` FROM machine_status`).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var name string
 			var st site.MachineStatus
