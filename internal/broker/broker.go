@@ -76,6 +76,12 @@ type Config struct {
 	HeartbeatTimeout  time.Duration
 	TicketTTL         time.Duration
 	RefreshInterval   time.Duration
+	// Zone is the zone of the broker: the user location of the launches it
+	// takes. With OwnZoneVDAs, the broker serves only the VDAs of its zone
+	// (and, in the primary zone, of zones that fall back to it); without,
+	// every zone's, as the one broker of a small site does.
+	Zone        string
+	OwnZoneVDAs bool
 	// StatusSyncInterval is how often the broker rereads every machine's
 	// status from the site DB (default DefaultStatusSyncInterval);
 	// negative: never, for a broker alone on its site DB, which then
@@ -669,7 +675,8 @@ func cand(cands []site.Candidate, machine string) site.Candidate {
 
 // candidates chooses where a new session of the group may go, best first:
 // for an assigned desktop the user's own machine when it has one, else the
-// least-loaded free machines. The first, picked, counts the session at
+// least-loaded free machines of the first zone in the group's preference
+// (zoneOrder) that has any. The first, picked, counts the session at
 // once (so that concurrent launches spread) until settle; the others are
 // fallbacks in case the broker's view is stale.
 func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, skip map[string]bool) (cands []site.Candidate, picked string) {
@@ -688,7 +695,16 @@ func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, sk
 			return []site.Candidate{ms.candidate(true)}, ms.name
 		}
 	}
-	best := b.machines.pickN(dg.Name, skip, maxCandidates)
+	order, only := zoneOrder(s, dg, user, b.cfg.Zone)
+	var best []machineState
+	for _, z := range order {
+		if best = b.machines.pickN(dg.Name, z, skip, maxCandidates); len(best) > 0 {
+			break
+		}
+	}
+	if len(best) == 0 && !only {
+		best = b.machines.pickN(dg.Name, "", skip, maxCandidates)
+	}
 	if len(best) == 0 {
 		return nil, ""
 	}

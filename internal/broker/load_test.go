@@ -80,14 +80,14 @@ func TestPickPrefersSoftLogonsOverNothing(t *testing.T) {
 	for _, m := range []string{"a", "b"} {
 		tb.sync(m, site.MachineStatus{Registration: site.Registered, Usage: site.Usage{Sessions: 2, LogonsInProgress: 2}})
 	}
-	picked := tb.pickN("g", nil, 4)
+	picked := tb.pickN("g", "", nil, 4)
 	if len(picked) != 2 {
 		t.Fatalf("a soft logon limit let %d machines in, want both", len(picked))
 	}
 	tb.settle(picked[0].name, site.Placed{Session: site.Session{ID: "s", Machine: picked[0].name}}, true)
 	s.groups["g"].LoadRules.ConcurrentLogons.Hard = true
 	tb.configure(s)
-	if picked := tb.pickN("g", nil, 4); len(picked) != 0 {
+	if picked := tb.pickN("g", "", nil, 4); len(picked) != 0 {
 		t.Fatalf("a hard logon limit let %s take a session", picked[0].name)
 	}
 }

@@ -11,6 +11,7 @@ import (
 // machineState is the broker's live view of one machine.
 type machineState struct {
 	name, group string
+	zone        string
 	kind        site.CatalogKind
 	rules       site.LoadRules
 	limit       int // session limit, 0 for none
@@ -68,6 +69,7 @@ func (t *table) configure(s *Snapshot) {
 		ms.maintenance = m.Maintenance
 		ms.assigned = m.AssignedUser
 		ms.kind = s.catalogs[m.Catalog].Kind
+		ms.zone = s.catalogs[m.Catalog].Zone
 		if g, ok := s.groups[ms.group]; ok {
 			ms.rules = g.LoadRules
 		} else {
@@ -130,19 +132,20 @@ func (ms *machineState) eligible(ignoreLogons bool) bool {
 	return !ms.load.LogonsFull || ignoreLogons
 }
 
-// pickN chooses up to n eligible machines of a delivery group, not in
-// skip, least loaded first; the first counts the new session at once (so
+// pickN chooses up to n eligible machines of a delivery group in zone
+// ("" for any), not in skip, least loaded first; the first counts the new session at once (so
 // that concurrent launches spread) until settle. Ties go to the machine
 // with fewer sessions, then to the first by name. For assigned desktops
 // only unassigned machines are candidates. A soft concurrent-logons rule
 // lets machines over it in when no other is eligible. It returns none
 // when no machine is eligible.
-func (t *table) pickN(group string, skip map[string]bool, n int) []machineState {
+func (t *table) pickN(group, zone string, skip map[string]bool, n int) []machineState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	best := t.best(group, skip, func(ms *machineState) bool { return ms.eligible(false) }, n)
+	inZone := func(ms *machineState) bool { return zone == "" || ms.zone == zone }
+	best := t.best(group, skip, func(ms *machineState) bool { return inZone(ms) && ms.eligible(false) }, n)
 	if len(best) == 0 && t.softLogons(group) {
-		best = t.best(group, skip, func(ms *machineState) bool { return ms.eligible(true) }, n)
+		best = t.best(group, skip, func(ms *machineState) bool { return inZone(ms) && ms.eligible(true) }, n)
 	}
 	return t.picked(best)
 }

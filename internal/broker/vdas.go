@@ -120,9 +120,14 @@ func (b *Broker) KnowsMachine(name string) bool {
 func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 	done := b.begin(OpRegister)
 	defer func() { done(err) }()
-	m, _, ok := b.Snapshot().Machine(req.Machine)
+	s := b.Snapshot()
+	m, _, ok := s.Machine(req.Machine)
 	if !ok {
 		return site.NotFound(site.KindMachine, req.Machine)
+	}
+	if err := b.admitVDA(s, req.Machine); err != nil {
+		b.log.WarnContext(ctx, "registration refused: another zone's machine", "machine", req.Machine, "err", err)
+		return err
 	}
 	addr := req.Address
 	if addr == "" {
@@ -229,6 +234,9 @@ func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	}
 	if !ms.registered {
 		return 0, ErrNotRegistered
+	}
+	if err := b.admitVDA(b.Snapshot(), hb.Machine); err != nil {
+		return 0, err
 	}
 	now := b.cfg.Now().UTC()
 	var st site.MachineStatus

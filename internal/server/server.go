@@ -70,7 +70,10 @@ type Config struct {
 	// the host name); two running brokers cannot share one.
 	Name string
 	// Zone is the zone this broker serves (default: the primary zone); it
-	// must be one of the site's.
+	// must be one of the site's. Given, the broker takes only its zone's
+	// VDAs (and, in the primary zone, those of zones with
+	// primary_fallback); not given, every zone's, as the one broker of a
+	// site does.
 	Zone string
 	// Listen is the address of the main HTTP listener: REST, admin and VDA
 	// APIs, NFuse, metrics, health and the index page (default
@@ -285,18 +288,19 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// in one queue.
 	guard := auth.NewGuard(auth.GuardConfig{Threshold: cfg.LockoutThreshold, SourceFree: cfg.SourceFree, Now: cfg.Now})
 	verified := auth.NewVerifiedCache(15*time.Minute, 100000)
+	zone, err := brokerZone(ctx, store, cfg.Zone)
+	if err != nil {
+		return nil, err
+	}
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
+		Zone: zone, OwnZoneVDAs: cfg.Zone != "",
 		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
 	metrics.Attach(brk)
 	s.broker = brk
-	zone, err := brokerZone(ctx, store, cfg.Zone)
-	if err != nil {
-		return nil, err
-	}
 	s.name, s.zone = cfg.Name, zone
 	if s.name == "" {
 		if s.name, err = os.Hostname(); err != nil || s.name == "" {

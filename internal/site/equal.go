@@ -13,7 +13,7 @@ func equalMachine(a, b *Machine) bool { return *a == *b }
 
 func equalUser(a, b *User) bool {
 	return a.Name == b.Name && a.DisplayName == b.DisplayName && a.Disabled == b.Disabled &&
-		a.PasswordHash == b.PasswordHash && equalList(a.Groups, b.Groups)
+		a.PasswordHash == b.PasswordHash && a.HomeZone == b.HomeZone && equalList(a.Groups, b.Groups)
 }
 
 func equalDeliveryGroup(a, b *DeliveryGroup) bool {

@@ -34,7 +34,13 @@ func (r Resource) References() []Ref {
 }
 
 // References returns what the user refers to.
-func (u User) References() []Ref { return listRefs("groups", KindGroup, u.Groups) }
+func (u User) References() []Ref {
+	refs := listRefs("groups", KindGroup, u.Groups)
+	if u.HomeZone != "" {
+		refs = append(refs, Ref{"home_zone", KindZone, u.HomeZone})
+	}
+	return refs
+}
 
 // References returns what the entitlement refers to. Its resources may be
 // applications or desktops; they are listed with KindApplication and a

@@ -56,6 +56,10 @@ type Zone struct {
 	Name        string `json:"name" yaml:"name"`
 	Description string `json:"description,omitempty" yaml:"description,omitempty"`
 	Primary     bool   `json:"primary,omitempty" yaml:"primary,omitempty"`
+	// PrimaryFallback lets the VDAs of this (satellite) zone register
+	// with the primary zone's brokers when none of their own zone's
+	// answers. Off by default: a satellite's VDAs stay in their zone.
+	PrimaryFallback bool `json:"primary_fallback,omitempty" yaml:"primary_fallback,omitempty"`
 }
 
 // CatalogKind says how the machines of a catalog host sessions.
@@ -195,15 +199,27 @@ const (
 	ReconnectSameEndpointOnly ReconnectPolicy = "same-endpoint-only"
 )
 
-// ZonePreference says which zone's machines a delivery group prefers.
+// ZonePreference says which zone's machines a delivery group offers a
+// launch first. Whatever comes first, the order goes on with the group's
+// home zone (the application's home zone), the user's home zone, the
+// user's location (the zone of the broker that takes the launch) and
+// then any zone; a preference ending in -only stops at its zone instead,
+// refusing the launch rather than spilling over, unless that zone is
+// unknown (a user without a home zone).
 type ZonePreference string
 
 const (
-	ZoneUserLocation    ZonePreference = "user-location"
-	ZoneUserHome        ZonePreference = "user-home"
-	ZoneUserHomeOnly    ZonePreference = "user-home-only"
-	ZoneApplicationHome ZonePreference = "application-home"
+	ZoneUserLocation        ZonePreference = "user-location"
+	ZoneUserHome            ZonePreference = "user-home"
+	ZoneUserHomeOnly        ZonePreference = "user-home-only"
+	ZoneApplicationHome     ZonePreference = "application-home"
+	ZoneApplicationHomeOnly ZonePreference = "application-home-only"
 )
+
+// Mandatory reports whether the preference refuses other zones.
+func (p ZonePreference) Mandatory() bool {
+	return p == ZoneUserHomeOnly || p == ZoneApplicationHomeOnly
+}
 
 // DeliveryGroup publishes resources on the machines of its catalogs.
 type DeliveryGroup struct {
@@ -212,8 +228,8 @@ type DeliveryGroup struct {
 	Catalogs    []string        `json:"catalogs" yaml:"catalogs"`
 	LoadRules   LoadRules       `json:"load_rules" yaml:"load_rules"`
 	Reconnect   ReconnectPolicy `json:"reconnect" yaml:"reconnect"`
-	// ZonePreference orders candidate zones; HomeZone is the zone it refers to
-	// for application-home preference.
+	// ZonePreference orders candidate zones; HomeZone is the home zone of
+	// the group's applications and desktops (application-home).
 	ZonePreference ZonePreference `json:"zone_preference" yaml:"zone_preference"`
 	HomeZone       string         `json:"home_zone,omitempty" yaml:"home_zone,omitempty"`
 }
@@ -249,6 +265,9 @@ type User struct {
 	Name        string `json:"name" yaml:"name"`
 	DisplayName string `json:"display_name,omitempty" yaml:"display_name,omitempty"`
 	Disabled    bool   `json:"disabled,omitempty" yaml:"disabled,omitempty"`
+	// HomeZone is where the user's launches go first under a user-home
+	// zone preference, "" for none.
+	HomeZone string `json:"home_zone,omitempty" yaml:"home_zone,omitempty"`
 	// Groups are the groups the user is a member of.
 	Groups []string `json:"groups,omitempty" yaml:"groups,omitempty"`
 	// PasswordHash is a PHC-format argon2id hash, "" for a user who cannot

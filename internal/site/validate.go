@@ -165,12 +165,13 @@ func (g DeliveryGroup) Validate() error {
 		return invalid(KindDeliveryGroup, g.Name, "reconnect %q is not one of %s, %s, %s", g.Reconnect, ReconnectAlways, ReconnectDisconnectedOnly, ReconnectSameEndpointOnly)
 	}
 	switch g.ZonePreference {
-	case ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome:
+	case ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome, ZoneApplicationHomeOnly:
 	default:
-		return invalid(KindDeliveryGroup, g.Name, "zone_preference %q is not one of %s, %s, %s, %s", g.ZonePreference, ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome)
+		return invalid(KindDeliveryGroup, g.Name, "zone_preference %q is not one of %s, %s, %s, %s, %s", g.ZonePreference,
+			ZoneUserLocation, ZoneUserHome, ZoneUserHomeOnly, ZoneApplicationHome, ZoneApplicationHomeOnly)
 	}
-	if g.ZonePreference == ZoneApplicationHome && g.HomeZone == "" {
-		return invalid(KindDeliveryGroup, g.Name, "zone_preference %s needs a home_zone", ZoneApplicationHome)
+	if (g.ZonePreference == ZoneApplicationHome || g.ZonePreference == ZoneApplicationHomeOnly) && g.HomeZone == "" {
+		return invalid(KindDeliveryGroup, g.Name, "zone_preference %s needs a home_zone", g.ZonePreference)
 	}
 	if err := dupes(KindDeliveryGroup, g.Name, "catalogs", g.Catalogs); err != nil {
 		return err

@@ -27,14 +27,15 @@ var (
 var zones = newSpec(spec[site.Zone]{
 	kind:  site.KindZone,
 	table: "zones",
-	cols:  []column{nameCol, col("description", tText), col("is_primary", tBool)},
-	args:  func(z site.Zone) []any { return []any{z.Name, z.Description, z.Primary} },
-	sel:   "t.name, t.description, t.is_primary",
-	dest:  func(z *site.Zone) []any { return []any{&z.Name, &z.Description, &z.Primary} },
+	cols:  []column{nameCol, col("description", tText), col("is_primary", tBool), col("primary_fallback", tBool)},
+	args:  func(z site.Zone) []any { return []any{z.Name, z.Description, z.Primary, z.PrimaryFallback} },
+	sel:   "t.name, t.description, t.is_primary, t.primary_fallback",
+	dest:  func(z *site.Zone) []any { return []any{&z.Name, &z.Description, &z.Primary, &z.PrimaryFallback} },
 	name:  func(z site.Zone) string { return z.Name },
 	referrers: []string{
 		referredBy(0, site.KindCatalog, "catalogs", "zone"),
 		referredBy(1, site.KindDeliveryGroup, "delivery_groups", "home_zone"),
+		referredBy(2, site.KindUser, "users", "home_zone"),
 	},
 	config: true,
 })
@@ -77,17 +78,20 @@ var groups = newSpec(spec[site.Group]{
 var users = newSpec(spec[site.User]{
 	kind:  site.KindUser,
 	table: "users",
-	cols:  []column{nameCol, keyCol, col("display_name", tText), col("disabled", tBool), col("password_hash", tText)},
+	cols: []column{nameCol, keyCol, col("display_name", tText), col("disabled", tBool), col("password_hash", tText),
+		col("home_zone", tText)},
 	args: func(u site.User) []any {
-		return []any{u.Name, site.FoldName(u.Name), u.DisplayName, u.Disabled, u.PasswordHash}
+		return []any{u.Name, site.FoldName(u.Name), u.DisplayName, u.Disabled, u.PasswordHash, nullIfEmpty(u.HomeZone)}
 	},
 	fold: true,
 	prepare: func(u *site.User) error {
 		u.Name = site.NormalizeName(u.Name)
 		return nil
 	},
-	sel:  "t.name, t.display_name, t.disabled, t.password_hash",
-	dest: func(u *site.User) []any { return []any{&u.Name, &u.DisplayName, &u.Disabled, &u.PasswordHash} },
+	sel: "t.name, t.display_name, t.disabled, t.password_hash, coalesce(t.home_zone, '')",
+	dest: func(u *site.User) []any {
+		return []any{&u.Name, &u.DisplayName, &u.Disabled, &u.PasswordHash, &u.HomeZone}
+	},
 	name: func(u site.User) string { return u.Name },
 	links: []*link[site.User]{
 		{table: "user_groups", owner: "user_name", value: "group_name", field: func(u *site.User) *[]string { return &u.Groups }},

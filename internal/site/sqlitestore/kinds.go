@@ -36,17 +36,18 @@ func linkedBy(kind site.Kind, table, owner, value string) string {
 var zones = newSpec(spec[site.Zone]{
 	kind:  site.KindZone,
 	table: "zones",
-	cols:  []string{"name", "description", "is_primary"},
-	args:  func(z site.Zone) []any { return []any{z.Name, z.Description, z.Primary} },
-	sel:   "name, description, is_primary",
+	cols:  []string{"name", "description", "is_primary", "primary_fallback"},
+	args:  func(z site.Zone) []any { return []any{z.Name, z.Description, z.Primary, z.PrimaryFallback} },
+	sel:   "name, description, is_primary, primary_fallback",
 	scan: func(r scanner) (z site.Zone, err error) {
-		err = r.Scan(&z.Name, &z.Description, &z.Primary)
+		err = r.Scan(&z.Name, &z.Description, &z.Primary, &z.PrimaryFallback)
 		return z, err
 	},
 	name: func(z site.Zone) string { return z.Name },
 	referrers: firstReferrer(
 		referredBy(site.KindCatalog, "catalogs", "zone"),
 		referredBy(site.KindDeliveryGroup, "delivery_groups", "home_zone"),
+		referredBy(site.KindUser, "users", "home_zone"),
 	),
 	config: true,
 })
@@ -95,18 +96,18 @@ var groups = newSpec(spec[site.Group]{
 var users = newSpec(spec[site.User]{
 	kind:  site.KindUser,
 	table: "users",
-	cols:  []string{"name", "display_name", "disabled", "password_hash", "name_key"},
+	cols:  []string{"name", "display_name", "disabled", "password_hash", "name_key", "home_zone"},
 	args: func(u site.User) []any {
-		return []any{u.Name, u.DisplayName, u.Disabled, u.PasswordHash, site.FoldName(u.Name)}
+		return []any{u.Name, u.DisplayName, u.Disabled, u.PasswordHash, site.FoldName(u.Name), nullIfEmpty(u.HomeZone)}
 	},
 	fold: true,
 	prepare: func(u *site.User) error {
 		u.Name = site.NormalizeName(u.Name)
 		return nil
 	},
-	sel: "name, display_name, disabled, password_hash",
+	sel: "name, display_name, disabled, password_hash, coalesce(home_zone, '')",
 	scan: func(r scanner) (u site.User, err error) {
-		err = r.Scan(&u.Name, &u.DisplayName, &u.Disabled, &u.PasswordHash)
+		err = r.Scan(&u.Name, &u.DisplayName, &u.Disabled, &u.PasswordHash, &u.HomeZone)
 		return u, err
 	},
 	name: func(u site.User) string { return u.Name },

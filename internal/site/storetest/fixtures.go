@@ -16,7 +16,8 @@ const testHash = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGF
 // each kind of reference has a known referrer:
 //
 //   - zone "dr" is only a home zone (of delivery group "vdi"); zone
-//     "branch" only holds catalog "branch-cat";
+//     "branch" only holds catalog "branch-cat"; zone "remote" is only
+//     user "frank"'s home zone;
 //   - catalog "spare-cat" only holds machine "spare1"; catalog
 //     "branch-cat" is only in delivery group "branch";
 //   - group "contractors" only has user "dave"; group "auditors" is only
@@ -44,6 +45,7 @@ func base() *site.Config {
 			{Name: "hq", Description: "Headquarters", Primary: true},
 			{Name: "branch"},
 			{Name: "dr", Description: "Disaster recovery"},
+			{Name: "remote", PrimaryFallback: true},
 		},
 		Catalogs: []site.Catalog{
 			{Name: "apps-cat", Kind: site.MultiSession, Zone: "hq", Description: "RDS hosts"},
@@ -63,7 +65,7 @@ func base() *site.Config {
 			{Name: "carol", Disabled: true},
 			{Name: "dave", Groups: []string{"contractors"}},
 			{Name: "erin"},
-			{Name: "frank"},
+			{Name: "frank", HomeZone: "remote"},
 		},
 		Machines: []site.Machine{
 			{Name: "app1", Catalog: "apps-cat", Address: "10.0.0.1:1494", MaxSessions: 30},

@@ -51,6 +51,10 @@ func testReferences(t *testing.T, open func(*testing.T) site.Store) {
 				func(ctx context.Context, tx site.Tx, name string, upd bool) error {
 					return put(ctx, tx.Machines(), site.Machine{Name: name, Catalog: "vdi-cat", Address: "h:1", AssignedUser: "nobody"}, upd)
 				}},
+			{"UserHomeZone", site.KindUser, "alice", site.Ref{Field: "home_zone", Kind: site.KindZone, Name: "nowhere"},
+				func(ctx context.Context, tx site.Tx, name string, upd bool) error {
+					return put(ctx, tx.Users(), site.User{Name: name, HomeZone: "nowhere"}, upd)
+				}},
 			{"UserGroups", site.KindUser, "alice", site.Ref{Field: "groups", Kind: site.KindGroup, Name: "nowhere"},
 				func(ctx context.Context, tx site.Tx, name string, upd bool) error {
 					return put(ctx, tx.Users(), site.User{Name: name, Groups: []string{"staff", "nowhere"}}, upd)
@@ -154,6 +158,11 @@ func testReferences(t *testing.T, open func(*testing.T) site.Store) {
 					return modify(ctx, tx.DeliveryGroups(), "vdi", func(g *site.DeliveryGroup) {
 						g.ZonePreference, g.HomeZone = site.ZoneUserLocation, ""
 					})
+				}},
+			{"ZoneUsedAsUserHomeZone", site.KindZone, "remote", q(site.KindUser, "frank"),
+				func(ctx context.Context, tx site.Tx) error { return tx.Zones().Delete(ctx, "remote") },
+				func(ctx context.Context, tx site.Tx) error {
+					return modify(ctx, tx.Users(), "frank", func(u *site.User) { u.HomeZone = "" })
 				}},
 			{"ZoneUsedByCatalog", site.KindZone, "branch", q(site.KindCatalog, "branch-cat"),
 				func(ctx context.Context, tx site.Tx) error { return tx.Zones().Delete(ctx, "branch") },
