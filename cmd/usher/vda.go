@@ -24,9 +24,9 @@ const DefaultVDAListen = ":8490"
 const envEnrolmentSecret = "USHER_ENROLMENT_SECRET"
 
 type vdaFlags struct {
-	broker, secretFile, listen string
-	heartbeat                  time.Duration
-	logs                       logFlags
+	broker, fallback, secretFile, listen string
+	heartbeat                            time.Duration
+	logs                                 logFlags
 
 	// The agent.
 	machine, address, protocol, controlURL, sessionCommand, stateFile string
@@ -54,7 +54,8 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 		vdaSessionHelp+
 		"\nThe simulator asks the broker for the site's machine names (with the enrolment secret)\n"+
 		"and plays all of them, or the first N, of the catalog, delivery group or name prefix given.")
-	fs.StringVar(&f.broker, "broker", "", "base URL of the broker, e.g. http://broker:8080 (required)")
+	fs.StringVar(&f.broker, "broker", "", "base URL of the broker, e.g. http://broker:8080, or of the brokers of the machine's zone separated by commas, used in turn as one stops answering (required)")
+	fs.StringVar(&f.fallback, "fallback-broker", "", "comma-separated base URLs of primary-zone brokers, used only while none of --broker answers (the zone must have primary_fallback)")
 	fs.StringVar(&f.secretFile, "enrolment-secret-file", "", "file holding the site's enrolment secret (else $"+envEnrolmentSecret+")")
 	fs.StringVar(&f.listen, "listen", "", "address of the control listener (default "+DefaultVDAListen+", or "+vda.DefaultSimListen+" with --simulate)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 0, "heartbeat this often instead of as the broker says")
@@ -182,7 +183,7 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 	}
 	listen := orDefault(f.listen, vda.DefaultSimListen)
 	sim, err := vda.NewSimulator(vda.SimConfig{
-		Broker: f.broker, Secret: secret, Machines: names, Listen: listen,
+		Broker: f.broker, FallbackBroker: f.fallback, Secret: secret, Machines: names, Listen: listen,
 		LogonDelay: logonDelay, SessionLength: f.sessionLen, SessionJitter: f.sessionJitter,
 		ManualConnect: f.manualConnect, HeartbeatInterval: f.heartbeat, Logger: log,
 		Listening: func(addr string) {
@@ -201,7 +202,7 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 // select, and returns them, or the first count of them (count 0: all).
 // Names listed with --machines must all be the site's.
 func simulatedNames(ctx context.Context, f vdaFlags, secret string, listed []string, count int, log *slog.Logger) ([]string, error) {
-	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, Logger: log})
+	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, Logger: log})
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -277,7 +278,7 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	if err != nil {
 		return err
 	}
-	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, Logger: log})
+	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, Logger: log})
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/vdaproto"
@@ -23,8 +24,18 @@ const maxResponseBody = 1 << 20
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// BrokerURL is the broker's base URL, e.g. http://broker:8080.
+	// BrokerURL is the broker's base URL, e.g. http://broker:8080, or
+	// several separated by commas: the brokers of the machine's zone,
+	// used in turn as each stops answering.
 	BrokerURL string
+	// FallbackURL lists, the same way, brokers of the primary zone, used
+	// only while none of BrokerURL's answers (the zone must allow it:
+	// site.Zone.PrimaryFallback); the client goes back to its own zone's
+	// brokers after OwnZoneRetry.
+	FallbackURL string
+	// OwnZoneRetry is how long the client stays with a fallback broker
+	// before trying its own zone's again; 0 means DefaultOwnZoneRetry.
+	OwnZoneRetry time.Duration
 	// HTTPClient sends the requests; nil uses a client of its own. Its
 	// Timeout, if any, applies on top of Timeout.
 	HTTPClient *http.Client
@@ -44,7 +55,14 @@ type ClientConfig struct {
 // argument of each call. The client never logs the enrolment secret or a
 // credential.
 type Client struct {
-	base       string
+	// bases are the brokers' base URLs: the own zone's, then the
+	// fallbacks (from index own on); cur is the one in use, and
+	// fellBackAt when the client last moved to a fallback (Unix nanos).
+	bases      []string
+	own        int
+	cur        atomic.Int32
+	fellBackAt atomic.Int64
+	ownRetry   time.Duration
 	http       *http.Client
 	timeout    time.Duration
 	attempts   int
@@ -53,17 +71,27 @@ type Client struct {
 	log        *slog.Logger
 }
 
-// NewClient returns a Client of the broker at cfg.BrokerURL.
+// DefaultOwnZoneRetry is how long a client stays with a fallback broker
+// before trying its own zone's brokers again.
+const DefaultOwnZoneRetry = 30 * time.Second
+
+// NewClient returns a Client of the brokers at cfg.BrokerURL.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	u, err := url.Parse(cfg.BrokerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("broker URL %q: want http://HOST[:PORT] or https://HOST[:PORT]", cfg.BrokerURL)
+	own, err := brokerURLs(cfg.BrokerURL)
+	if err != nil {
+		return nil, err
 	}
-	if u.User != nil {
-		return nil, fmt.Errorf("broker URL must not carry credentials")
+	if len(own) == 0 {
+		return nil, fmt.Errorf("no broker URL")
+	}
+	fallback, err := brokerURLs(cfg.FallbackURL)
+	if err != nil {
+		return nil, fmt.Errorf("fallback: %w", err)
 	}
 	c := &Client{
-		base:       strings.TrimRight(u.String(), "/"),
+		bases:      append(own, fallback...),
+		own:        len(own),
+		ownRetry:   cmp.Or(max(cfg.OwnZoneRetry, 0), DefaultOwnZoneRetry),
 		http:       cfg.HTTPClient,
 		timeout:    cmp.Or(max(cfg.Timeout, 0), DefaultCallTimeout),
 		attempts:   cfg.Attempts,
@@ -82,6 +110,54 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	return c, nil
 }
+
+// brokerURLs parses a comma-separated list of base URLs.
+func brokerURLs(list string) ([]string, error) {
+	var bases []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("broker URL %q: want http://HOST[:PORT] or https://HOST[:PORT]", s)
+		}
+		if u.User != nil {
+			return nil, fmt.Errorf("broker URL must not carry credentials")
+		}
+		bases = append(bases, strings.TrimRight(u.String(), "/"))
+	}
+	return bases, nil
+}
+
+// broker returns the broker in use and its index: back to the first of
+// the own zone once the client has stayed ownRetry with a fallback.
+func (c *Client) broker() (int, string) {
+	i := int(c.cur.Load())
+	if i >= c.own && time.Since(time.Unix(0, c.fellBackAt.Load())) > c.ownRetry && c.cur.CompareAndSwap(int32(i), 0) {
+		c.log.Info("trying the brokers of the machine's own zone again", "broker", c.bases[0])
+		i = 0
+	}
+	return i, c.bases[i]
+}
+
+// failover moves from broker i, which did not answer, to the next, unless
+// another call has moved already.
+func (c *Client) failover(i int, err error) {
+	next := (i + 1) % len(c.bases)
+	if !c.cur.CompareAndSwap(int32(i), int32(next)) {
+		return
+	}
+	if next >= c.own && i < c.own {
+		c.fellBackAt.Store(time.Now().UnixNano())
+		c.log.Warn("no broker of the machine's zone answers; falling back to the primary zone's", "broker", c.bases[next], keyErr, err)
+		return
+	}
+	c.log.Warn("broker does not answer; failing over", "from", c.bases[i], "to", c.bases[next], keyErr, err)
+}
+
+// Broker returns the base URL of the broker the client uses now.
+func (c *Client) Broker() string { return c.bases[c.cur.Load()] }
 
 // NewTransport returns an HTTP transport for talking to one broker, keeping
 // up to idle connections to it open (0 means 16). A simulator of many
@@ -226,25 +302,41 @@ func (e *BrokerError) temporary() bool {
 }
 
 // call posts in as JSON to path and decodes the answer into out (nil for
-// none). It tries again, after a jittered backoff, while the broker is
-// unreachable, times out or answers 429, 502, 503 or 504, up to c.attempts
-// times in all.
+// none). It tries again while the broker is unreachable, times out or
+// answers 429, 502, 503 or 504, up to c.attempts times in all: at once
+// with the next broker when it has several, after a jittered backoff
+// once it has tried them all. A broker that refuses the machine (403: one
+// of another zone) passes it to the next too.
 func (c *Client) call(ctx context.Context, path, cred string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
+	round := 0 // brokers tried since the last wait
 	for attempt := 1; ; attempt++ {
-		err := c.once(ctx, path, cred, body, out)
+		i, base := c.broker()
+		err := c.once(ctx, base, path, cred, body, out)
 		if err == nil || ctx.Err() != nil || attempt >= c.attempts {
 			return err
 		}
-		wait := jittered(attempt-1, c.minBackoff, c.maxBackoff)
 		var be *BrokerError
-		if errors.As(err, &be) {
-			if !be.temporary() {
-				return err
-			}
+		isBE := errors.As(err, &be)
+		if isBE && !be.temporary() && be.StatusCode != http.StatusForbidden {
+			return err
+		}
+		if round++; round < len(c.bases) {
+			c.failover(i, err)
+			continue
+		}
+		round = 0
+		if len(c.bases) > 1 {
+			c.failover(i, err)
+		}
+		if isBE && !be.temporary() {
+			return err // every broker refused
+		}
+		wait := jittered(attempt-1, c.minBackoff, c.maxBackoff)
+		if isBE {
 			wait = max(wait, min(be.RetryAfter, c.maxBackoff))
 		}
 		c.log.DebugContext(ctx, "broker call failed; retrying", "path", path, keyAttempt, attempt, keyWait, wait, keyErr, err)
@@ -255,10 +347,10 @@ func (c *Client) call(ctx context.Context, path, cred string, in, out any) error
 }
 
 // once makes one attempt of call.
-func (c *Client) once(ctx context.Context, path, cred string, body []byte, out any) error {
+func (c *Client) once(ctx context.Context, base, path, cred string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -38,9 +38,12 @@ const (
 
 // SimConfig configures a Simulator.
 type SimConfig struct {
-	// Broker is the broker's base URL; Secret the site's enrolment secret.
-	Broker string
-	Secret string
+	// Broker is the broker's base URL (or several: ClientConfig.BrokerURL),
+	// FallbackBroker those of primary-zone brokers to fall back to;
+	// Secret the site's enrolment secret.
+	Broker         string
+	FallbackBroker string
+	Secret         string
 	// Machines are the names of the simulated machines, configured in the
 	// site; Names makes PREFIX-001, PREFIX-002, ...
 	Machines []string
@@ -170,7 +173,7 @@ func NewSimulator(cfg SimConfig) (*Simulator, error) {
 		hc = &http.Client{Transport: s.own}
 	}
 	var err error
-	s.client, err = NewClient(ClientConfig{BrokerURL: cfg.Broker, HTTPClient: hc, Logger: cfg.Logger,
+	s.client, err = NewClient(ClientConfig{BrokerURL: cfg.Broker, FallbackURL: cfg.FallbackBroker, HTTPClient: hc, Logger: cfg.Logger,
 		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
