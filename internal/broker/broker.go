@@ -734,7 +734,7 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 	}
 	b.log.Warn("VDA refused a session; trying another machine", "machine", sess.Machine, "session", sess.ID, "err", err)
 	b.machines.coolDown(sess.Machine, b.cfg.Now().Add(refusalCoolDown))
-	if err := b.endSession(context.WithoutCancel(ctx), sess.ID, sess.Machine); err != nil {
+	if err := b.endSession(context.WithoutCancel(ctx), sess.ID, sess.Machine, nil); err != nil {
 		b.log.Error("release refused session", "session", sess.ID, "err", err)
 	}
 	return nil
@@ -754,19 +754,18 @@ func newID() string { return strings.ToLower(randomToken(12)) }
 
 // endSession marks a session on machine logged off and gives its slot
 // back. It is a no-op for a session already ended, and EForbidden for a
-// session on another machine.
-func (b *Broker) endSession(ctx context.Context, id, machine string) error {
+// session on another machine. vdaCred, when set, is the credential of the
+// VDA reporting the logoff, checked in the same transaction
+// (ErrNotRegistered unless it holds the machine's registration).
+func (b *Broker) endSession(ctx context.Context, id, machine string, vdaCred *string) error {
 	var wasPending, changed bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
-		// The machine's status before the session: the lock order
-		// (Register).
-		st, err := tx.MachineStatus(ctx, machine)
+		st, sess, err := tx.MachineSession(ctx, machine, id)
 		if err != nil {
 			return err
 		}
-		sess, err := tx.Sessions().Get(ctx, id)
-		if err != nil {
-			return err
+		if vdaCred != nil && (st.Registration != site.Registered || st.Credential != *vdaCred) {
+			return ErrNotRegistered
 		}
 		if sess.Machine != machine {
 			return site.Errorf(site.EForbidden, "session %q is not on machine %q", id, machine)

@@ -502,6 +502,17 @@ func TestSessionEventFromAnotherMachineRefused(t *testing.T) {
 	if site.ErrorCode(err) != site.EForbidden {
 		t.Fatalf("logoff from another machine: %v, want forbidden", err)
 	}
+	// A credential that does not hold the machine's registration: refused
+	// in the event's own transaction, which changes nothing.
+	for _, c := range []broker.SessionChange{broker.ChangeLogon, broker.ChangeLogoff} {
+		err = h.b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: c, Credential: "another-credential"})
+		if site.ErrorCode(err) != broker.ENotRegistered {
+			t.Fatalf("%s with a credential that is not the registration's: %v, want not_registered", c, err)
+		}
+	}
+	if got := session(t, h.store, l.Session.ID); got.State != site.SessionPending {
+		t.Fatalf("session %s after refused events, want pending", got.State)
+	}
 	if err := h.b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: "explode"}); site.ErrorCode(err) != site.EInvalid {
 		t.Fatalf("unknown event: %v", err)
 	}

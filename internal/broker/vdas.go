@@ -280,24 +280,19 @@ func (b *Broker) SessionEvent(ctx context.Context, ev SessionEvent) error {
 	} else if !ms.registered {
 		return ErrNotRegistered
 	}
-	err := b.store.View(ctx, func(tx site.Tx) error {
-		st, err := tx.MachineStatus(ctx, ev.Machine)
-		if err == nil && (st.Registration != site.Registered || st.Credential != ev.Credential) {
-			err = ErrNotRegistered
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return b.sessionEvent(ctx, ev)
+	return b.sessionEvent(ctx, ev, true)
 }
 
-// sessionEvent applies a session's change, reported by its VDA or made by
-// the broker.
-func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent) error {
+// sessionEvent applies a session's change, reported by its VDA (byVDA:
+// its credential, ev.Credential, is checked in the same transaction) or
+// made by the broker.
+func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent, byVDA bool) error {
 	if ev.Change == ChangeLogoff {
-		return b.endSession(ctx, ev.SessionID, ev.Machine)
+		var cred *string
+		if byVDA {
+			cred = &ev.Credential
+		}
+		return b.endSession(ctx, ev.SessionID, ev.Machine, cred)
 	}
 	var next site.SessionState
 	switch ev.Change {
@@ -310,13 +305,12 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent) error {
 	}
 	var wasPending bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
-		st, err := tx.MachineStatus(ctx, ev.Machine) // before the session: the lock order (Register)
+		st, sess, err := tx.MachineSession(ctx, ev.Machine, ev.SessionID)
 		if err != nil {
 			return err
 		}
-		sess, err := tx.Sessions().Get(ctx, ev.SessionID)
-		if err != nil {
-			return err
+		if byVDA && (st.Registration != site.Registered || st.Credential != ev.Credential) {
+			return ErrNotRegistered
 		}
 		if sess.Machine != ev.Machine {
 			return site.Errorf(site.EForbidden, "session %q is not on machine %q", ev.SessionID, ev.Machine)
@@ -395,7 +389,7 @@ func (b *Broker) expirePending(ctx context.Context) {
 		return
 	}
 	for _, s := range stale {
-		if err := b.endSession(ctx, s.ID, s.Machine); err != nil {
+		if err := b.endSession(ctx, s.ID, s.Machine, nil); err != nil {
 			b.log.Warn("end abandoned session", "session", s.ID, "err", err)
 			continue
 		}
@@ -445,7 +439,7 @@ func (b *Broker) Logoff(ctx context.Context, user, id string) error {
 		}
 		cancel()
 	}
-	return b.endSession(ctx, id, s.Machine)
+	return b.endSession(ctx, id, s.Machine, nil)
 }
 
 // Disconnect disconnects one of the user's active sessions through its VDA.
@@ -466,7 +460,7 @@ func (b *Broker) Disconnect(ctx context.Context, user, id string) error {
 	if err := b.cfg.Control.Disconnect(cctx, ms.control, id); err != nil {
 		return site.Errorf(site.EUnavailable, "the machine did not disconnect the session")
 	}
-	return b.sessionEvent(ctx, SessionEvent{Machine: s.Machine, SessionID: id, Change: ChangeDisconnect})
+	return b.sessionEvent(ctx, SessionEvent{Machine: s.Machine, SessionID: id, Change: ChangeDisconnect}, false)
 }
 
 // Reconnect launches the resource of one of the user's sessions again,

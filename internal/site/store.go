@@ -90,6 +90,11 @@ type Tx interface {
 	// name, in one read: what a broker loads at start, and reads again to
 	// learn what other brokers changed. It locks nothing.
 	MachineStatuses(ctx context.Context) (map[string]MachineStatus, error)
+	// MachineSession returns a machine's runtime state and one session by
+	// ID, read in that order (in an Update: locked in that order, as every
+	// transaction that writes both must lock them), in one round trip
+	// where the store can. A missing machine or session is ENotFound.
+	MachineSession(ctx context.Context, machine, session string) (MachineStatus, Session, error)
 
 	// MachineCredential returns what the site keeps of a machine's
 	// credential (ENotFound for an unknown machine); a new machine's is

@@ -241,6 +241,18 @@ func scanStatus(scan func(dest ...any) error, first ...any) (site.MachineStatus,
 	return st, err
 }
 
+func (t *tx) MachineSession(ctx context.Context, machine, id string) (site.MachineStatus, site.Session, error) {
+	st, err := t.MachineStatus(ctx, machine)
+	if err != nil {
+		return site.MachineStatus{}, site.Session{}, err
+	}
+	sess, err := t.Sessions().Get(ctx, id)
+	if err != nil {
+		return site.MachineStatus{}, site.Session{}, err
+	}
+	return st, sess, nil
+}
+
 func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus, error) {
 	rows, err := t.query(ctx, `SELECT name, `+statusCols+` FROM machines`)
 	if err != nil {

@@ -179,6 +179,33 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			})
 		})
 
+		t.Run("MachineSessionReadsBoth", func(t *testing.T) {
+			update(t, s, func(ctx context.Context, tx site.Tx) error {
+				st, sess, err := tx.MachineSession(ctx, full.Machine, full.ID)
+				if err != nil {
+					return err
+				}
+				one, err := tx.MachineStatus(ctx, full.Machine)
+				if err != nil {
+					return err
+				}
+				if !same(st, one) || !same(sess, full) {
+					t.Errorf("MachineSession = %+v, %+v; want %+v, %+v", st, sess, one, full)
+				}
+				return nil
+			})
+			err := try(t, s, func(ctx context.Context, tx site.Tx) error {
+				_, _, err := tx.MachineSession(ctx, "no-such", full.ID)
+				return err
+			})
+			wantMessage(t, err, site.ENotFound, `"no-such"`)
+			err = try(t, s, func(ctx context.Context, tx site.Tx) error {
+				_, _, err := tx.MachineSession(ctx, full.Machine, "no-such-session")
+				return err
+			})
+			wantMessage(t, err, site.ENotFound, `"no-such-session"`)
+		})
+
 		t.Run("ZeroTimesStayZero", func(t *testing.T) {
 			pending := site.Session{ID: "s-pending", User: "bob", Resource: "vdi-desktop", DeliveryGroup: "vdi", Machine: "vdi1", State: site.SessionPending}
 			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, pending) })
