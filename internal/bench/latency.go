@@ -18,7 +18,6 @@ import (
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/pgadmin"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/pgstore"
 )
 
 // DBStartFunc starts a site whose site DB is the PostgreSQL database that
@@ -49,6 +48,13 @@ var (
 	DefaultRTTs      = []time.Duration{10 * time.Millisecond, 45 * time.Millisecond, 90 * time.Millisecond, 160 * time.Millisecond, 250 * time.Millisecond}
 	DefaultCellLimit = 2 * time.Minute
 )
+
+// DefaultSatellitePool is the satellite broker's site-DB pool when --db
+// does not set pool_max_conns: a broker a WAN away holds a connection
+// for every round trip of every transaction in flight, so it needs many
+// more than a broker next to its DB; 80 leaves room, under PostgreSQL's
+// default max_connections of 100, for the bench's own connections.
+const DefaultSatellitePool = 80
 
 // DefaultDB is the PostgreSQL server a latency run uses when none is
 // given: the local one, trusting local connections.
@@ -145,6 +151,9 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 	serve, err := pgadmin.Via(direct, tap.Addr())
 	if err == nil {
 		serve, err = pgadmin.With(serve, "application_name", app)
+	}
+	if err == nil && !pgadmin.Sets(serve, "pool_max_conns") {
+		serve, err = pgadmin.With(serve, "pool_max_conns", strconv.Itoa(pool))
 	}
 	if err == nil && !pgadmin.Sets(serve, "sslmode") {
 		// The tap reads the statements; TLS would hide them.
@@ -261,7 +270,8 @@ func rttRows(rtts []time.Duration) ([]time.Duration, error) {
 	return out, nil
 }
 
-// poolSize is the site DB pool's size that pgstore picks for dsn.
+// poolSize is the satellite's site DB pool for dsn: its pool_max_conns,
+// else DefaultSatellitePool.
 func poolSize(dsn string) int {
 	for _, f := range strings.FieldsFunc(dsn, func(r rune) bool { return r == ' ' || r == '?' || r == '&' }) {
 		if v, ok := strings.CutPrefix(f, "pool_max_conns="); ok {
@@ -272,7 +282,7 @@ func poolSize(dsn string) int {
 			}
 		}
 	}
-	return pgstore.DefaultMaxConns
+	return DefaultSatellitePool
 }
 
 func fmtRTT(rtt time.Duration) string {
@@ -322,7 +332,7 @@ func latencyReport(cells []latencyCell, cfg LatencyConfig, run latencyRun) *load
 			"the last cell's sessions are logged off (untimed), then the cell's RTT is set. A cell is cut off after %s; what it did by then is reported.",
 			cfg.Launches, run.logons.Round(time.Second), run.limit),
 		fmt.Sprintf("Round trips are counted on the wire between the broker and toxiproxy (DBTap): a burst of the client's PostgreSQL messages answered by the server "+
-			"is one, however many statements it pipelines. The site DB pool holds at most %d connections (pgstore.DefaultMaxConns, or pool_max_conns in --db); "+
+			"is one, however many statements it pipelines. The satellite's site DB pool holds at most %d connections (pool_max_conns in --db, else DefaultSatellitePool); "+
 			"\"waiting\" connections are those between a burst and its answer, the RTT included, so they are a floor of the connections the pool has lent out.", run.pool),
 		"The bound is concurrency / RTT: the launches per second if each launch cost exactly one site DB round trip and nothing else.",
 	)

@@ -84,7 +84,7 @@ func TestLatencyReport(t *testing.T) {
 }
 
 func TestPoolSize(t *testing.T) {
-	for dsn, want := range map[string]int{"postgres://h/d": 16, "postgres://h/d?pool_max_conns=64": 64, "host=h pool_max_conns=8": 8} {
+	for dsn, want := range map[string]int{"postgres://h/d": DefaultSatellitePool, "postgres://h/d?pool_max_conns=64": 64, "host=h pool_max_conns=8": 8} {
 		if got := poolSize(dsn); got != want {
 			t.Errorf("poolSize(%q) = %d, want %d", dsn, got, want)
 		}

@@ -1,0 +1,14 @@
+#!/bin/sh
+# launch.sh USER RESOURCE [PORT]: log on as USER through the broker on
+# 127.0.0.1:PORT (default 8101), launch RESOURCE, and print where the
+# session went, or why it did not. The password is $DEMO_PASSWORD
+# (run.sh's default).
+set -eu
+user=$1 resource=$2 port=${3:-8101}
+password=${DEMO_PASSWORD:-multizone-demo}
+base=http://127.0.0.1:$port/api/v1
+token=$(curl -fsS -H 'Content-Type: application/json' -d "{\"username\":\"$user\",\"password\":\"$password\"}" "$base/login" |
+	sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+curl -sS -X POST -H "Authorization: Bearer $token" -H "Accept: application/json" "$base/resources/$resource/launch" |
+	grep -o '"machine": *"[^"]*"\|"code": *"[^"]*"\|"message": *"[^"]*"' | tr '\n' ' '
+echo
