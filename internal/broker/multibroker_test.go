@@ -108,7 +108,12 @@ func TestThreeBrokersOnePostgres(t *testing.T) {
 // PostgreSQL site DB holding cfg, every machine registered.
 func pgBrokers(t *testing.T, cfg *site.Config, n int) ([]*broker.Broker, []site.Store) {
 	t.Helper()
-	dsn := pgtest.DSN(t)
+	return pgBrokersOn(t, pgtest.DSN(t), cfg, n)
+}
+
+// pgBrokersOn is pgBrokers on the site DB at dsn.
+func pgBrokersOn(t *testing.T, dsn string, cfg *site.Config, n int) ([]*broker.Broker, []site.Store) {
+	t.Helper()
 	ctx := context.Background()
 	var brokers []*broker.Broker
 	var stores []site.Store
