@@ -113,7 +113,7 @@ func (s *Store) WatchConfig(ctx context.Context, ready func(), changed func(vers
 	}
 	conn := pc.Hijack() // the pool forgets it; closed below
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.answerTimeout)
 		defer cancel()
 		conn.Close(ctx)
 	}()

@@ -1,10 +1,12 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +33,15 @@ const (
 	// no connect_timeout: a database that does not answer is unavailable,
 	// not a transaction that hangs.
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultAnswerTimeout bounds the wait for the answer to one round
+	// trip (longer than DefaultLockTimeout, so that a lock wait is not
+	// taken for a lost database). A database that does not answer in
+	// time is taken for lost: see Store.
+	DefaultAnswerTimeout = 10 * time.Second
 )
 
-// endTimeout bounds the ROLLBACK that ends a transaction in the background.
-const endTimeout = 30 * time.Second
+// probeInterval is how often a Store that lost its database tries it.
+const probeInterval = time.Second
 
 // Log attribute keys.
 const (
@@ -54,15 +61,28 @@ type Options struct {
 	// LockTimeout is how long a statement waits for a lock; 0 means the
 	// DSN's lock_timeout when it sets one, else DefaultLockTimeout.
 	LockTimeout time.Duration
+	// AnswerTimeout bounds the wait for the answer to one round trip; 0
+	// means DefaultAnswerTimeout.
+	AnswerTimeout time.Duration
 }
 
 // Store is a site database in a PostgreSQL schema.
+//
+// A database that stops answering (a round trip unanswered for
+// AnswerTimeout, or a connection attempt that times out) is taken for lost: from then
+// on transactions fail at once with EUnavailable, instead of each waiting
+// for its own timeout, while the Store tries the database every second;
+// the first answer ends it.
 type Store struct {
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	target string   // the database, as messages and logs name it: no password
 	secret []string // what no message may show
 	closed atomic.Bool
+	stop   chan struct{} // closed by Close
+
+	answerTimeout time.Duration
+	lost          atomic.Pointer[lostDB] // nil while the database answers
 
 	mu     sync.Mutex     // orders ending.Add before Close's ending.Wait
 	ending sync.WaitGroup // transactions ending in the background
@@ -114,7 +134,8 @@ func open(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error
 	// the one they went out on turns out dead instead (tx.send).
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 
-	s := &Store{target: describe(cfg.ConnConfig), secret: secrets(cfg.ConnConfig)}
+	s := &Store{target: describe(cfg.ConnConfig), secret: secrets(cfg.ConnConfig), stop: make(chan struct{}),
+		answerTimeout: cmp.Or(max(opts.AnswerTimeout, 0), DefaultAnswerTimeout)}
 	s.log = opts.Logger.With(logKeyDatabase, s.target)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -143,6 +164,7 @@ func (s *Store) Close() error {
 	if closed {
 		return nil
 	}
+	close(s.stop)
 	s.ending.Wait()
 	s.pool.Close()
 	return nil
@@ -238,10 +260,14 @@ func (s *Store) dbErr(ctx context.Context, conn *pgxpool.Conn, err error) error 
 	return err
 }
 
-// acquire takes a connection from the pool.
+// acquire takes a connection from the pool, or fails at once while the
+// database is lost.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if s.closed.Load() {
 		return nil, errClosed
+	}
+	if l := s.lost.Load(); l != nil {
+		return nil, l.err()
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err == nil {
@@ -253,5 +279,74 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: connect to %s: %s", context.Cause(ctx), s.target, s.scrub(err))
 	}
-	return nil, fmt.Errorf("%w: %w", unavailable("unavailable"), s.connectErr(err))
+	cerr := s.connectErr(err)
+	if timedOut(err) {
+		// A refusal comes at once; a database that does not answer
+		// would keep every transaction waiting for the connect timeout.
+		s.markLost(cerr.Error())
+	}
+	return nil, fmt.Errorf("%w: %w", unavailable("unavailable"), cerr)
+}
+
+// timedOut reports whether err is a wait that ran out of time.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// lostDB is when and why the Store took its database for lost.
+type lostDB struct {
+	since time.Time
+	cause string // without the DSN's password
+}
+
+func (l *lostDB) err() error {
+	return site.Errorf(site.EUnavailable, "site database is unavailable (since %s, %s ago: %s); usher tries it every second",
+		l.since.UTC().Format(time.RFC3339), time.Since(l.since).Round(time.Second), l.cause)
+}
+
+// markLost takes the database for lost, unless it is already, and tries
+// it every probeInterval until it answers.
+func (s *Store) markLost(cause string) {
+	if !s.lost.CompareAndSwap(nil, &lostDB{since: time.Now(), cause: cause}) {
+		return
+	}
+	s.log.Error("site database lost: transactions fail at once until it answers again", logKeyError, cause)
+	s.background(s.probe)
+}
+
+// probe tries the database every probeInterval until it answers or the
+// Store closes.
+func (s *Store) probe() {
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.answerTimeout)
+		err := s.ping(ctx)
+		cancel()
+		if err == nil {
+			l := s.lost.Swap(nil)
+			s.log.Info("site database answers again", "lost_for", time.Since(l.since).Round(time.Millisecond))
+			return
+		}
+		s.log.Debug("site database still lost", logKeyError, s.scrub(err))
+	}
+}
+
+// ping runs one statement on a connection of the pool: one that does not
+// answer is closed (pgx closes a connection whose statement is cut off),
+// so that the pool drops it.
+func (s *Store) ping(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SELECT 1")
+	return err
 }

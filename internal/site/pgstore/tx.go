@@ -153,7 +153,15 @@ func (t *tx) roundTrip(ctx context.Context, queries []*pgx.QueuedQuery) error {
 		b.QueuedQueries[i] = &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn}
 	}
 	t.roundTrips++
-	return t.conn.SendBatch(ctx, b).Close()
+	actx, cancel := context.WithTimeout(ctx, t.s.answerTimeout)
+	defer cancel()
+	err := t.conn.SendBatch(actx, b).Close()
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		cause := fmt.Sprintf("no answer to a round trip in %s", t.s.answerTimeout)
+		t.s.markLost(cause)
+		return fmt.Errorf("%w: %s", unavailable("unavailable"), cause)
+	}
+	return err
 }
 
 // commit sends the pending writes, moves the configuration version when
@@ -210,7 +218,7 @@ func (t *tx) end() {
 		return
 	}
 	t.s.background(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), t.s.answerTimeout)
 		defer cancel()
 		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
 			t.s.log.Debug("roll back site database transaction", logKeyError, t.s.scrub(err))

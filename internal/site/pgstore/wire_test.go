@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,9 +27,24 @@ type wire struct {
 	mu    sync.Mutex
 	conns []*wireConn
 	down  bool
+	// hung drops everything the store sends, as a network that loses
+	// every packet: the database never answers, and nothing fails.
+	hung atomic.Bool
 }
 
+// hang makes the database stop answering, until mend.
+func (w *wire) hang() { w.hung.Store(true) }
+
 func (w *wire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if w.hung.Load() {
+		// A connection attempt into a network that loses every packet
+		// times out.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrDeadlineExceeded}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.down {
@@ -64,6 +81,7 @@ func (w *wire) mend() {
 	w.mu.Lock()
 	w.down = false
 	w.mu.Unlock()
+	w.hung.Store(false)
 }
 
 // wireConn counts a round trip at every turn from writing to reading.
@@ -74,6 +92,9 @@ type wireConn struct {
 }
 
 func (c *wireConn) Write(b []byte) (int, error) {
+	if c.w.hung.Load() {
+		return len(b), nil
+	}
 	c.wrote.Store(true)
 	return c.Conn.Write(b)
 }
@@ -287,6 +308,49 @@ func TestLostDatabaseIsUnavailable(t *testing.T) {
 	w.mend()
 	if err := s.Update(ctx, func(tx site.Tx) error { return tx.Zones().Create(ctx, site.Zone{Name: "found"}) }); err != nil {
 		t.Fatalf("update once the database is back: %v", err)
+	}
+}
+
+// TestUnansweringDatabaseFailsFast: a database that stops answering
+// (packets lost, nothing refused) fails the transaction waiting for it
+// after AnswerTimeout, and every later one at once, saying since when,
+// until it answers again: then transactions work within a second or so,
+// without a restart.
+func TestUnansweringDatabaseFailsFast(t *testing.T) {
+	ctx := context.Background()
+	const answer = 400 * time.Millisecond
+	s, w := openWire(t, Options{AnswerTimeout: answer, MaxConns: 4})
+	fill(t, s)
+	read := func() error {
+		return s.View(ctx, func(tx site.Tx) error { _, err := tx.MachineStatus(ctx, "m1"); return err })
+	}
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	w.hang()
+	start := time.Now()
+	err := s.Update(ctx, func(tx site.Tx) error {
+		return tx.SetMachineStatus(ctx, "m1", site.MachineStatus{Registration: site.Registered})
+	})
+	// On a pooled connection, the wait is AnswerTimeout; on a new one, the
+	// connect timeout (pgtest's DSN: 2 s).
+	if took := time.Since(start); site.ErrorCode(err) != site.EUnavailable || took > 3*time.Second {
+		t.Fatalf("update on a database that does not answer: %v after %s; want %s after the answer or connect timeout", err, took, site.EUnavailable)
+	}
+	for range 5 {
+		start = time.Now()
+		err = read()
+		if took := time.Since(start); site.ErrorCode(err) != site.EUnavailable || !strings.Contains(err.Error(), "since") || took > answer/2 {
+			t.Fatalf("read once the database is taken for lost: %v after %s; want %s at once, saying since when", err, took, site.EUnavailable)
+		}
+	}
+	w.mend()
+	deadline := time.Now().Add(5 * time.Second)
+	for read() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the database answers again, but transactions still fail after 5 s: %v", read())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
