@@ -92,6 +92,32 @@ func bearer(r *http.Request) string {
 // locks out, and a source that fails too often is throttled (an
 // EOverloaded error, before any check). Every other failure, a locked
 // account's included, is the same bare 401; the log tells which.
+// checkAdminPassword runs verify under the lock-out's reservations: the
+// broker's (site-wide where the brokers share it), or this server's guard
+// when it has no broker.
+func (s *Server) checkAdminPassword(ctx context.Context, name, source string, verify func() bool) (bool, error) {
+	if s.cfg.Broker != nil {
+		return s.cfg.Broker.CheckPassword(ctx, broker.AccountAdmin, name, source, verify)
+	}
+	key := lockoutAdmin + "\x00" + name
+	at, err := s.cfg.Guard.Reserve(key, source)
+	if err != nil {
+		return false, err
+	}
+	if !verify() {
+		if at.Fail() {
+			s.cfg.Verified.Forget(key)
+			s.log.WarnContext(ctx, "admin locked out after failed logons", "admin", name, "remote", source)
+		}
+		return false, nil
+	}
+	if err := at.Succeed(); err != nil {
+		s.cfg.Verified.Forget(key)
+		return false, err
+	}
+	return true, nil
+}
+
 func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 	ctx := r.Context()
 	if name, password, ok := r.BasicAuth(); ok {
@@ -118,25 +144,22 @@ func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 		default:
 			return adminCaller{}, err
 		}
-		key := "admin\x00" + name
-		at, err := s.cfg.Guard.Reserve(key, source)
+		key := lockoutAdmin + "\x00" + name
+		verified := false
+		ok, err := s.checkAdminPassword(ctx, name, source, func() bool {
+			verified = true
+			ok, _ := s.cfg.Verified.Verify(key, password, hash)
+			return ok
+		})
 		if err != nil {
-			if errors.Is(err, auth.ErrLocked) {
-				s.cfg.Verified.Decoy(hash, password)
+			if errors.Is(err, auth.ErrLocked) && !verified {
+				s.cfg.Verified.Decoy(hash, password) // a refusal costs what a check does
 			}
 			return adminCaller{}, s.adminRefused(ctx, name, source, err)
 		}
-		if ok, _ := s.cfg.Verified.Verify(key, password, hash); !ok {
+		if !ok {
 			s.log.InfoContext(ctx, "admin authentication failed", "admin", name, "remote", r.RemoteAddr)
-			if at.Fail() {
-				s.cfg.Verified.Forget(key)
-				s.log.WarnContext(ctx, "admin locked out after failed logons", "admin", name, "remote", source)
-			}
 			return adminCaller{}, errUnauthorized
-		}
-		if err := at.Succeed(); err != nil {
-			s.cfg.Verified.Forget(key)
-			return adminCaller{}, s.adminRefused(ctx, name, source, err)
 		}
 		return adminCaller{name: name}, nil
 	}

@@ -28,9 +28,10 @@ const (
 	lockoutAdmin = "admin"
 )
 
-// registerLockouts adds the lock-out operations. Lock-out lives in this
-// server's memory (auth.Guard): these routes see and clear the locks of
-// the server that answers them, which is every lock in a one-server site.
+// registerLockouts adds the lock-out operations. Lock-out lives in each
+// server's memory (auth.Guard) and, where brokers share a site DB, in the
+// site DB as well (broker.Config.SiteLockout): these routes see and clear
+// the locks of the server that answers them and the site's.
 func (s *Server) registerLockouts() {
 	base := adminPrefix + "/lockouts"
 	s.route(Route{Method: "GET", Pattern: base, OperationID: "listLockouts", Tag: "lockouts",
@@ -39,13 +40,24 @@ func (s *Server) registerLockouts() {
 			cfg := s.cfg.Guard.Config()
 			now := cfg.Now()
 			out := ListResponse[Lockout]{Items: []Lockout{}}
-			for _, l := range s.cfg.Guard.Lockouts() {
-				kind, name, ok := strings.Cut(l.Account, "\x00")
-				if !ok {
-					continue
+			add := func(kind, name string, left time.Duration) {
+				out.Items = append(out.Items, Lockout{Name: name, Kind: kind, Until: now.Add(left).UTC().Truncate(time.Second),
+					SecondsLeft: int64((left + time.Second - 1) / time.Second)})
+			}
+			if s.cfg.Broker != nil {
+				all, err := s.cfg.Broker.Lockouts(r.Context())
+				if err != nil {
+					return nil, err
 				}
-				out.Items = append(out.Items, Lockout{Name: name, Kind: kind, Until: now.Add(l.Left).UTC().Truncate(time.Second),
-					SecondsLeft: int64((l.Left + time.Second - 1) / time.Second)})
+				for _, l := range all {
+					add(l.Kind, l.Name, l.Left)
+				}
+			} else {
+				for _, l := range s.cfg.Guard.Lockouts() {
+					if kind, name, ok := strings.Cut(l.Account, "\x00"); ok {
+						add(kind, name, l.Left)
+					}
+				}
 			}
 			slices.SortFunc(out.Items, func(a, b Lockout) int {
 				return strings.Compare(a.Kind+"\x00"+a.Name, b.Kind+"\x00"+b.Name)
@@ -66,7 +78,16 @@ func (s *Server) registerLockouts() {
 				return nil, site.Errorf(site.EInvalid, "kind %q is not user or admin", kind)
 			}
 			name := r.PathValue("name")
-			if !s.cfg.Guard.Unlock(kind + "\x00" + name) {
+			was := false
+			if s.cfg.Broker != nil {
+				var err error
+				if was, err = s.cfg.Broker.Unlock(r.Context(), kind, name); err != nil {
+					return nil, err
+				}
+			} else {
+				was = s.cfg.Guard.Unlock(kind + "\x00" + name)
+			}
+			if !was {
 				return nil, site.Errorf(site.ENotFound, "%s %q is not locked out", kind, name)
 			}
 			s.log.InfoContext(r.Context(), "lock-out cleared", "kind", kind, "account", name, "by", adminFrom(r.Context()))

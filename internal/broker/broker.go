@@ -100,6 +100,9 @@ type Config struct {
 	// delay growing with each failure (auth.GuardConfig). Negative turns
 	// per-source throttling off.
 	SourceFree int
+	// SiteLockout keeps the lock-out counts of accounts in the site DB as
+	// well, shared by every broker of the site (CheckPassword).
+	SiteLockout bool
 	// Guard, when set, reserves password checks instead of a guard made
 	// from the fields above; a server shares one between users and
 	// admins.
@@ -421,15 +424,15 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 		at.Fail()
 		return nil, ErrBadCredentials
 	}
-	key := "user\x00" + u.Name
+	key := guardKey(AccountUser, u.Name)
 	// Concurrent logons with one password share one check and one
 	// reservation: their sources are not charged, as they add no guess.
 	ok, err, shared := b.cfg.Verified.Share(key, password, u.PasswordHash, func() (bool, error) {
-		return b.check(u, key, password, source)
+		return b.check(ctx, u, key, password, source)
 	})
 	if shared && errors.Is(err, auth.ErrThrottled) {
 		// The first caller's source was throttled, not necessarily ours.
-		ok, err = b.check(u, key, password, source)
+		ok, err = b.check(ctx, u, key, password, source)
 	}
 	if err != nil {
 		return nil, b.refused(u.Name, source, err)
@@ -444,33 +447,23 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 	return u, nil
 }
 
-// check reserves a password check of u from source, verifies the
-// password and reports the verdict to the guard. It returns the guard's
-// refusal, if any, as an error, and a wrong password as false.
-func (b *Broker) check(u *site.User, key, password, source string) (bool, error) {
-	at, err := b.guard.Reserve(key, source)
-	if err != nil {
-		if errors.Is(err, auth.ErrLocked) {
-			b.cfg.Verified.Decoy(u.PasswordHash, password)
+// check verifies u's password from source under CheckPassword's
+// reservations. It returns a refusal as an error (after a decoy hash for a
+// locked account), and a wrong password as false.
+func (b *Broker) check(ctx context.Context, u *site.User, key, password, source string) (bool, error) {
+	verified := false
+	ok, err := b.CheckPassword(ctx, AccountUser, u.Name, source, func() bool {
+		verified = true
+		ok, err := b.cfg.Verified.Verify(key, password, u.PasswordHash)
+		if err != nil {
+			b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
 		}
-		return false, err
+		return ok
+	})
+	if errors.Is(err, auth.ErrLocked) && !verified {
+		b.cfg.Verified.Decoy(u.PasswordHash, password) // a refusal costs what a check does
 	}
-	ok, err := b.cfg.Verified.Verify(key, password, u.PasswordHash)
-	if err != nil {
-		b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
-	}
-	if !ok {
-		if at.Fail() {
-			b.cfg.Verified.Forget(key)
-			b.log.Warn("user locked out after failed logons", "user", u.Name, "for", b.guard.Config().Duration, "remote", source)
-		}
-		return false, nil
-	}
-	if err := at.Succeed(); err != nil {
-		b.cfg.Verified.Forget(key)
-		return false, err
-	}
-	return true, nil
+	return ok, err
 }
 
 // refused turns a guard's refusal into the broker's error, and logs it.

@@ -2,11 +2,15 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/site"
@@ -106,13 +110,14 @@ func TestThreeBrokersOnePostgres(t *testing.T) {
 
 // pgBrokers starts n brokers, each with its own connections to one new
 // PostgreSQL site DB holding cfg, every machine registered.
-func pgBrokers(t *testing.T, cfg *site.Config, n int) ([]*broker.Broker, []site.Store) {
+func pgBrokers(t *testing.T, cfg *site.Config, n int, mod ...func(*broker.Config)) ([]*broker.Broker, []site.Store) {
 	t.Helper()
-	return pgBrokersOn(t, pgtest.DSN(t), cfg, n)
+	return pgBrokersOn(t, pgtest.DSN(t), cfg, n, mod...)
 }
 
-// pgBrokersOn is pgBrokers on the site DB at dsn.
-func pgBrokersOn(t *testing.T, dsn string, cfg *site.Config, n int) ([]*broker.Broker, []site.Store) {
+// pgBrokersOn is pgBrokers on the site DB at dsn; mod changes the
+// brokers' configuration.
+func pgBrokersOn(t *testing.T, dsn string, cfg *site.Config, n int, mod ...func(*broker.Config)) ([]*broker.Broker, []site.Store) {
 	t.Helper()
 	ctx := context.Background()
 	var brokers []*broker.Broker
@@ -128,7 +133,11 @@ func pgBrokersOn(t *testing.T, dsn string, cfg *site.Config, n int) ([]*broker.B
 				t.Fatal(err)
 			}
 		}
-		b, err := broker.New(ctx, broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1})
+		bc := broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1}
+		for _, m := range mod {
+			m(&bc)
+		}
+		b, err := broker.New(ctx, bc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,5 +212,55 @@ func TestRegistrationsAndLogoffsDoNotDeadlock(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestLockoutIsSiteWide replays a password-guessing burst against three
+// brokers of one site at once: however the guesses spread, no more
+// passwords are checked than the lock-out threshold allows, the account
+// is then locked out on every broker (the right password refused
+// everywhere), and an admin's unlock through one broker lifts it on all.
+func TestLockoutIsSiteWide(t *testing.T) {
+	ctx := context.Background()
+	const threshold = 5
+	brokers, _ := pgBrokers(t, testSite(3, 10), 3, func(c *broker.Config) {
+		c.SiteLockout, c.LockoutThreshold, c.SourceFree = true, threshold, -1
+	})
+	var checked atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() {
+			_, err := brokers[i%3].CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool {
+				checked.Add(1)
+				time.Sleep(5 * time.Millisecond) // a hash takes a while
+				return false
+			})
+			if err != nil && !errors.Is(err, auth.ErrLocked) {
+				t.Errorf("guess %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := checked.Load(); n > threshold {
+		t.Fatalf("%d passwords checked in a burst through three brokers; the threshold is %d", n, threshold)
+	}
+	for i, b := range brokers {
+		ran := false
+		ok, err := b.CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool { ran = true; return true })
+		if ok || !errors.Is(err, auth.ErrLocked) || ran {
+			t.Fatalf("broker %d: the right password after the burst: %v, %v (checked: %v); want locked out, unchecked", i, ok, err, ran)
+		}
+		locks, err := b.Lockouts(ctx)
+		if err != nil || len(locks) != 1 || locks[0].Name != "u0001" || locks[0].Kind != broker.AccountUser {
+			t.Fatalf("broker %d lists lock-outs %+v, %v; want u0001's", i, locks, err)
+		}
+	}
+	if was, err := brokers[2].Unlock(ctx, broker.AccountUser, "u0001"); !was || err != nil {
+		t.Fatalf("unlock: %v, %v", was, err)
+	}
+	// No broker keeps a lock of its own: the right password is in,
+	// through any of them.
+	if ok, err := brokers[1].CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool { return true }); !ok || err != nil {
+		t.Fatalf("the right password after the unlock, through another broker: %v, %v", ok, err)
 	}
 }

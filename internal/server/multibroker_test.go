@@ -200,3 +200,52 @@ func TestConfigChangeReachesEveryBroker(t *testing.T) {
 	}
 	t.Logf("a password change reached every broker in %v", time.Since(start))
 }
+
+// TestLockoutReachesEveryBroker replays guessing over HTTP, the guesses
+// spread over two brokers of one PostgreSQL site: once the threshold is
+// reached, the right password is refused at both (as a wrong one is), both
+// list the lock, and an unlock through one broker's admin API lets the
+// user in through the other.
+func TestLockoutReachesEveryBroker(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	const password, threshold = "pw-lockout-1", 4
+	var brokers []*server.Server
+	for i := range 2 {
+		cfg := server.Config{DataDir: t.TempDir(), DB: dsn, Listen: "127.0.0.1:0", PasswordParams: sitetest.Cheap,
+			Name: fmt.Sprint("b", i), LockoutThreshold: threshold, SourceFree: -1}
+		if i == 0 {
+			cfg.Demo, cfg.DemoPassword = true, password
+		}
+		s, err := server.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		brokers = append(brokers, s)
+	}
+	logon := func(s *server.Server, pw string) int {
+		code, _, _ := call(t, "POST", s.URL()+"/api/v1/login", map[string]string{"username": "user0007", "password": pw})
+		return code
+	}
+	for i := range threshold {
+		if code := logon(brokers[i%2], "wrong"); code != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d: %d", i, code)
+		}
+	}
+	for i, s := range brokers {
+		if code := logon(s, password); code != http.StatusUnauthorized {
+			t.Fatalf("the right password at broker %d after %d failures spread over both: %d, want 401", i, threshold, code)
+		}
+		code, body, _ := call(t, "GET", s.URL()+"/api/v1/admin/lockouts", nil, "Authorization", "Basic "+basicAuth("admin", password))
+		if code != http.StatusOK || !strings.Contains(string(body), `"user0007"`) {
+			t.Fatalf("lock-outs at broker %d: %d %s", i, code, body)
+		}
+	}
+	if code, body, _ := call(t, "DELETE", brokers[0].URL()+"/api/v1/admin/lockouts/user0007", nil, "Authorization", "Basic "+basicAuth("admin", password)); code != http.StatusNoContent {
+		t.Fatalf("unlock: %d %s", code, body)
+	}
+	if code := logon(brokers[1], password); code != http.StatusOK {
+		t.Fatalf("the right password at the other broker after the unlock: %d", code)
+	}
+}

@@ -294,7 +294,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
-		Zone: zone, OwnZoneVDAs: cfg.Zone != "",
+		Zone: zone, OwnZoneVDAs: cfg.Zone != "", SiteLockout: IsPostgres(cfg.DB),
 		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
@@ -621,7 +621,7 @@ func (s *Server) WaitRegistered(ctx context.Context, limit time.Duration) error 
 // embedded site DB knows every status change as it makes it; brokers
 // sharing PostgreSQL learn each other's by reading them again.
 func statusSync(cfg Config) time.Duration {
-	if cfg.DB == "" {
+	if !IsPostgres(cfg.DB) {
 		return -1
 	}
 	return 0 // broker.DefaultStatusSyncInterval

@@ -119,6 +119,17 @@ type Tx interface {
 	// transactions creating the same secret cannot both find it unset.
 	Secret(ctx context.Context, name string) ([]byte, error)
 	SetSecret(ctx context.Context, name string, value []byte) error
+
+	// AccountLock returns an account's site-wide lock-out state (see
+	// ReserveLogon), the zero state with its name for an account with
+	// none; in an Update it locks the account's state until the
+	// transaction ends, so that a read, check and write of it is atomic.
+	// SetAccountLock replaces it (a Clear state removes it). AccountLocks
+	// returns every account with a state, in account order. Lock-out
+	// state is runtime state: it moves no configuration version.
+	AccountLock(ctx context.Context, account string) (AccountLock, error)
+	SetAccountLock(ctx context.Context, l AccountLock) error
+	AccountLocks(ctx context.Context) ([]AccountLock, error)
 }
 
 // Collection is one kind of named configuration object, ordered by name.

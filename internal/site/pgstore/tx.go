@@ -608,3 +608,81 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 	t.logChange(site.KindSecret, name)
 	return nil
 }
+
+const accountLockCols = `account, window_start, failures, pending, pending_since, locked_until`
+
+func accountLockDest(l *site.AccountLock) []any {
+	return []any{&l.Account, timeDest{&l.WindowStart}, &l.Failures, &l.Pending, timeDest{&l.PendingSince}, timeDest{&l.LockedUntil}}
+}
+
+// AccountLock reads an account's lock-out state; in an Update it makes
+// the row first when there is none, so that the read can lock it.
+func (t *tx) AccountLock(ctx context.Context, account string) (site.AccountLock, error) {
+	if err := t.usable(false); err != nil {
+		return site.AccountLock{}, err
+	}
+	l := site.AccountLock{Account: account}
+	found := false
+	b := &pgx.Batch{}
+	if t.update {
+		b.Queue(`INSERT INTO account_locks (account) VALUES ($1::text) ON CONFLICT (account) DO NOTHING`, account)
+		t.wrote = true
+	}
+	queueOne(b, &found, `SELECT `+accountLockCols+` FROM account_locks WHERE account = $1::text`+t.forUpdate(), []any{account}, accountLockDest(&l)...)
+	if err := t.send(ctx, b, false); err != nil {
+		return site.AccountLock{}, err
+	}
+	if t.update {
+		t.lock("account_locks", account)
+	}
+	return l, nil
+}
+
+func (t *tx) SetAccountLock(ctx context.Context, l site.AccountLock) error {
+	if err := t.usable(true); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	if l.Clear() {
+		b.Queue(`DELETE FROM account_locks WHERE account = $1::text`, l.Account)
+	} else {
+		b.Queue(`INSERT INTO account_locks (account, window_start, failures, pending, pending_since, locked_until)
+			VALUES ($1::text, $2::timestamptz, $3::bigint, $4::bigint, $5::timestamptz, $6::timestamptz)
+			ON CONFLICT (account) DO UPDATE SET window_start = excluded.window_start, failures = excluded.failures,
+			pending = excluded.pending, pending_since = excluded.pending_since, locked_until = excluded.locked_until`,
+			l.Account, timeArg(l.WindowStart), l.Failures, l.Pending, timeArg(l.PendingSince), timeArg(l.LockedUntil))
+	}
+	t.wrote = true
+	if t.locked[lockKey("account_locks", l.Account)] {
+		// The row is locked: the write cannot fail for want of it, and
+		// goes with the next round trip (the commit).
+		t.pending = append(t.pending, b.QueuedQueries...)
+		return nil
+	}
+	if err := t.send(ctx, b, false); err != nil {
+		return fmt.Errorf("set lock-out of %q: %w", l.Account, err)
+	}
+	return nil
+}
+
+func (t *tx) AccountLocks(ctx context.Context) ([]site.AccountLock, error) {
+	if err := t.usable(false); err != nil {
+		return nil, err
+	}
+	var out []site.AccountLock
+	b := &pgx.Batch{}
+	b.Queue(`SELECT ` + accountLockCols + ` FROM account_locks WHERE failures > 0 OR pending > 0 OR locked_until IS NOT NULL ORDER BY account`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var l site.AccountLock
+			if err := rows.Scan(accountLockDest(&l)...); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err := t.send(ctx, b, false); err != nil {
+		return nil, fmt.Errorf("lock-outs: %w", err)
+	}
+	return out, nil
+}

@@ -389,3 +389,71 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 	t.logChange(site.KindSecret, name)
 	return nil
 }
+
+const accountLockCols = `account, coalesce(window_start, ''), failures, pending, coalesce(pending_since, ''), coalesce(locked_until, '')`
+
+func scanAccountLock(scan func(dest ...any) error) (site.AccountLock, error) {
+	var l site.AccountLock
+	var ws, ps, lu string
+	if err := scan(&l.Account, &ws, &l.Failures, &l.Pending, &ps, &lu); err != nil {
+		return l, err
+	}
+	var err error
+	if l.WindowStart, err = parseTime(ws); err == nil {
+		if l.PendingSince, err = parseTime(ps); err == nil {
+			l.LockedUntil, err = parseTime(lu)
+		}
+	}
+	return l, err
+}
+
+func (t *tx) AccountLock(ctx context.Context, account string) (site.AccountLock, error) {
+	st, err := t.prepare(ctx, `SELECT `+accountLockCols+` FROM account_locks WHERE account = ?`)
+	if err != nil {
+		return site.AccountLock{}, err
+	}
+	l, err := scanAccountLock(st.QueryRowContext(ctx, account).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return site.AccountLock{Account: account}, nil
+	}
+	if err != nil {
+		return site.AccountLock{}, dbErr(err)
+	}
+	return l, nil
+}
+
+func (t *tx) SetAccountLock(ctx context.Context, l site.AccountLock) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	var err error
+	if l.Clear() {
+		_, err = t.exec(ctx, `DELETE FROM account_locks WHERE account = ?`, l.Account)
+	} else {
+		_, err = t.exec(ctx, `INSERT INTO account_locks (account, window_start, failures, pending, pending_since, locked_until)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (account) DO UPDATE SET window_start = excluded.window_start,
+			failures = excluded.failures, pending = excluded.pending, pending_since = excluded.pending_since, locked_until = excluded.locked_until`,
+			l.Account, timeArg(l.WindowStart), l.Failures, l.Pending, timeArg(l.PendingSince), timeArg(l.LockedUntil))
+	}
+	if err != nil {
+		return fmt.Errorf("set lock-out of %q: %w", l.Account, err)
+	}
+	return nil
+}
+
+func (t *tx) AccountLocks(ctx context.Context) ([]site.AccountLock, error) {
+	rows, err := t.query(ctx, `SELECT `+accountLockCols+` FROM account_locks ORDER BY account`)
+	if err != nil {
+		return nil, fmt.Errorf("lock-outs: %w", err)
+	}
+	defer rows.Close()
+	var out []site.AccountLock
+	for rows.Next() {
+		l, err := scanAccountLock(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("lock-outs: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, dbErr(rows.Err())
+}

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Place", testPlace},
 		{"Secrets", testSecrets},
 		{"Brokers", testBrokers},
+		{"Lockout", testLockout},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
