@@ -258,7 +258,7 @@ Subcommands:
                                           with the old one must enrol again) or the key that signs tokens (every
                                           user and admin logs on again); brokers take it when they restart
   unlock NAME [--server URL] [--kind K]   clear a locked-out user's (or admin's) lock on the running server,
-                                          through its admin API (lock-out lives in the server's memory)
+                                          through its admin API (and site-wide on a PostgreSQL site)
 
 Run 'usher admin SUBCOMMAND -h' for a subcommand's flags.`
 
