@@ -215,7 +215,18 @@ func normList(s []string) []string {
 
 // Validate checks every object and every reference between objects, and
 // returns the first problem found, naming the object and the field.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(nil) }
+
+// validate is Validate; an object that same reports unchanged from a
+// configuration that passed Validate is not checked again on its own
+// (its references and the rules between objects are).
+func (c *Config) validate(same func(Kind, string) bool) error {
+	own := func(kind Kind, name string, v func() error) error {
+		if same != nil && same(kind, name) {
+			return nil
+		}
+		return v()
+	}
 	if err := c.Settings.Validate(); err != nil {
 		return err
 	}
@@ -246,7 +257,7 @@ func (c *Config) Validate() error {
 	}
 	primaries := 0
 	for _, z := range c.Zones {
-		if err := add(KindZone, z.Name, z.Validate()); err != nil {
+		if err := add(KindZone, z.Name, own(KindZone, z.Name, z.Validate)); err != nil {
 			return err
 		}
 		if z.Primary {
@@ -258,42 +269,42 @@ func (c *Config) Validate() error {
 	}
 	catalogs := map[string]Catalog{}
 	for _, x := range c.Catalogs {
-		if err := add(KindCatalog, x.Name, x.Validate()); err != nil {
+		if err := add(KindCatalog, x.Name, own(KindCatalog, x.Name, x.Validate)); err != nil {
 			return err
 		}
 		catalogs[x.Name] = x
 	}
 	for _, g := range c.Groups {
-		if err := add(KindGroup, g.Name, g.Validate()); err != nil {
+		if err := add(KindGroup, g.Name, own(KindGroup, g.Name, g.Validate)); err != nil {
 			return err
 		}
 	}
 	for _, u := range c.Users {
-		if err := add(KindUser, u.Name, u.Validate()); err != nil {
+		if err := add(KindUser, u.Name, own(KindUser, u.Name, u.Validate)); err != nil {
 			return err
 		}
 	}
 	for _, m := range c.Machines {
-		if err := add(KindMachine, m.Name, m.Validate()); err != nil {
+		if err := add(KindMachine, m.Name, own(KindMachine, m.Name, m.Validate)); err != nil {
 			return err
 		}
 	}
 	groups := map[string]DeliveryGroup{}
 	for _, g := range c.DeliveryGroups {
-		if err := add(KindDeliveryGroup, g.Name, g.Validate()); err != nil {
+		if err := add(KindDeliveryGroup, g.Name, own(KindDeliveryGroup, g.Name, g.Validate)); err != nil {
 			return err
 		}
 		groups[g.Name] = g
 	}
 	resources := map[string]Resource{}
 	for _, r := range slices.Concat(c.Applications, c.Desktops) {
-		if err := add(r.Kind.objectKind(), r.Name, r.Validate()); err != nil {
+		if err := add(r.Kind.objectKind(), r.Name, own(r.Kind.objectKind(), r.Name, r.Validate)); err != nil {
 			return err
 		}
 		resources[r.Name] = r
 	}
 	for _, e := range c.Entitlements {
-		if err := add(KindEntitlement, e.Name, e.Validate()); err != nil {
+		if err := add(KindEntitlement, e.Name, own(KindEntitlement, e.Name, e.Validate)); err != nil {
 			return err
 		}
 	}

@@ -47,6 +47,22 @@ type FieldChanges = []FieldChange
 // Empty reports whether the plan changes nothing.
 func (p *Plan) Empty() bool { return p.Settings == nil && len(p.Changes) == 0 }
 
+// unchanged returns a report of whether the plan leaves an object as it
+// is: true for every object it neither creates nor updates.
+func (p *Plan) unchanged() func(Kind, string) bool {
+	touched := make(map[Kind]map[string]bool)
+	for _, c := range p.Changes {
+		if c.Op == OpDelete {
+			continue
+		}
+		if touched[c.Kind] == nil {
+			touched[c.Kind] = map[string]bool{}
+		}
+		touched[c.Kind][c.Name] = true
+	}
+	return func(k Kind, name string) bool { return !touched[k][name] }
+}
+
 // Counts returns how many objects the plan creates, updates and deletes.
 func (p *Plan) Counts() (create, update, del int) {
 	for _, c := range p.Changes {

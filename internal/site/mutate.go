@@ -62,10 +62,13 @@ func MutateFrom(ctx context.Context, tx Tx, base *Config, version int64, fn func
 		return nil, err
 	}
 	desired.Normalize()
-	if err := desired.Validate(); err != nil {
+	// The plan first: objects it leaves as they are passed Validate when
+	// they were written, and are not checked on their own again, so that
+	// a change costs less the fewer objects it touches.
+	plan := diff(current, desired, true)
+	if err := desired.validate(plan.unchanged()); err != nil {
 		return nil, err
 	}
-	plan := diff(current, desired, true)
 	if err := plan.carryOut(ctx, tx, desired); err != nil {
 		return nil, err
 	}
