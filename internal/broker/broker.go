@@ -140,6 +140,7 @@ type Broker struct {
 	// machine; resyncStart is when the last began.
 	resyncMu    sync.Mutex
 	resyncStart time.Time
+	events      eventQueue
 	machines    *table
 	obs         Observer
 	guard       *auth.Guard

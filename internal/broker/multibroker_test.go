@@ -264,3 +264,81 @@ func TestLockoutIsSiteWide(t *testing.T) {
 		t.Fatalf("the right password after the unlock, through another broker: %v, %v", ok, err)
 	}
 }
+
+// TestConcurrentSessionEvents: VDAs report the logons of hundreds of
+// sessions at once, each twice and through two brokers, half of them
+// disconnecting right after, with reports for the wrong machine among
+// them. The events of each broker go in batches: every report gets its
+// own answer, every session ends in the state reported last, and every
+// machine counts no logon in progress.
+func TestConcurrentSessionEvents(t *testing.T) {
+	ctx := context.Background()
+	const users = 570
+	brokers, stores := pgBrokers(t, testSite(users, 10), 3)
+	var launches []*broker.Launch
+	for i := 1; i <= users; i++ {
+		user := fmt.Sprintf("u%04d", i)
+		l, err := brokers[i%3].Launch(ctx, broker.LaunchRequest{User: user, Resource: "calc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		launches = append(launches, l)
+	}
+	var wg sync.WaitGroup
+	for i, l := range launches {
+		disconnect := i%2 == 0
+		wg.Go(func() {
+			for k := range 2 {
+				ev := broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: broker.ChangeLogon}
+				if err := brokers[(i+k)%3].SessionEvent(ctx, ev); err != nil {
+					t.Errorf("logon of %s through broker %d: %v", l.Session.ID, (i+k)%3, err)
+				}
+			}
+			if disconnect {
+				ev := broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: broker.ChangeDisconnect}
+				if err := brokers[i%3].SessionEvent(ctx, ev); err != nil {
+					t.Errorf("disconnect of %s: %v", l.Session.ID, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			other := "rdsh-01"
+			if l.Session.Machine == other {
+				other = "rdsh-02"
+			}
+			ev := broker.SessionEvent{Machine: other, SessionID: l.Session.ID, Change: broker.ChangeLogon}
+			if err := brokers[(i+1)%3].SessionEvent(ctx, ev); site.ErrorCode(err) != site.EForbidden {
+				t.Errorf("logon of %s reported by another machine: %v, want forbidden", l.Session.ID, err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	err := stores[0].View(ctx, func(tx site.Tx) error {
+		for i, l := range launches {
+			s, err := tx.Sessions().Get(ctx, l.Session.ID)
+			if err != nil {
+				return err
+			}
+			want := site.SessionActive
+			if i%2 == 0 {
+				want = site.SessionDisconnected
+			}
+			if s.State != want {
+				t.Errorf("session %s is %s, want %s", s.ID, s.State, want)
+			}
+		}
+		all, err := tx.MachineStatuses(ctx)
+		for m, st := range all {
+			if st.LogonsInProgress != 0 {
+				t.Errorf("machine %s counts %d logons in progress after every logon was reported", m, st.LogonsInProgress)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

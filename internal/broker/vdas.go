@@ -303,39 +303,7 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent, byVDA bool) 
 	default:
 		return site.Errorf(site.EInvalid, "unknown session event %q", ev.Change)
 	}
-	var wasPending bool
-	err := b.store.Update(ctx, func(tx site.Tx) error {
-		st, sess, err := tx.MachineSession(ctx, ev.Machine, ev.SessionID)
-		if err != nil {
-			return err
-		}
-		if byVDA && (st.Registration != site.Registered || st.Credential != ev.Credential) {
-			return ErrNotRegistered
-		}
-		if sess.Machine != ev.Machine {
-			return site.Errorf(site.EForbidden, "session %q is not on machine %q", ev.SessionID, ev.Machine)
-		}
-		if sess.State == site.SessionLoggedOff || sess.State == next {
-			return nil
-		}
-		wasPending = sess.State == site.SessionPending
-		if wasPending {
-			st.LogonsInProgress = max(0, st.LogonsInProgress-1)
-			b.rescore(sess.Machine, &st)
-			if err := tx.SetMachineStatus(ctx, sess.Machine, st); err != nil {
-				return err
-			}
-		}
-		sess.State, sess.UpdatedAt = next, b.cfg.Now().UTC()
-		if ev.ClientName != "" {
-			sess.ClientName = ev.ClientName
-		}
-		return tx.Sessions().Update(ctx, sess)
-	})
-	if err == nil && wasPending {
-		b.machines.loggedOn(ev.Machine)
-	}
-	return err
+	return b.applyEvent(ctx, ev, next, byVDA)
 }
 
 // expireMachines unregisters machines whose heartbeats stopped.

@@ -95,6 +95,13 @@ type Tx interface {
 	// transaction that writes both must lock them), in one round trip
 	// where the store can. A missing machine or session is ENotFound.
 	MachineSession(ctx context.Context, machine, session string) (MachineStatus, Session, error)
+	// MachineSessions is MachineSession for many: the statuses of machines
+	// and the sessions by ID, each by name or ID, in one round trip where
+	// the store can; in an Update it locks every status (in name order)
+	// before every session (in ID order), so that two such transactions,
+	// or one and a MachineSession, never deadlock. Unknown names and IDs
+	// are left out.
+	MachineSessions(ctx context.Context, machines, sessions []string) (map[string]MachineStatus, map[string]Session, error)
 
 	// MachineCredential returns what the site keeps of a machine's
 	// credential (ENotFound for an unknown machine); a new machine's is

@@ -446,6 +446,48 @@ func (t *tx) MachineSession(ctx context.Context, machine, id string) (site.Machi
 	return st, sess, nil
 }
 
+func (t *tx) MachineSessions(ctx context.Context, machines, ids []string) (map[string]site.MachineStatus, map[string]site.Session, error) {
+	if err := t.usable(false); err != nil {
+		return nil, nil, err
+	}
+	sts := make(map[string]site.MachineStatus, len(machines))
+	sess := make(map[string]site.Session, len(ids))
+	b := &pgx.Batch{}
+	b.Queue(`SELECT machine, `+statusCols+` FROM machine_status WHERE machine = ANY ($1::text[]) ORDER BY machine`+t.forUpdate(), machines).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var name string
+			var st site.MachineStatus
+			if err := rows.Scan(append([]any{&name}, statusDest(&st)...)...); err != nil {
+				return err
+			}
+			sts[name] = st
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE id = ANY ($1::text[]) ORDER BY id`+t.forUpdate(), ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var s site.Session
+			if err := rows.Scan(sessionDest(&s)...); err != nil {
+				return err
+			}
+			sess[s.ID] = s
+		}
+		return rows.Err()
+	})
+	if err := t.send(ctx, b, false); err != nil {
+		return nil, nil, fmt.Errorf("machine statuses and sessions: %w", err)
+	}
+	if t.update {
+		for m := range sts {
+			t.lock("machine_status", m)
+		}
+		for id := range sess {
+			t.lock("sessions", id)
+		}
+	}
+	return sts, sess, nil
+}
+
 func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus, error) {
 	if err := t.usable(false); err != nil {
 		return nil, err

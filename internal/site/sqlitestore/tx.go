@@ -253,6 +253,32 @@ func (t *tx) MachineSession(ctx context.Context, machine, id string) (site.Machi
 	return st, sess, nil
 }
 
+func (t *tx) MachineSessions(ctx context.Context, machines, ids []string) (map[string]site.MachineStatus, map[string]site.Session, error) {
+	sts := make(map[string]site.MachineStatus, len(machines))
+	sess := make(map[string]site.Session, len(ids))
+	for _, m := range machines {
+		st, err := t.MachineStatus(ctx, m)
+		switch {
+		case site.ErrorCode(err) == site.ENotFound:
+		case err != nil:
+			return nil, nil, err
+		default:
+			sts[m] = st
+		}
+	}
+	for _, id := range ids {
+		s, err := t.Sessions().Get(ctx, id)
+		switch {
+		case site.ErrorCode(err) == site.ENotFound:
+		case err != nil:
+			return nil, nil, err
+		default:
+			sess[id] = s
+		}
+	}
+	return sts, sess, nil
+}
+
 func (t *tx) MachineStatuses(ctx context.Context) (map[string]site.MachineStatus, error) {
 	rows, err := t.query(ctx, `SELECT name, `+statusCols+` FROM machines`)
 	if err != nil {

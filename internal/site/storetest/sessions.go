@@ -204,6 +204,20 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 				return err
 			})
 			wantMessage(t, err, site.ENotFound, `"no-such-session"`)
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				sts, sess, err := tx.MachineSessions(ctx, []string{full.Machine, "no-such"}, []string{"no-such-session", full.ID})
+				if err != nil {
+					return err
+				}
+				one, err := tx.MachineStatus(ctx, full.Machine)
+				if err != nil {
+					return err
+				}
+				if len(sts) != 1 || !same(sts[full.Machine], one) || len(sess) != 1 || !same(sess[full.ID], full) {
+					t.Errorf("MachineSessions = %+v, %+v; want %s's status and session %s alone", sts, sess, full.Machine, full.ID)
+				}
+				return nil
+			})
 		})
 
 		t.Run("ZeroTimesStayZero", func(t *testing.T) {
