@@ -82,8 +82,16 @@ func all[T any](ctx context.Context, c Collection[T]) ([]T, error) {
 // respelled copy, and keeps one already in canonical form as it is. So
 // a copy of a configuration that shares those inner lists with the
 // original (see MutateFrom) normalizes without touching the original.
-func (c *Config) Normalize() {
-	c.normalizeAccounts()
+func (c *Config) Normalize() { c.normalizeFrom(nil) }
+
+// normalizeFrom is Normalize of a configuration made from base, which is
+// normalized (MutateFrom): when its accounts and the references to them
+// are base's, as they are after most changes, they are not spelled again,
+// which on a site of many users is most of Normalize's cost.
+func (c *Config) normalizeFrom(base *Config) {
+	if base == nil || !sameAccounts(c, base) {
+		c.normalizeAccounts()
+	}
 	sortByName(c.Zones, func(z Zone) string { return z.Name })
 	sortByName(c.Catalogs, func(x Catalog) string { return x.Name })
 	sortByName(c.Groups, func(g Group) string { return g.Name })
@@ -124,6 +132,36 @@ func (c *Config) Normalize() {
 	nilIfEmpty(&c.Applications)
 	nilIfEmpty(&c.Desktops)
 	nilIfEmpty(&c.Entitlements)
+}
+
+// sameAccounts reports whether c's users, groups and the references to
+// them (assigned machines, entitlements) are b's, element by element.
+func sameAccounts(c, b *Config) bool {
+	if len(c.Users) != len(b.Users) || len(c.Groups) != len(b.Groups) || len(c.Machines) != len(b.Machines) ||
+		len(c.Entitlements) != len(b.Entitlements) {
+		return false
+	}
+	for i := range c.Users {
+		if !equalUser(&c.Users[i], &b.Users[i]) {
+			return false
+		}
+	}
+	for i := range c.Groups {
+		if c.Groups[i] != b.Groups[i] {
+			return false
+		}
+	}
+	for i := range c.Machines {
+		if c.Machines[i].AssignedUser != b.Machines[i].AssignedUser {
+			return false
+		}
+	}
+	for i := range c.Entitlements {
+		if !equalList(c.Entitlements[i].Users, b.Entitlements[i].Users) || !equalList(c.Entitlements[i].Groups, b.Entitlements[i].Groups) {
+			return false
+		}
+	}
+	return true
 }
 
 // normalizeAccounts puts user and group names in normal form C and spells

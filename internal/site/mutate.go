@@ -61,7 +61,7 @@ func MutateFrom(ctx context.Context, tx Tx, base *Config, version int64, fn func
 	if err := fn(desired); err != nil {
 		return nil, err
 	}
-	desired.Normalize()
+	desired.normalizeFrom(current)
 	// The plan first: objects it leaves as they are passed Validate when
 	// they were written, and are not checked on their own again, so that
 	// a change costs less the fewer objects it touches.
