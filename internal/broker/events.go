@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -9,14 +10,13 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// Session events (logon, reconnect, disconnect) are applied in batches:
-// each batch is one site DB transaction, which on PostgreSQL costs two
-// round trips whatever its size (the statuses and sessions read and
-// locked in one, written with the commit in the other). While a batch is
-// in flight the next one gathers, so that a broker far from its site DB
-// pays those two round trips for every event that arrived meanwhile
-// rather than for each one: a launch then costs little more than its own
-// round trip.
+// Session events (logon, reconnect, disconnect) are applied in batches,
+// each one site.SessionChanger call: on PostgreSQL one round trip whatever
+// its size, which holds the rows it changes only while the database
+// applies it. While a batch is in flight the next one gathers, so that a
+// broker far from its site DB pays that round trip for every event that
+// arrived meanwhile rather than for each one: a launch then costs little
+// more than its own round trip.
 const (
 	// maxEventBatch bounds the events of one transaction.
 	maxEventBatch = 256
@@ -72,7 +72,7 @@ func (b *Broker) runEvents() {
 	q := &b.events
 	for {
 		q.mu.Lock()
-		n := min(len(q.queue), maxEventBatch)
+		n := batchLen(q.queue)
 		if n == 0 {
 			q.running--
 			q.mu.Unlock()
@@ -91,82 +91,53 @@ func (b *Broker) runEvents() {
 	}
 }
 
-// applyBatch applies a batch of events in one transaction. An event that
-// is refused (an unknown session, another machine's, a VDA that does not
-// hold the registration) gets its error and leaves the others be; a
-// transaction that fails fails them all.
+// batchLen is how many of the queued events the next batch takes: up to
+// maxEventBatch, stopping before a session's second event, which goes in
+// a later batch, after the first.
+func batchLen(queue []*pendingEvent) int {
+	seen := make(map[string]bool, min(len(queue), maxEventBatch))
+	for i, p := range queue {
+		if i == maxEventBatch || seen[p.ev.SessionID] {
+			return i
+		}
+		seen[p.ev.SessionID] = true
+	}
+	return len(queue)
+}
+
+// applyBatch applies a batch of events (no session twice) with one
+// ChangeSessions. An event that is refused (an unknown session, another
+// machine's, a VDA that does not hold the registration) gets its error
+// and leaves the others be; a batch that fails fails them all.
 func (b *Broker) applyBatch(batch []*pendingEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
 	defer cancel()
-	var machines, ids []string
-	for _, p := range batch {
-		machines, ids = append(machines, p.ev.Machine), append(ids, p.ev.SessionID)
+	now := b.cfg.Now().UTC()
+	changes := make([]site.SessionChange, len(batch))
+	for i, p := range batch {
+		changes[i] = site.SessionChange{Machine: p.ev.Machine, Session: p.ev.SessionID, State: p.next, ClientName: p.ev.ClientName,
+			CheckCredential: p.byVDA, Credential: p.ev.Credential, At: now}
 	}
-	slices.Sort(machines)
-	slices.Sort(ids)
-	machines, ids = slices.Compact(machines), slices.Compact(ids)
-	err := b.store.Update(ctx, func(tx site.Tx) error {
-		for _, p := range batch {
-			p.err, p.wasPending = nil, false
-		}
-		sts, sess, err := tx.MachineSessions(ctx, machines, ids)
+	verdicts, err := b.store.ChangeSessions(ctx, changes)
+	for i, p := range batch {
 		if err != nil {
-			return err
+			p.err = err
+			continue
 		}
-		dirtyStatus, dirtySession := map[string]bool{}, map[string]bool{}
-		now := b.cfg.Now().UTC()
-		for _, p := range batch {
-			ev := p.ev
-			st, ok := sts[ev.Machine]
-			if !ok {
-				p.err = site.NotFound(site.KindMachine, ev.Machine)
-				continue
-			}
-			s, ok := sess[ev.SessionID]
-			switch {
-			case !ok:
-				p.err = site.NotFound(site.KindSession, ev.SessionID)
-				continue
-			case p.byVDA && (st.Registration != site.Registered || st.Credential != ev.Credential):
-				p.err = ErrNotRegistered
-				continue
-			case s.Machine != ev.Machine:
-				p.err = site.Errorf(site.EForbidden, "session %q is not on machine %q", ev.SessionID, ev.Machine)
-				continue
-			case s.State == site.SessionLoggedOff || s.State == p.next:
-				continue
-			}
-			if s.State == site.SessionPending {
-				p.wasPending = true
-				st.LogonsInProgress = max(0, st.LogonsInProgress-1)
-				b.rescore(ev.Machine, &st)
-				sts[ev.Machine], dirtyStatus[ev.Machine] = st, true
-			}
-			s.State, s.UpdatedAt = p.next, now
-			if ev.ClientName != "" {
-				s.ClientName = ev.ClientName
-			}
-			sess[ev.SessionID], dirtySession[ev.SessionID] = s, true
-		}
-		for _, m := range machines {
-			if dirtyStatus[m] {
-				if err := tx.SetMachineStatus(ctx, m, sts[m]); err != nil {
-					return err
-				}
-			}
-		}
-		for _, id := range ids {
-			if dirtySession[id] {
-				if err := tx.Sessions().Update(ctx, sess[id]); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		for _, p := range batch {
-			p.err, p.wasPending = err, false
+		switch verdicts[i] {
+		case site.VerdictLoggedOn:
+			p.wasPending = true
+		case site.VerdictChanged, site.VerdictUnchanged:
+		case site.VerdictNoMachine:
+			p.err = site.NotFound(site.KindMachine, p.ev.Machine)
+		case site.VerdictNoSession:
+			p.err = site.NotFound(site.KindSession, p.ev.SessionID)
+		case site.VerdictNotRegistered:
+			p.err = ErrNotRegistered
+		case site.VerdictOtherMachine:
+			p.err = site.Errorf(site.EForbidden, "session %q is not on machine %q", p.ev.SessionID, p.ev.Machine)
+		default:
+			p.err = fmt.Errorf("session %q: the site DB's verdict %q", p.ev.SessionID, verdicts[i])
 		}
 	}
 }

@@ -23,6 +23,8 @@ type Store interface {
 	Close() error
 	// Placer seats launches in one round trip.
 	Placer
+	// SessionChanger applies VDAs' session reports, many in one round trip.
+	SessionChanger
 }
 
 // ConfigWatcher is a Store that tells of configuration changes as they

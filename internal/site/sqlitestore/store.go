@@ -296,6 +296,22 @@ var _ site.Placer = (*Store)(nil)
 
 // Place seats a launch with site.PlaceTx in one Update: on a local file,
 // round trips cost nothing.
+// ChangeSessions applies session changes with site.ChangeSessionsTx.
+func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) ([]site.SessionVerdict, error) {
+	if err := site.SessionChanges(changes).Validate(); err != nil {
+		return nil, err
+	}
+	var out []site.SessionVerdict
+	err := s.Update(ctx, func(tx site.Tx) (err error) {
+		out, err = site.ChangeSessionsTx(ctx, tx, changes)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (s *Store) Place(ctx context.Context, p site.Placement) (site.Placed, error) {
 	if err := p.Validate(); err != nil {
 		return site.Placed{}, err

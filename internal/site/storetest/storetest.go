@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Secrets", testSecrets},
 		{"Brokers", testBrokers},
 		{"Lockout", testLockout},
+		{"ChangeSessions", testChangeSessions},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
