@@ -157,7 +157,8 @@ func (s *Server) authenticateVDA(r *http.Request) (vdaCaller, error) {
 	if s.credentials.current(claims.Subject, claims.ID, time.Now()) {
 		return caller, nil
 	}
-	err = s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
+	// One read: no transaction needed around it.
+	err = site.ReadOnce(r.Context(), s.cfg.Store, func(tx site.Tx) error {
 		return site.CheckMachineCredential(r.Context(), tx, claims.Subject, claims.ID, s.secretFingerprint)
 	})
 	if err != nil {

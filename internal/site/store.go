@@ -249,3 +249,20 @@ func (a Admin) Validate() error {
 	}
 	return nil
 }
+
+// OnceReader is a Store that can run reads outside a transaction: each
+// round trip to the database sees what committed before it, with no
+// snapshot across them, and costs no BEGIN nor ROLLBACK. For a read of one
+// round trip that needs no more (a credential check), it is View without
+// the transaction's cost.
+type OnceReader interface {
+	ReadOnce(ctx context.Context, fn func(Tx) error) error
+}
+
+// ReadOnce runs fn with s's ReadOnce when it has one, else in a View.
+func ReadOnce(ctx context.Context, s Store, fn func(Tx) error) error {
+	if r, ok := s.(OnceReader); ok {
+		return r.ReadOnce(ctx, fn)
+	}
+	return s.View(ctx, fn)
+}

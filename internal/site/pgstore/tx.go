@@ -27,7 +27,10 @@ var (
 type tx struct {
 	s      *Store
 	update bool
-	conn   *pgxpool.Conn // nil until the first statement
+	// once runs each batch outside a transaction (ReadOnce): no BEGIN, no
+	// ROLLBACK, each batch its own snapshot.
+	once bool
+	conn *pgxpool.Conn // nil until the first statement
 	done   bool          // fn returned
 
 	// settings is the settings row, read once; in an Update, reading it
@@ -100,13 +103,13 @@ func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
 	}
 	var qs []*pgx.QueuedQuery
 	first := t.conn == nil
-	if first {
+	if first && !t.once {
 		qs = append(qs, &pgx.QueuedQuery{SQL: t.beginSQL()})
 	}
 	// A View reads the settings row with its first statements, whether
 	// it asks for them yet or not: the configuration version is what most
 	// views ask for, and one more row in a round trip costs nothing.
-	if t.settings == nil && (settings || first && !t.update) {
+	if t.settings == nil && (settings || first && !t.update && !t.once) {
 		qs = append(qs, t.settingsQuery())
 	}
 	qs = append(qs, t.pending...)

@@ -618,3 +618,51 @@ func TestPlaceAfterTheServerEndsItsConnections(t *testing.T) {
 		t.Fatalf("place on a connection the server ended: %+v, %v", placed, err)
 	}
 }
+
+// TestReadOnceCostsOneRoundTrip: a read of one round trip through
+// ReadOnce costs that round trip alone, where a View adds the ROLLBACK
+// that ends it (in the background, but on the wire and in the pool all
+// the same); it reads what committed.
+func TestReadOnceCostsOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{MaxConns: 1})
+	fill(t, s)
+	want := site.MachineStatus{Registration: site.Registered, Credential: "c"}
+	if err := s.Update(ctx, func(tx site.Tx) error { return tx.SetMachineStatus(ctx, "m1", want) }); err != nil {
+		t.Fatal(err)
+	}
+	// flush takes the pool's one connection once a View's background
+	// ROLLBACK has let it go, in one round trip.
+	flush := func() {
+		if _, err := s.ChangeSessions(ctx, []site.SessionChange{{Machine: "m1", Session: "none", State: site.SessionActive}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // statements prepared on the connection
+		flush()
+		for _, run := range []func(context.Context, func(site.Tx) error) error{s.ReadOnce, s.View} {
+			if err := run(ctx, func(tx site.Tx) error { _, err := tx.MachineStatus(ctx, "m1"); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	flush()
+	read := func(run func(context.Context, func(site.Tx) error) error) int64 {
+		before := w.turns.Load()
+		var st site.MachineStatus
+		if err := run(ctx, func(tx site.Tx) (err error) { st, err = tx.MachineStatus(ctx, "m1"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if st.Registration != want.Registration || st.Credential != want.Credential {
+			t.Fatalf("read %+v, want %+v", st, want)
+		}
+		flush()
+		return w.turns.Load() - before - 1 // the flush
+	}
+	if n := read(s.ReadOnce); n != 1 {
+		t.Errorf("ReadOnce of one read: %d round trips, want 1", n)
+	}
+	if n := read(s.View); n != 2 {
+		t.Errorf("View of one read: %d round trips, want 2 (the read and its ROLLBACK)", n)
+	}
+}
