@@ -31,7 +31,7 @@ type tx struct {
 	// ROLLBACK, each batch its own snapshot.
 	once bool
 	conn *pgxpool.Conn // nil until the first statement
-	done   bool          // fn returned
+	done bool          // fn returned
 
 	// settings is the settings row, read once; in an Update, reading it
 	// takes the configuration lock.
