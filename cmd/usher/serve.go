@@ -36,7 +36,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	data := m.dataFlag(fs)
 	db := m.dbFlag(fs)
 	fs.StringVar(&cfg.Name, "name", "", "this broker's name in the site's broker registry (default: the host name); two running brokers cannot share one")
-	fs.StringVar(&cfg.Zone, "zone", "", "the zone this broker serves (default: the primary zone)")
+	fs.StringVar(&cfg.Zone, "zone", "", "the zone this broker is in (default: the primary zone): the user location of its launches; given, it takes only that zone's VDAs (and, in the primary zone, those of zones with primary_fallback)")
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
 	startRetry := time.Duration(0)
 	if isBroker {
