@@ -274,8 +274,10 @@ func (b *Broker) Publish(version int64, cfg *site.Config) bool {
 
 // install serves cfg at version. The caller holds refreshMu.
 func (b *Broker) install(version int64, cfg *site.Config) {
-	s := NewSnapshot(version, cfg)
-	b.machines.configure(s)
+	s, same := buildSnapshot(b.snap.Load(), version, cfg)
+	if !same {
+		b.machines.configure(s) // machines, catalogs or load rules changed
+	}
 	b.snap.Store(s)
 	b.log.Debug("configuration snapshot", "version", version)
 }

@@ -56,8 +56,21 @@ type Snapshot struct {
 // NewSnapshot indexes a validated, normalized configuration, the site's
 // at version. The snapshot keeps c and points into it: from then on c
 // must not be modified, nor anything it holds (see Config).
-func NewSnapshot(version int64, c *site.Config) *Snapshot {
-	s := &Snapshot{
+func NewSnapshot(version int64, c *site.Config) *Snapshot { return newSnapshotFrom(nil, version, c) }
+
+// newSnapshotFrom is NewSnapshot, reusing the indexes of prev (the
+// snapshot before, or nil) where c's objects are prev's: on a large site a
+// change of an application or an entitlement then indexes the users and
+// machines again no more. The reused indexes point into prev's
+// configuration, whose objects are c's equals. machinesReused reports
+// whether the machines' indexes (and so the broker's table) stand.
+func newSnapshotFrom(prev *Snapshot, version int64, c *site.Config) *Snapshot {
+	s, _ := buildSnapshot(prev, version, c)
+	return s
+}
+
+func buildSnapshot(prev *Snapshot, version int64, c *site.Config) (s *Snapshot, machinesReused bool) {
+	s = &Snapshot{
 		Version: version, Settings: c.Settings, config: c,
 		users: map[string]*site.User{}, resources: map[string]*site.Resource{},
 		groups: map[string]*site.DeliveryGroup{}, catalogs: map[string]*site.Catalog{},
@@ -66,26 +79,36 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
 		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
 	}
-	for i := range c.Users {
-		s.users[site.FoldName(c.Users[i].Name)] = &c.Users[i]
-	}
-	for i := range c.Catalogs {
-		s.catalogs[c.Catalogs[i].Name] = &c.Catalogs[i]
-	}
-	catalogGroup := map[string]string{}
-	for i := range c.DeliveryGroups {
-		g := &c.DeliveryGroups[i]
-		s.groups[g.Name] = g
-		for _, cn := range g.Catalogs {
-			catalogGroup[cn] = g.Name
+	if prev != nil && c.SameObjects(prev.config, site.KindUser) {
+		s.users = prev.users
+	} else {
+		for i := range c.Users {
+			s.users[site.FoldName(c.Users[i].Name)] = &c.Users[i]
 		}
 	}
-	for i := range c.Machines {
-		m := &c.Machines[i]
-		s.machines[m.Name] = m
-		if g, ok := catalogGroup[m.Catalog]; ok {
-			s.groupOf[m.Name] = g
-			s.machinesOf[g] = append(s.machinesOf[g], m)
+	machinesReused = prev != nil && c.SameObjects(prev.config, site.KindMachine) &&
+		c.SameObjects(prev.config, site.KindCatalog) && c.SameObjects(prev.config, site.KindDeliveryGroup)
+	if machinesReused {
+		s.catalogs, s.groups, s.machines, s.groupOf, s.machinesOf = prev.catalogs, prev.groups, prev.machines, prev.groupOf, prev.machinesOf
+	} else {
+		for i := range c.Catalogs {
+			s.catalogs[c.Catalogs[i].Name] = &c.Catalogs[i]
+		}
+		catalogGroup := map[string]string{}
+		for i := range c.DeliveryGroups {
+			g := &c.DeliveryGroups[i]
+			s.groups[g.Name] = g
+			for _, cn := range g.Catalogs {
+				catalogGroup[cn] = g.Name
+			}
+		}
+		for i := range c.Machines {
+			m := &c.Machines[i]
+			s.machines[m.Name] = m
+			if g, ok := catalogGroup[m.Catalog]; ok {
+				s.groupOf[m.Name] = g
+				s.machinesOf[g] = append(s.machinesOf[g], m)
+			}
 		}
 	}
 	for _, list := range [][]site.Resource{c.Applications, c.Desktops} {
@@ -116,7 +139,7 @@ func NewSnapshot(version int64, c *site.Config) *Snapshot {
 			s.named[u] = true
 		}
 	}
-	return s
+	return s, machinesReused
 }
 
 // Config returns the configuration the snapshot was built from: the

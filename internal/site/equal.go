@@ -49,3 +49,38 @@ func equalList(a, b []string) bool {
 	}
 	return true
 }
+
+// SameObjects reports whether c and o hold equal lists of objects of the
+// kind, element by element (as normalized configurations whose objects of
+// that kind are the same do): what a reader that indexes a configuration
+// checks before reusing its index of an earlier one. It is false for a
+// kind it does not compare.
+func (c *Config) SameObjects(o *Config, kind Kind) bool {
+	switch kind {
+	case KindZone:
+		return sameList(c.Zones, o.Zones, equalZone)
+	case KindCatalog:
+		return sameList(c.Catalogs, o.Catalogs, equalCatalog)
+	case KindGroup:
+		return sameList(c.Groups, o.Groups, equalGroup)
+	case KindUser:
+		return sameList(c.Users, o.Users, equalUser)
+	case KindMachine:
+		return sameList(c.Machines, o.Machines, equalMachine)
+	case KindDeliveryGroup:
+		return sameList(c.DeliveryGroups, o.DeliveryGroups, equalDeliveryGroup)
+	}
+	return false
+}
+
+func sameList[T any](a, b []T, eq func(*T, *T) bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !eq(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
+}

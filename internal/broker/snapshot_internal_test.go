@@ -1,0 +1,62 @@
+package broker
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/sitegen"
+)
+
+// TestSnapshotReusesOnlyWhatDidNotChange: a snapshot built from the one
+// before reuses its indexes of users and machines when those objects are
+// the same, and indexes them again when any changed, so that a change is
+// served whatever it touched.
+func TestSnapshotReusesOnlyWhatDidNotChange(t *testing.T) {
+	c1 := sitegen.Generate(sitegen.MidSize, "")
+	c1.Normalize()
+	s1 := NewSnapshot(1, c1)
+	copyOf := func(c *site.Config) *site.Config {
+		n := *c
+		n.Users, n.Machines, n.Applications = slices.Clone(c.Users), slices.Clone(c.Machines), slices.Clone(c.Applications)
+		return &n
+	}
+
+	// An application added: users and machines reused.
+	c2 := copyOf(c1)
+	c2.Applications = append(c2.Applications, site.Resource{Kind: site.Application, Name: "zz-new", DisplayName: "New",
+		CommandLine: "new.exe", DeliveryGroups: []string{c1.DeliveryGroups[0].Name}})
+	s2, reused := buildSnapshot(s1, 2, c2)
+	if !reused {
+		t.Error("an application added: the machines' indexes were built again")
+	}
+	if _, ok := s2.Resource("zz-new"); !ok {
+		t.Fatal("the new application is not in the snapshot")
+	}
+	u := c1.Users[0].Name
+	if got, ok := s2.User(u); !ok || got.Name != u {
+		t.Fatalf("user %s: %v, %v", u, got, ok)
+	}
+
+	// A machine into maintenance: the machines indexed again.
+	c3 := copyOf(c2)
+	c3.Machines[0].Maintenance = !c3.Machines[0].Maintenance
+	s3, reused := buildSnapshot(s2, 3, c3)
+	if reused {
+		t.Error("a machine changed, and the machines' indexes were reused")
+	}
+	if m, _, _ := s3.Machine(c3.Machines[0].Name); m.Maintenance != c3.Machines[0].Maintenance {
+		t.Errorf("machine %s: maintenance %v, want %v", m.Name, m.Maintenance, c3.Machines[0].Maintenance)
+	}
+
+	// A user renamed for display: the users indexed again.
+	c4 := copyOf(c3)
+	c4.Users[0].DisplayName = "Someone Else"
+	s4, _ := buildSnapshot(s3, 4, c4)
+	if got, _ := s4.User(u); got.DisplayName != "Someone Else" {
+		t.Errorf("user %s's display name %q, want the new one", u, got.DisplayName)
+	}
+	if got, _ := s3.User(u); got.DisplayName == "Someone Else" {
+		t.Error("the snapshot before sees the change")
+	}
+}
