@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/pgtest"
 )
@@ -94,5 +98,58 @@ func TestRotateSecret(t *testing.T) {
 	}
 	if string(before) == string(after) || len(after) < 17 {
 		t.Errorf("the enrolment secret did not change: %q then %q", before, after)
+	}
+}
+
+// TestBrokerWaitingForItsSiteDB: a broker whose site DB does not answer
+// keeps trying, and meanwhile answers on its address that it is alive
+// but not ready, saying why, without the DSN's password; it stops when
+// told to.
+func TestBrokerWaitingForItsSiteDB(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	m := &Main{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Self: testSelf}
+	done := make(chan int, 1)
+	go func() {
+		done <- m.Run(ctx, []string{"broker", "--listen", addr, "--data", t.TempDir(), "--start-retry", "1m",
+			"--db", "postgres://alice:s3cret-pw@127.0.0.1:1/site?connect_timeout=1"})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "unavailable") ||
+				!strings.Contains(string(body), "site DB") || strings.Contains(string(body), "s3cret-pw") {
+				t.Fatalf("/readyz while the site DB does not answer: %d %s", resp.StatusCode, body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing answered on %s for 20 s: %v\n%s", addr, err, errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := get(t, "http://"+addr+"/healthz", "", ""); code != http.StatusOK {
+		t.Errorf("/healthz while waiting: %d, want 200", code)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code == 0 {
+			t.Error("a broker that never reached its site DB exited 0")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the broker did not stop within 30 s of cancellation")
+	}
+	if strings.Contains(out.String()+errb.String(), "s3cret-pw") {
+		t.Errorf("the password was printed:\n%s%s", out.String(), errb.String())
 	}
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/api"
@@ -135,13 +138,43 @@ func openRetrying(ctx context.Context, cfg server.Config, retry time.Duration) (
 		if cfg.Logger != nil {
 			cfg.Logger.Warn("the site DB does not answer; trying again", "in", delay, "err", err)
 		}
+		stop := notReady(cfg.Listen, err)
 		select {
 		case <-ctx.Done():
+			stop()
 			return nil, err
 		case <-time.After(delay):
 		}
+		stop()
 		delay = min(2*delay, 30*time.Second)
 	}
+}
+
+// notReady answers on addr, while a broker waits to try its site DB
+// again, that it is alive (/healthz: 200) and not ready (/readyz and
+// every other path: 503 unavailable, saying why), so that a load
+// balancer or an orchestrator sees a broker starting rather than none.
+// It returns what stops it; when addr cannot be bound, it serves nothing.
+func notReady(addr string, why error) (stop func()) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return func() {}
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": site.EUnavailable,
+		"message": "this broker is starting: its site DB does not answer yet (" + site.ErrorMessage(why) + ")"}})
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			w.Write([]byte("ok\n"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write(body)
+	})}
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	return func() { srv.Close(); <-done }
 }
 
 func (m *Main) printBanner(s *server.Server, isDemo bool) {
