@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -37,11 +36,14 @@ type pendingEvent struct {
 	done       chan struct{}
 }
 
-// eventQueue gathers session events for the batches.
+// eventQueue gathers session events for the batches. A session's events
+// are applied in the order they were queued: a batch holds one event of a
+// session at most, and no event of a session in a batch in flight.
 type eventQueue struct {
-	mu      sync.Mutex
-	queue   []*pendingEvent
-	running int // batches in flight
+	mu       sync.Mutex
+	queue    []*pendingEvent
+	running  int             // batchers running
+	inFlight map[string]bool // sessions of the batches in flight
 }
 
 // applyEvent queues a session's change to next and waits for its batch.
@@ -67,21 +69,33 @@ func (b *Broker) applyEvent(ctx context.Context, ev SessionEvent, next site.Sess
 	}
 }
 
-// runEvents applies queued events a batch at a time until none is left.
+// runEvents applies queued events a batch at a time until none is left
+// that it may take. It stops with events left only when their sessions
+// are in another batcher's batch in flight: that batcher takes them next.
 func (b *Broker) runEvents() {
 	q := &b.events
 	for {
 		q.mu.Lock()
-		n := batchLen(q.queue)
-		if n == 0 {
+		var batch []*pendingEvent
+		batch, q.queue = nextBatch(q.queue, q.inFlight)
+		if len(batch) == 0 {
 			q.running--
 			q.mu.Unlock()
 			return
 		}
-		batch := slices.Clone(q.queue[:n])
-		q.queue = slices.Delete(q.queue, 0, n)
+		if q.inFlight == nil {
+			q.inFlight = map[string]bool{}
+		}
+		for _, p := range batch {
+			q.inFlight[p.ev.SessionID] = true
+		}
 		q.mu.Unlock()
 		b.applyBatch(batch)
+		q.mu.Lock()
+		for _, p := range batch {
+			delete(q.inFlight, p.ev.SessionID)
+		}
+		q.mu.Unlock()
 		for _, p := range batch {
 			if p.err == nil && p.wasPending {
 				b.machines.loggedOn(p.ev.Machine)
@@ -91,18 +105,25 @@ func (b *Broker) runEvents() {
 	}
 }
 
-// batchLen is how many of the queued events the next batch takes: up to
-// maxEventBatch, stopping before a session's second event, which goes in
-// a later batch, after the first.
-func batchLen(queue []*pendingEvent) int {
-	seen := make(map[string]bool, min(len(queue), maxEventBatch))
-	for i, p := range queue {
-		if i == maxEventBatch || seen[p.ev.SessionID] {
-			return i
+// nextBatch takes the next batch from the queue: up to maxEventBatch
+// events, the first of each session not in flight; a session's later
+// events, and every event of a session in flight, stay queued in their
+// order for a later batch.
+func nextBatch(queue []*pendingEvent, inFlight map[string]bool) (batch, rest []*pendingEvent) {
+	taken := make(map[string]bool, min(len(queue), maxEventBatch))
+	held := map[string]bool{} // sessions with an event left queued
+	rest = queue[:0:0]
+	for _, p := range queue {
+		id := p.ev.SessionID
+		if len(batch) == maxEventBatch || taken[id] || held[id] || inFlight[id] {
+			held[id] = true
+			rest = append(rest, p)
+			continue
 		}
-		seen[p.ev.SessionID] = true
+		taken[id] = true
+		batch = append(batch, p)
 	}
-	return len(queue)
+	return batch, rest
 }
 
 // applyBatch applies a batch of events (no session twice) with one
