@@ -140,7 +140,8 @@ type Broker struct {
 	// machine; resyncStart is when the last began.
 	resyncMu    sync.Mutex
 	resyncStart time.Time
-	events      eventQueue
+	events      batcher[*pendingEvent]
+	heartbeats  batcher[*pendingHeartbeat]
 	machines    *table
 	obs         Observer
 	guard       *auth.Guard
@@ -201,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), obs: cfg.Observer,
 		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy}
+	b.initBatchers()
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err
 	}

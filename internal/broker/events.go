@@ -3,29 +3,16 @@ package broker
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// Session events (logon, reconnect, disconnect) are applied in batches,
-// each one site.SessionChanger call: on PostgreSQL one round trip whatever
-// its size, which holds the rows it changes only while the database
-// applies it. While a batch is in flight the next one gathers, so that a
-// broker far from its site DB pays that round trip for every event that
-// arrived meanwhile rather than for each one: a launch then costs little
-// more than its own round trip.
-const (
-	// maxEventBatch bounds the events of one transaction.
-	maxEventBatch = 256
-	// eventBatchers is how many batches may be in flight at once.
-	eventBatchers = 2
-	// eventTimeout bounds one batch's transaction.
-	eventTimeout = 30 * time.Second
-)
+// eventTimeout bounds one batch of session reports or heartbeats.
+const eventTimeout = 30 * time.Second
 
-// pendingEvent is a session event waiting for its batch.
+// pendingEvent is a session event in a batch (Broker.events, keyed by
+// session), with its outcome.
 type pendingEvent struct {
 	ev    SessionEvent
 	next  site.SessionState
@@ -33,97 +20,15 @@ type pendingEvent struct {
 	err   error
 	// wasPending is set when the event ended the session's logon.
 	wasPending bool
-	done       chan struct{}
 }
 
-// eventQueue gathers session events for the batches. A session's events
-// are applied in the order they were queued: a batch holds one event of a
-// session at most, and no event of a session in a batch in flight.
-type eventQueue struct {
-	mu       sync.Mutex
-	queue    []*pendingEvent
-	running  int             // batchers running
-	inFlight map[string]bool // sessions of the batches in flight
-}
-
-// applyEvent queues a session's change to next and waits for its batch.
-// The batch runs to its end whatever ctx does; ctx only stops the wait.
+// applyEvent applies a session's change to next in the next batch.
 func (b *Broker) applyEvent(ctx context.Context, ev SessionEvent, next site.SessionState, byVDA bool) error {
-	p := &pendingEvent{ev: ev, next: next, byVDA: byVDA, done: make(chan struct{})}
-	q := &b.events
-	q.mu.Lock()
-	q.queue = append(q.queue, p)
-	start := q.running < eventBatchers
-	if start {
-		q.running++
+	p := &pendingEvent{ev: ev, next: next, byVDA: byVDA}
+	if err := b.events.do(ctx, p); err != nil {
+		return err
 	}
-	q.mu.Unlock()
-	if start {
-		go b.runEvents()
-	}
-	select {
-	case <-p.done:
-		return p.err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// runEvents applies queued events a batch at a time until none is left
-// that it may take. It stops with events left only when their sessions
-// are in another batcher's batch in flight: that batcher takes them next.
-func (b *Broker) runEvents() {
-	q := &b.events
-	for {
-		q.mu.Lock()
-		var batch []*pendingEvent
-		batch, q.queue = nextBatch(q.queue, q.inFlight)
-		if len(batch) == 0 {
-			q.running--
-			q.mu.Unlock()
-			return
-		}
-		if q.inFlight == nil {
-			q.inFlight = map[string]bool{}
-		}
-		for _, p := range batch {
-			q.inFlight[p.ev.SessionID] = true
-		}
-		q.mu.Unlock()
-		b.applyBatch(batch)
-		q.mu.Lock()
-		for _, p := range batch {
-			delete(q.inFlight, p.ev.SessionID)
-		}
-		q.mu.Unlock()
-		for _, p := range batch {
-			if p.err == nil && p.wasPending {
-				b.machines.loggedOn(p.ev.Machine)
-			}
-			close(p.done)
-		}
-	}
-}
-
-// nextBatch takes the next batch from the queue: up to maxEventBatch
-// events, the first of each session not in flight; a session's later
-// events, and every event of a session in flight, stay queued in their
-// order for a later batch.
-func nextBatch(queue []*pendingEvent, inFlight map[string]bool) (batch, rest []*pendingEvent) {
-	taken := make(map[string]bool, min(len(queue), maxEventBatch))
-	held := map[string]bool{} // sessions with an event left queued
-	rest = queue[:0:0]
-	for _, p := range queue {
-		id := p.ev.SessionID
-		if len(batch) == maxEventBatch || taken[id] || held[id] || inFlight[id] {
-			held[id] = true
-			rest = append(rest, p)
-			continue
-		}
-		taken[id] = true
-		batch = append(batch, p)
-	}
-	return batch, rest
+	return p.err
 }
 
 // applyBatch applies a batch of events (no session twice) with one
@@ -148,6 +53,7 @@ func (b *Broker) applyBatch(batch []*pendingEvent) {
 		switch verdicts[i] {
 		case site.VerdictLoggedOn:
 			p.wasPending = true
+			b.machines.loggedOn(p.ev.Machine)
 		case site.VerdictChanged, site.VerdictUnchanged:
 		case site.VerdictNoMachine:
 			p.err = site.NotFound(site.KindMachine, p.ev.Machine)

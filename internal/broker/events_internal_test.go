@@ -44,6 +44,7 @@ func (s *batchStore) ChangeSessions(ctx context.Context, cs []site.SessionChange
 func TestSessionEventsKeepTheirOrder(t *testing.T) {
 	st := &batchStore{first: make(chan struct{}), release: make(chan struct{})}
 	b := &Broker{store: st, machines: newTable(time.Now), cfg: Config{Now: time.Now}}
+	b.initBatchers()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -89,32 +90,39 @@ func TestSessionEventsKeepTheirOrder(t *testing.T) {
 	}
 }
 
-// TestNextBatch: a batch takes each session's first event, up to the
-// bound, skipping sessions in flight; what it leaves keeps its order.
+// TestNextBatch: a batch takes each key's first item, up to the bound,
+// skipping keys in flight; what it leaves keeps its order.
 func TestNextBatch(t *testing.T) {
-	ev := func(id string) *pendingEvent { return &pendingEvent{ev: SessionEvent{SessionID: id}} }
-	ids := func(ps []*pendingEvent) (out []string) {
-		for _, p := range ps {
-			out = append(out, p.ev.SessionID)
+	bt := &batcher[string]{key: func(s string) string { return s[:1] }}
+	jobs := func(items ...string) (out []job[string]) {
+		for _, it := range items {
+			out = append(out, job[string]{item: it})
 		}
 		return out
 	}
-	queue := []*pendingEvent{ev("a"), ev("b"), ev("a"), ev("c"), ev("d"), ev("b")}
-	batch, rest := nextBatch(queue, map[string]bool{"c": true})
-	if got := ids(batch); !slices.Equal(got, []string{"a", "b", "d"}) {
-		t.Errorf("batch %v, want a b d", got)
+	items := func(js []job[string]) (out []string) {
+		for _, j := range js {
+			out = append(out, j.item)
+		}
+		return out
 	}
-	if got := ids(rest); !slices.Equal(got, []string{"a", "c", "b"}) {
-		t.Errorf("rest %v, want a c b", got)
+	bt.inFlight = map[string]bool{"c": true}
+	batch, rest := bt.next(jobs("a1", "b1", "a2", "c1", "d1", "b2"))
+	if got := items(batch); !slices.Equal(got, []string{"a1", "b1", "d1"}) {
+		t.Errorf("batch %v, want a1 b1 d1", got)
 	}
-	// At the bound, a session left out keeps its later events out too.
-	var long []*pendingEvent
-	for i := range maxEventBatch {
-		long = append(long, ev(fmt.Sprint("s", i)))
+	if got := items(rest); !slices.Equal(got, []string{"a2", "c1", "b2"}) {
+		t.Errorf("rest %v, want a2 c1 b2", got)
 	}
-	long = append(long, ev("x"), ev("s0"), ev("x"))
-	batch, rest = nextBatch(long, nil)
-	if len(batch) != maxEventBatch || !slices.Equal(ids(rest), []string{"x", "s0", "x"}) {
-		t.Errorf("at the bound: %d in the batch, rest %v; want %d and x s0 x", len(batch), ids(rest), maxEventBatch)
+	// At the bound, a key left out keeps its later items out too.
+	bt = &batcher[string]{key: func(s string) string { return s }}
+	var long []string
+	for i := range maxBatch {
+		long = append(long, fmt.Sprint("s", i))
+	}
+	long = append(long, "x", "s0", "x")
+	batch, rest = bt.next(jobs(long...))
+	if len(batch) != maxBatch || !slices.Equal(items(rest), []string{"x", "s0", "x"}) {
+		t.Errorf("at the bound: %d in the batch, rest %v; want %d and x s0 x", len(batch), items(rest), maxBatch)
 	}
 }

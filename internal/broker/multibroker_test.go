@@ -342,3 +342,45 @@ func TestConcurrentSessionEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConcurrentHeartbeats: every machine heartbeats again and again
+// through the three brokers at once, in batches, with an impostor's
+// heartbeat among them: each machine's last report is what the site DB
+// holds, its session counts are untouched, and the impostor is refused.
+func TestConcurrentHeartbeats(t *testing.T) {
+	ctx := context.Background()
+	cfg := testSite(10, 10)
+	brokers, stores := pgBrokers(t, cfg, 3)
+	var wg sync.WaitGroup
+	for i, m := range cfg.Machines {
+		wg.Go(func() {
+			for k := 1; k <= 5; k++ {
+				hb := broker.Heartbeat{Machine: m.Name, Usage: site.Usage{CPUPercent: float64(10 * k), MemoryPercent: float64(i % 100)}}
+				if _, err := brokers[(i+k)%3].Heartbeat(ctx, hb); err != nil {
+					t.Errorf("heartbeat %d of %s: %v", k, m.Name, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			hb := broker.Heartbeat{Machine: m.Name, Credential: "an impostor's", Usage: site.Usage{CPUPercent: 99}}
+			if _, err := brokers[i%3].Heartbeat(ctx, hb); site.ErrorCode(err) != broker.ENotRegistered {
+				t.Errorf("an impostor's heartbeat for %s: %v, want not_registered", m.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	err := stores[0].View(ctx, func(tx site.Tx) error {
+		all, err := tx.MachineStatuses(ctx)
+		for i, m := range cfg.Machines {
+			st := all[m.Name]
+			if st.CPUPercent != 50 || st.MemoryPercent != float64(i%100) || st.LastHeartbeat.IsZero() || st.Sessions != 0 {
+				t.Errorf("%s: cpu %v%%, memory %v%%, last heartbeat %v, %d sessions; want its last report (50%%, %d%%) and no session",
+					m.Name, st.CPUPercent, st.MemoryPercent, st.LastHeartbeat, st.Sessions, i%100)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

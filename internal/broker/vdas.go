@@ -238,36 +238,71 @@ func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	if err := b.admitVDA(b.Snapshot(), hb.Machine); err != nil {
 		return 0, err
 	}
-	now := b.cfg.Now().UTC()
-	var st site.MachineStatus
-	err := b.store.Update(ctx, func(tx site.Tx) error {
-		var err error
-		if st, err = tx.MachineStatus(ctx, hb.Machine); err != nil {
-			return err
-		}
-		if st.Registration != site.Registered || st.Credential != hb.Credential {
-			return ErrNotRegistered
-		}
-		st.LastHeartbeat = now
-		st.CPUPercent, st.MemoryPercent = clampPercent(hb.Usage.CPUPercent), clampPercent(hb.Usage.MemoryPercent)
-		st.MemoryUsedMB, st.MemoryTotalMB = max(0, hb.Usage.MemoryUsedMB), max(0, hb.Usage.MemoryTotalMB)
-		b.rescore(hb.Machine, &st)
-		return tx.SetMachineStatus(ctx, hb.Machine, st)
-	})
-	if err != nil {
+	// The load index with the new usage, from the broker's view of the
+	// machine's sessions (as a placement's); brokers compute their own
+	// from the usage they read, so the one recorded is what admins see.
+	u := ms.usage
+	u.CPUPercent, u.MemoryPercent = clampPercent(hb.Usage.CPUPercent), clampPercent(hb.Usage.MemoryPercent)
+	u.MemoryUsedMB, u.MemoryTotalMB = max(0, hb.Usage.MemoryUsedMB), max(0, hb.Usage.MemoryTotalMB)
+	p := &pendingHeartbeat{hb: site.Heartbeat{Machine: hb.Machine, Credential: hb.Credential, At: b.cfg.Now().UTC(), Usage: u,
+		LoadIndex: LoadOf(ms.rules, ms.limit, u).Index}}
+	if err := b.heartbeats.do(ctx, p); err != nil {
 		return 0, err
+	}
+	if p.err != nil {
+		return 0, p.err
 	}
 	var index int
 	b.machines.update(hb.Machine, func(x *machineState) {
-		x.lastHeartbeat = now
-		x.usage.CPUPercent, x.usage.MemoryPercent = st.CPUPercent, st.MemoryPercent
-		x.usage.MemoryUsedMB, x.usage.MemoryTotalMB = st.MemoryUsedMB, st.MemoryTotalMB
+		x.lastHeartbeat = p.hb.At
+		x.usage.CPUPercent, x.usage.MemoryPercent = u.CPUPercent, u.MemoryPercent
+		x.usage.MemoryUsedMB, x.usage.MemoryTotalMB = u.MemoryUsedMB, u.MemoryTotalMB
 		x.registered = true
 	})
 	if x, ok := b.machines.get(hb.Machine); ok {
 		index = x.load.Index
 	}
 	return index, nil
+}
+
+// pendingHeartbeat is a heartbeat in a batch (Broker.heartbeats, keyed by
+// machine), with its outcome.
+type pendingHeartbeat struct {
+	hb  site.Heartbeat
+	err error
+}
+
+// initBatchers sets up the batches of session reports and heartbeats.
+func (b *Broker) initBatchers() {
+	b.events.key = func(p *pendingEvent) string { return p.ev.SessionID }
+	b.events.apply = b.applyBatch
+	b.heartbeats.key = func(p *pendingHeartbeat) string { return p.hb.Machine }
+	b.heartbeats.apply = b.recordHeartbeats
+}
+
+// recordHeartbeats records a batch of heartbeats with one
+// RecordHeartbeats; a batch that fails fails them all.
+func (b *Broker) recordHeartbeats(batch []*pendingHeartbeat) {
+	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
+	defer cancel()
+	hbs := make([]site.Heartbeat, len(batch))
+	for i, p := range batch {
+		hbs[i] = p.hb
+	}
+	verdicts, err := b.store.RecordHeartbeats(ctx, hbs)
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.err = err
+		case verdicts[i] == site.HeartbeatRecorded:
+		case verdicts[i] == site.HeartbeatNoMachine:
+			p.err = site.NotFound(site.KindMachine, p.hb.Machine)
+		case verdicts[i] == site.HeartbeatNotRegistered:
+			p.err = ErrNotRegistered
+		default:
+			p.err = fmt.Errorf("heartbeat of %q: the site DB's verdict %q", p.hb.Machine, verdicts[i])
+		}
+	}
 }
 
 func clampPercent(v float64) float64 { return min(max(v, 0), 100) }

@@ -25,6 +25,8 @@ type Store interface {
 	Placer
 	// SessionChanger applies VDAs' session reports, many in one round trip.
 	SessionChanger
+	// HeartbeatRecorder records VDAs' heartbeats, many in one round trip.
+	HeartbeatRecorder
 }
 
 // ConfigWatcher is a Store that tells of configuration changes as they

@@ -296,6 +296,22 @@ var _ site.Placer = (*Store)(nil)
 
 // Place seats a launch with site.PlaceTx in one Update: on a local file,
 // round trips cost nothing.
+// RecordHeartbeats records heartbeats with site.RecordHeartbeatsTx.
+func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) ([]site.HeartbeatVerdict, error) {
+	if err := site.Heartbeats(hbs).Validate(); err != nil {
+		return nil, err
+	}
+	var out []site.HeartbeatVerdict
+	err := s.Update(ctx, func(tx site.Tx) (err error) {
+		out, err = site.RecordHeartbeatsTx(ctx, tx, hbs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ChangeSessions applies session changes with site.ChangeSessionsTx.
 func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) ([]site.SessionVerdict, error) {
 	if err := site.SessionChanges(changes).Validate(); err != nil {

@@ -112,3 +112,61 @@ func testChangeSessions(t *testing.T, open func(*testing.T) site.Store) {
 		t.Fatalf("the batch again: %v, %v; want unchanged", got, err)
 	}
 }
+
+// testRecordHeartbeats holds RecordHeartbeats to RecordHeartbeatsTx's
+// rules: a registered machine's heartbeat with its credential is recorded
+// (time, CPU and memory, the broker's load index; its session counts
+// stay the site DB's), the rest get their verdicts and change nothing.
+func testRecordHeartbeats(t *testing.T, open func(*testing.T) site.Store) {
+	t.Parallel()
+	s := openBase(t, open)
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	before := map[string]site.MachineStatus{
+		"app1":   {Registration: site.Registered, Credential: "c1", LastHeartbeat: t0, Usage: site.Usage{Sessions: 3, LogonsInProgress: 1}, LoadIndex: 100},
+		"spare1": {Registration: site.Unregistered, Credential: "c2", LastHeartbeat: t0},
+		"vdi1":   {Registration: site.Registered, Credential: "c3", LastHeartbeat: t0},
+	}
+	update(t, s, func(ctx context.Context, tx site.Tx) error {
+		for m, st := range before {
+			if err := tx.SetMachineStatus(ctx, m, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	at := t0.Add(time.Minute)
+	usage := site.Usage{Sessions: 99, LogonsInProgress: 99, CPUPercent: 42.5, MemoryPercent: 61, MemoryUsedMB: 3000, MemoryTotalMB: 8000}
+	hbs := []site.Heartbeat{
+		{Machine: "app1", Credential: "c1", At: at, Usage: usage, LoadIndex: 4250},
+		{Machine: "spare1", Credential: "c2", At: at, Usage: usage},
+		{Machine: "vdi1", Credential: "stale", At: at, Usage: usage},
+		{Machine: "ghost", Credential: "c1", At: at, Usage: usage},
+	}
+	if _, err := s.RecordHeartbeats(ctx, append(hbs, hbs[0])); site.ErrorCode(err) != site.EInvalid {
+		t.Fatalf("a batch with app1 twice: %v, want %s", err, site.EInvalid)
+	}
+	got, err := s.RecordHeartbeats(ctx, hbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []site.HeartbeatVerdict{site.HeartbeatRecorded, site.HeartbeatNotRegistered, site.HeartbeatNotRegistered, site.HeartbeatNoMachine}
+	if !same(got, want) {
+		t.Fatalf("verdicts %v, want %v", got, want)
+	}
+	after := before["app1"]
+	after.LastHeartbeat, after.LoadIndex = at, 4250
+	after.CPUPercent, after.MemoryPercent, after.MemoryUsedMB, after.MemoryTotalMB = 42.5, 61, 3000, 8000
+	view(t, s, func(ctx context.Context, tx site.Tx) error {
+		for m, w := range map[string]site.MachineStatus{"app1": after, "spare1": before["spare1"], "vdi1": before["vdi1"]} {
+			st, err := tx.MachineStatus(ctx, m)
+			if err != nil {
+				return err
+			}
+			if !same(st, w) {
+				t.Errorf("%s: %+v, want %+v", m, st, w)
+			}
+		}
+		return nil
+	})
+}

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Brokers", testBrokers},
 		{"Lockout", testLockout},
 		{"ChangeSessions", testChangeSessions},
+		{"RecordHeartbeats", testRecordHeartbeats},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
