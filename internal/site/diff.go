@@ -395,6 +395,9 @@ func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Pla
 	if dryRun {
 		return plan, nil
 	}
+	if b, ok := tx.(BulkWriter); ok {
+		b.WriteInBulk()
+	}
 	return plan, plan.carryOut(ctx, tx, desired)
 }
 

@@ -252,6 +252,17 @@ func (a Admin) Validate() error {
 	return nil
 }
 
+// BulkWriter is a Tx that can pipeline the writes of a large change: from
+// WriteInBulk on, its Creates may go to the database with later
+// statements (thousands to a round trip), their errors returned by a
+// later call or by the commit instead of by Create. ApplyConfig asks for
+// it once the whole configuration has been validated against the site's,
+// under the configuration lock, so that such errors can only come from
+// the database itself.
+type BulkWriter interface {
+	WriteInBulk()
+}
+
 // OnceReader is a Store that can run reads outside a transaction: each
 // round trip to the database sees what committed before it, with no
 // snapshot across them, and costs no BEGIN nor ROLLBACK. For a read of one

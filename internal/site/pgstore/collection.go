@@ -505,23 +505,39 @@ func (c collection[T]) Create(ctx context.Context, obj T) error {
 	var missing *int64
 	var inserted bool
 	var holder *string
-	b := &pgx.Batch{}
-	b.Queue(c.sp.create, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&missing, &inserted, &holder) })
-	c.t.wrote = true
-	if err := c.send(ctx, b); err != nil {
-		if isCode(err, "23503") { // a reference deleted meanwhile
+	// outcome turns the statement's answer into Create's error.
+	outcome := func(err error) error {
+		switch {
+		case isCode(err, "23503"): // a reference deleted meanwhile
 			return site.Errorf(site.EInvalid, "%s %q refers to an object that does not exist", c.sp.kind, name)
-		}
-		if isCode(err, "23505") { // the name taken meanwhile
+		case isCode(err, "23505"): // the name taken meanwhile
 			return site.Conflict(c.sp.kind, name)
+		case err != nil:
+			return fmt.Errorf("create %s %q: %w", c.sp.kind, name, err)
+		case missing != nil:
+			return c.missing(name, refs, *missing)
+		case !inserted:
+			return c.conflict(name, holder)
 		}
-		return fmt.Errorf("create %s %q: %w", c.sp.kind, name, err)
+		return nil
 	}
-	switch {
-	case missing != nil:
-		return c.missing(name, refs, *missing)
-	case !inserted:
-		return c.conflict(name, holder)
+	b := &pgx.Batch{}
+	q := b.Queue(c.sp.create, args...)
+	c.t.wrote = true
+	if c.t.bulk && c.t.settings != nil && c.t.conn != nil {
+		// In bulk, under the configuration lock: the answer is read
+		// with the next round trip, and its error returned then.
+		q.QueryRow(func(r pgx.Row) error { return outcome(r.Scan(&missing, &inserted, &holder)) })
+		c.t.pending = append(c.t.pending, q)
+		c.changedName(name)
+		if len(c.t.pending) >= bulkFlush {
+			return c.t.send(ctx, nil, false)
+		}
+		return nil
+	}
+	q.QueryRow(func(r pgx.Row) error { return r.Scan(&missing, &inserted, &holder) })
+	if err := outcome(c.send(ctx, b)); err != nil {
+		return err
 	}
 	c.changedName(name)
 	return nil

@@ -30,6 +30,8 @@ type tx struct {
 	// once runs each batch outside a transaction (ReadOnce): no BEGIN, no
 	// ROLLBACK, each batch its own snapshot.
 	once bool
+	// bulk queues Creates with the pending writes (site.BulkWriter).
+	bulk bool
 	conn *pgxpool.Conn // nil until the first statement
 	done bool          // fn returned
 
@@ -81,6 +83,13 @@ func (t *tx) usable(write bool) error {
 	}
 	return nil
 }
+
+// WriteInBulk makes the transaction's Creates go with later statements
+// (site.BulkWriter), bulkFlush to a round trip.
+func (t *tx) WriteInBulk() { t.bulk = true }
+
+// bulkFlush is how many queued writes go to the database at once.
+const bulkFlush = 2000
 
 func (t *tx) beginSQL() string {
 	if t.update {
