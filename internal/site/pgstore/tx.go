@@ -187,6 +187,14 @@ func (t *tx) commit(ctx context.Context) error {
 	if t.conn == nil || !t.wrote {
 		return nil
 	}
+	if t.bulk && len(t.pending) > 0 {
+		// Creates in bulk report missing references and taken names in
+		// their answers, which the server does not take for errors: they
+		// are read before the COMMIT is sent.
+		if err := t.send(ctx, nil, false); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
 	qs := t.pending
 	t.pending = nil
 	if t.configChanged {

@@ -666,3 +666,37 @@ func TestReadOnceCostsOneRoundTrip(t *testing.T) {
 		t.Errorf("View of one read: %d round trips, want 2 (the read and its ROLLBACK)", n)
 	}
 }
+
+// TestBulkCreatesReportTheirErrors: creates queued in bulk
+// (site.BulkWriter) answer with a later round trip: one that fails fails
+// the transaction with its own error, and nothing of it commits.
+func TestBulkCreatesReportTheirErrors(t *testing.T) {
+	ctx := context.Background()
+	s, w := openWire(t, Options{})
+	fill(t, s)
+	before := w.turns.Load()
+	err := s.Update(ctx, func(stx site.Tx) error {
+		if _, err := stx.ConfigVersion(ctx); err != nil { // the configuration lock
+			return err
+		}
+		stx.(site.BulkWriter).WriteInBulk()
+		for i := range 10 {
+			if err := stx.Users().Create(ctx, site.User{Name: fmt.Sprint("bulk", i)}); err != nil {
+				return err
+			}
+		}
+		return stx.Users().Create(ctx, site.User{Name: "stray", Groups: []string{"nowhere"}})
+	})
+	if site.ErrorCode(err) != site.EInvalid || !strings.Contains(err.Error(), "nowhere") {
+		t.Fatalf("a bulk create with a missing group: %v, want %s naming it", err, site.EInvalid)
+	}
+	if n := w.turns.Load() - before; n > 3 {
+		t.Errorf("%d round trips for 11 creates in bulk, want the lock's and the commit's", n)
+	}
+	if err := s.View(ctx, func(stx site.Tx) error {
+		_, err := stx.Users().Get(ctx, "bulk0")
+		return err
+	}); site.ErrorCode(err) != site.ENotFound {
+		t.Fatalf("a user created in the failed transaction: %v, want not found", err)
+	}
+}
