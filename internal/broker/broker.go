@@ -758,7 +758,7 @@ func newID() string { return strings.ToLower(randomToken(12)) }
 func (b *Broker) endSession(ctx context.Context, id, machine string, vdaCred *string) error {
 	var wasPending, changed bool
 	err := b.store.Update(ctx, func(tx site.Tx) error {
-		st, sess, err := tx.MachineSession(ctx, machine, id)
+		st, sess, err := site.MachineSession(ctx, tx, machine, id)
 		if err != nil {
 			return err
 		}

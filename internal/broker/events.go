@@ -18,8 +18,6 @@ type pendingEvent struct {
 	next  site.SessionState
 	byVDA bool
 	err   error
-	// wasPending is set when the event ended the session's logon.
-	wasPending bool
 }
 
 // applyEvent applies a session's change to next in the next batch.
@@ -52,7 +50,6 @@ func (b *Broker) applyBatch(batch []*pendingEvent) {
 		}
 		switch verdicts[i] {
 		case site.VerdictLoggedOn:
-			p.wasPending = true
 			b.machines.loggedOn(p.ev.Machine)
 		case site.VerdictChanged, site.VerdictUnchanged:
 		case site.VerdictNoMachine:

@@ -56,19 +56,17 @@ type Snapshot struct {
 // NewSnapshot indexes a validated, normalized configuration, the site's
 // at version. The snapshot keeps c and points into it: from then on c
 // must not be modified, nor anything it holds (see Config).
-func NewSnapshot(version int64, c *site.Config) *Snapshot { return newSnapshotFrom(nil, version, c) }
+func NewSnapshot(version int64, c *site.Config) *Snapshot {
+	s, _ := buildSnapshot(nil, version, c)
+	return s
+}
 
-// newSnapshotFrom is NewSnapshot, reusing the indexes of prev (the
+// buildSnapshot is NewSnapshot, reusing the indexes of prev (the
 // snapshot before, or nil) where c's objects are prev's: on a large site a
 // change of an application or an entitlement then indexes the users and
 // machines again no more. The reused indexes point into prev's
 // configuration, whose objects are c's equals. machinesReused reports
 // whether the machines' indexes (and so the broker's table) stand.
-func newSnapshotFrom(prev *Snapshot, version int64, c *site.Config) *Snapshot {
-	s, _ := buildSnapshot(prev, version, c)
-	return s
-}
-
 func buildSnapshot(prev *Snapshot, version int64, c *site.Config) (s *Snapshot, machinesReused bool) {
 	s = &Snapshot{
 		Version: version, Settings: c.Settings, config: c,

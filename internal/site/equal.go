@@ -57,12 +57,8 @@ func equalList(a, b []string) bool {
 // kind it does not compare.
 func (c *Config) SameObjects(o *Config, kind Kind) bool {
 	switch kind {
-	case KindZone:
-		return sameList(c.Zones, o.Zones, equalZone)
 	case KindCatalog:
 		return sameList(c.Catalogs, o.Catalogs, equalCatalog)
-	case KindGroup:
-		return sameList(c.Groups, o.Groups, equalGroup)
 	case KindUser:
 		return sameList(c.Users, o.Users, equalUser)
 	case KindMachine:

@@ -94,17 +94,12 @@ type Tx interface {
 	// name, in one read: what a broker loads at start, and reads again to
 	// learn what other brokers changed. It locks nothing.
 	MachineStatuses(ctx context.Context) (map[string]MachineStatus, error)
-	// MachineSession returns a machine's runtime state and one session by
-	// ID, read in that order (in an Update: locked in that order, as every
-	// transaction that writes both must lock them), in one round trip
-	// where the store can. A missing machine or session is ENotFound.
-	MachineSession(ctx context.Context, machine, session string) (MachineStatus, Session, error)
-	// MachineSessions is MachineSession for many: the statuses of machines
-	// and the sessions by ID, each by name or ID, in one round trip where
-	// the store can; in an Update it locks every status (in name order)
-	// before every session (in ID order), so that two such transactions,
-	// or one and a MachineSession, never deadlock. Unknown names and IDs
-	// are left out.
+	// MachineSessions returns the statuses of machines and the sessions
+	// by ID, each by name or ID, in one round trip where the store can;
+	// in an Update it locks every status (in name order) before every
+	// session (in ID order), the order in which every transaction that
+	// writes both must lock them, so that none deadlocks with another.
+	// Unknown names and IDs are left out.
 	MachineSessions(ctx context.Context, machines, sessions []string) (map[string]MachineStatus, map[string]Session, error)
 
 	// MachineCredential returns what the site keeps of a machine's

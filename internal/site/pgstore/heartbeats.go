@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/usher-vdi/usher/internal/site"
@@ -44,13 +43,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) ([]s
 	if err := site.Heartbeats(hbs).Validate(); err != nil {
 		return nil, err
 	}
-	if s.closed.Load() {
-		return nil, errClosed
-	}
 	n := len(hbs)
-	if n == 0 {
-		return nil, nil
-	}
 	machines, creds := make([]string, n), make([]string, n)
 	ats := make([]pgtype.Timestamptz, n)
 	cpus, mems := make([]float64, n), make([]float64, n)
@@ -61,32 +54,13 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) ([]s
 		cpus[i], mems[i] = h.Usage.CPUPercent, h.Usage.MemoryPercent
 		used[i], total[i], loads[i] = int64(h.Usage.MemoryUsedMB), int64(h.Usage.MemoryTotalMB), int64(h.LoadIndex)
 	}
-	out := make([]site.HeartbeatVerdict, n)
-	b := &pgx.Batch{}
-	b.Queue(recordHeartbeats, machines, creds, ats, cpus, mems, used, total, loads).Query(func(rows pgx.Rows) error {
-		got := 0
-		for rows.Next() {
-			var i int64
-			var v string
-			if err := rows.Scan(&i, &v); err != nil {
-				return err
-			}
-			if i < 1 || i > int64(n) {
-				return fmt.Errorf("heartbeats: row %d of %d", i, n)
-			}
-			out[i-1] = site.HeartbeatVerdict(v)
-			got++
-		}
-		if got != n {
-			return fmt.Errorf("heartbeats: %d verdicts for %d heartbeats", got, n)
-		}
-		return rows.Err()
-	})
-	b.QueuedQueries = append(b.QueuedQueries, commitQuery())
-	t := &tx{s: s, update: true, commits: true}
-	defer t.end()
-	if err := t.send(ctx, b, false); err != nil {
+	verdicts, err := s.verdicts(ctx, n, recordHeartbeats, machines, creds, ats, cpus, mems, used, total, loads)
+	if err != nil {
 		return nil, fmt.Errorf("record %d heartbeats: %w", n, err)
+	}
+	out := make([]site.HeartbeatVerdict, n)
+	for i, v := range verdicts {
+		out[i] = site.HeartbeatVerdict(v)
 	}
 	return out, nil
 }

@@ -65,12 +65,6 @@ func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange
 	if err := site.SessionChanges(changes).Validate(); err != nil {
 		return nil, err
 	}
-	if s.closed.Load() {
-		return nil, errClosed
-	}
-	if len(changes) == 0 {
-		return nil, nil
-	}
 	n := len(changes)
 	machines, ids, states, clients, creds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	checks, ats := make([]bool, n), make([]pgtype.Timestamptz, n)
@@ -78,9 +72,30 @@ func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange
 		machines[i], ids[i], states[i], clients[i], checks[i], creds[i] = c.Machine, c.Session, string(c.State), c.ClientName, c.CheckCredential, c.Credential
 		ats[i] = pgtype.Timestamptz{Time: c.At, Valid: !c.At.IsZero()}
 	}
+	verdicts, err := s.verdicts(ctx, n, changeSessions, machines, ids, states, clients, checks, creds, ats)
+	if err != nil {
+		return nil, fmt.Errorf("change %d sessions: %w", n, err)
+	}
 	out := make([]site.SessionVerdict, n)
+	for i, v := range verdicts {
+		out[i] = site.SessionVerdict(v)
+	}
+	return out, nil
+}
+
+// verdicts runs a batch statement that answers one row (ordinality,
+// verdict) per item of its n, in one round trip with BEGIN and COMMIT,
+// and returns the verdicts in item order.
+func (s *Store) verdicts(ctx context.Context, n int, query string, args ...any) ([]string, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]string, n)
 	b := &pgx.Batch{}
-	b.Queue(changeSessions, machines, ids, states, clients, checks, creds, ats).Query(func(rows pgx.Rows) error {
+	b.Queue(query, args...).Query(func(rows pgx.Rows) error {
 		got := 0
 		for rows.Next() {
 			var i int64
@@ -89,13 +104,13 @@ func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange
 				return err
 			}
 			if i < 1 || i > int64(n) {
-				return fmt.Errorf("change of sessions: row %d of %d", i, n)
+				return fmt.Errorf("verdict for item %d of %d", i, n)
 			}
-			out[i-1] = site.SessionVerdict(v)
+			out[i-1] = v
 			got++
 		}
 		if got != n {
-			return fmt.Errorf("change of sessions: %d verdicts for %d changes", got, n)
+			return fmt.Errorf("%d verdicts for %d items", got, n)
 		}
 		return rows.Err()
 	})
@@ -103,7 +118,7 @@ func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange
 	t := &tx{s: s, update: true, commits: true}
 	defer t.end()
 	if err := t.send(ctx, b, false); err != nil {
-		return nil, fmt.Errorf("change %d sessions: %w", n, err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -439,33 +439,6 @@ func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineSta
 	return st, nil
 }
 
-func (t *tx) MachineSession(ctx context.Context, machine, id string) (site.MachineStatus, site.Session, error) {
-	if err := t.usable(false); err != nil {
-		return site.MachineStatus{}, site.Session{}, err
-	}
-	var st site.MachineStatus
-	var sess site.Session
-	haveStatus, haveSession := false, false
-	b := &pgx.Batch{}
-	queueOne(b, &haveStatus, `SELECT `+statusCols+` FROM machine_status WHERE machine = $1::text`+t.forUpdate(), []any{machine},
-		statusDest(&st)...)
-	queueOne(b, &haveSession, `SELECT `+sessionCols+` FROM sessions WHERE id = $1::text`+t.forUpdate(), []any{id}, sessionDest(&sess)...)
-	if err := t.send(ctx, b, false); err != nil {
-		return site.MachineStatus{}, site.Session{}, fmt.Errorf("machine status %q and session %q: %w", machine, id, err)
-	}
-	switch {
-	case !haveStatus:
-		return site.MachineStatus{}, site.Session{}, site.NotFound(site.KindMachine, machine)
-	case !haveSession:
-		return site.MachineStatus{}, site.Session{}, site.NotFound(site.KindSession, id)
-	}
-	if t.update {
-		t.lock("machine_status", machine)
-		t.lock("sessions", id)
-	}
-	return st, sess, nil
-}
-
 func (t *tx) MachineSessions(ctx context.Context, machines, ids []string) (map[string]site.MachineStatus, map[string]site.Session, error) {
 	if err := t.usable(false); err != nil {
 		return nil, nil, err

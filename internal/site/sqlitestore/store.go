@@ -298,9 +298,6 @@ var _ site.Placer = (*Store)(nil)
 // round trips cost nothing.
 // RecordHeartbeats records heartbeats with site.RecordHeartbeatsTx.
 func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) ([]site.HeartbeatVerdict, error) {
-	if err := site.Heartbeats(hbs).Validate(); err != nil {
-		return nil, err
-	}
 	var out []site.HeartbeatVerdict
 	err := s.Update(ctx, func(tx site.Tx) (err error) {
 		out, err = site.RecordHeartbeatsTx(ctx, tx, hbs)
@@ -314,9 +311,6 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) ([]s
 
 // ChangeSessions applies session changes with site.ChangeSessionsTx.
 func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) ([]site.SessionVerdict, error) {
-	if err := site.SessionChanges(changes).Validate(); err != nil {
-		return nil, err
-	}
 	var out []site.SessionVerdict
 	err := s.Update(ctx, func(tx site.Tx) (err error) {
 		out, err = site.ChangeSessionsTx(ctx, tx, changes)

@@ -241,18 +241,6 @@ func scanStatus(scan func(dest ...any) error, first ...any) (site.MachineStatus,
 	return st, err
 }
 
-func (t *tx) MachineSession(ctx context.Context, machine, id string) (site.MachineStatus, site.Session, error) {
-	st, err := t.MachineStatus(ctx, machine)
-	if err != nil {
-		return site.MachineStatus{}, site.Session{}, err
-	}
-	sess, err := t.Sessions().Get(ctx, id)
-	if err != nil {
-		return site.MachineStatus{}, site.Session{}, err
-	}
-	return st, sess, nil
-}
-
 func (t *tx) MachineSessions(ctx context.Context, machines, ids []string) (map[string]site.MachineStatus, map[string]site.Session, error) {
 	sts := make(map[string]site.MachineStatus, len(machines))
 	sess := make(map[string]site.Session, len(ids))

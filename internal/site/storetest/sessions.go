@@ -181,7 +181,7 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 
 		t.Run("MachineSessionReadsBoth", func(t *testing.T) {
 			update(t, s, func(ctx context.Context, tx site.Tx) error {
-				st, sess, err := tx.MachineSession(ctx, full.Machine, full.ID)
+				st, sess, err := site.MachineSession(ctx, tx, full.Machine, full.ID)
 				if err != nil {
 					return err
 				}
@@ -195,12 +195,12 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 				return nil
 			})
 			err := try(t, s, func(ctx context.Context, tx site.Tx) error {
-				_, _, err := tx.MachineSession(ctx, "no-such", full.ID)
+				_, _, err := site.MachineSession(ctx, tx, "no-such", full.ID)
 				return err
 			})
 			wantMessage(t, err, site.ENotFound, `"no-such"`)
 			err = try(t, s, func(ctx context.Context, tx site.Tx) error {
-				_, _, err := tx.MachineSession(ctx, full.Machine, "no-such-session")
+				_, _, err := site.MachineSession(ctx, tx, full.Machine, "no-such-session")
 				return err
 			})
 			wantMessage(t, err, site.ENotFound, `"no-such-session"`)
