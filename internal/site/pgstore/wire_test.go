@@ -672,7 +672,9 @@ func TestReadOnceCostsOneRoundTrip(t *testing.T) {
 // the transaction with its own error, and nothing of it commits.
 func TestBulkCreatesReportTheirErrors(t *testing.T) {
 	ctx := context.Background()
-	s, w := openWire(t, Options{})
+	// One connection: fill prepared its statements, so that only the
+	// transaction's own round trips count.
+	s, w := openWire(t, Options{MaxConns: 1})
 	fill(t, s)
 	before := w.turns.Load()
 	err := s.Update(ctx, func(stx site.Tx) error {
@@ -690,8 +692,11 @@ func TestBulkCreatesReportTheirErrors(t *testing.T) {
 	if site.ErrorCode(err) != site.EInvalid || !strings.Contains(err.Error(), "nowhere") {
 		t.Fatalf("a bulk create with a missing group: %v, want %s naming it", err, site.EInvalid)
 	}
-	if n := w.turns.Load() - before; n > 3 {
-		t.Errorf("%d round trips for 11 creates in bulk, want the lock's and the commit's", n)
+	// The lock's, the creates' answers (read before any COMMIT), and
+	// perhaps already the ROLLBACK that ends the failed transaction in the
+	// background and a statement's preparation: far from one per create.
+	if n := w.turns.Load() - before; n > 4 {
+		t.Errorf("%d round trips for 11 creates in bulk, want at most 4", n)
 	}
 	if err := s.View(ctx, func(stx site.Tx) error {
 		_, err := stx.Users().Get(ctx, "bulk0")
