@@ -294,7 +294,8 @@ func registration(req vdaproto.RegisterRequest) broker.Registration {
 		Control: broker.Control{URL: req.ControlURL, Token: req.ControlToken}, AgentVersion: req.AgentVersion,
 		Simulated: req.Simulated}
 	for _, s := range req.Sessions {
-		reg.Sessions = append(reg.Sessions, s.ID)
+		reg.Sessions = append(reg.Sessions, broker.ReportedSession{ID: s.ID, User: s.User, Resource: s.Resource,
+			State: site.SessionState(s.State)})
 	}
 	return reg
 }

@@ -31,6 +31,13 @@ type machineState struct {
 	// coolUntil keeps a machine whose VDA refused a session out of
 	// selection for a while.
 	coolUntil time.Time
+	// credential is the machine credential of the registration.
+	credential string
+	// here is when the machine's VDA last registered or heartbeat with
+	// this broker; reregister asks it to register again at its next
+	// heartbeat (Broker.Reregister).
+	here       time.Time
+	reregister bool
 }
 
 // Control is where and how a broker reaches a VDA.
@@ -281,6 +288,7 @@ func (ms *machineState) apply(st site.MachineStatus) {
 	ms.usage = st.Usage
 	ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
 	ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
+	ms.credential = st.Credential
 }
 
 // stale returns the registered machines whose last heartbeat is older

@@ -35,13 +35,21 @@ type Registration struct {
 	// Simulated marks a simulated VDA: its registration is logged at
 	// debug level, so that a simulator's hundreds do not flood the log.
 	Simulated bool
-	// Sessions are the IDs of the sessions already on the host, after a
-	// VDA or broker restart.
-	Sessions []string
+	// Sessions are the sessions already on the host, after a VDA or
+	// broker restart, or when the broker asked the VDA to register again
+	// (Reregister).
+	Sessions []ReportedSession
 	// Credential is the ID of the machine credential the VDA presented:
 	// the registration belongs to it, and heartbeats and events with
 	// another are not the registered VDA's.
 	Credential string
+}
+
+// ReportedSession is a session as its VDA reports it when it registers.
+type ReportedSession struct {
+	ID, User, Resource string
+	// State is pending, active or disconnected.
+	State site.SessionState
 }
 
 // Heartbeat is a VDA's load report.
@@ -121,7 +129,7 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 	done := b.begin(OpRegister)
 	defer func() { done(err) }()
 	s := b.Snapshot()
-	m, _, ok := s.Machine(req.Machine)
+	m, group, ok := s.Machine(req.Machine)
 	if !ok {
 		return site.NotFound(site.KindMachine, req.Machine)
 	}
@@ -145,8 +153,8 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 		proto = "rdp"
 	}
 	known := map[string]bool{}
-	for _, id := range req.Sessions {
-		known[id] = true
+	for _, rs := range req.Sessions {
+		known[rs.ID] = true
 	}
 	now := b.cfg.Now().UTC()
 	var st site.MachineStatus
@@ -171,11 +179,13 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 			return err
 		}
 		live, pending := 0, 0
+		held := map[string]bool{}
 		for _, sess := range p.Items {
+			held[sess.ID] = true
 			switch {
 			case sess.State == site.SessionLoggedOff:
 				continue
-			case known[sess.ID] || sess.State == site.SessionPending:
+			case known[sess.ID] || sess.State == site.SessionPending || now.Sub(sess.UpdatedAt) < b.reportGrace():
 				live++
 				if sess.State == site.SessionPending {
 					pending++
@@ -187,6 +197,11 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 				}
 			}
 		}
+		added, err := b.keepReported(ctx, tx, s, m.Name, group, req.Sessions, held, now)
+		if err != nil {
+			return err
+		}
+		live += added
 		st.Registration = site.Registered
 		st.LastHeartbeat = now
 		st.Sessions, st.LogonsInProgress = live, pending
@@ -208,12 +223,62 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 		return fmt.Errorf("register %q: %w", req.Machine, err)
 	}
 	b.machines.sync(req.Machine, st)
+	b.machines.update(req.Machine, func(ms *machineState) { ms.here, ms.reregister = now, false })
 	level := slog.LevelInfo
 	if req.Simulated {
 		level = slog.LevelDebug
 	}
 	b.log.Log(ctx, level, "machine registered", "machine", req.Machine, "address", addr, "sessions", st.Sessions)
 	return nil
+}
+
+// reportGrace is how recent a change of a session must be for a
+// registration that does not report the session to leave it be: the VDA
+// may have taken its list before the change (a logon racing the
+// registration). A session the VDA has really ended is reported ended
+// by the VDA's logoff event, or by its next registration.
+func (b *Broker) reportGrace() time.Duration { return max(3*b.cfg.HeartbeatInterval, 5*time.Second) }
+
+// keepReported records the live sessions a registering VDA reports that
+// the site DB does not hold on the machine (held): sessions brokered while
+// the site DB was down, or by a broker that lost its records. It returns
+// how many it recorded. A session whose ID the site DB holds elsewhere, or
+// whose user or resource the configuration does not know, is logged and
+// left out.
+func (b *Broker) keepReported(ctx context.Context, tx site.Tx, s *Snapshot, machine, group string, reported []ReportedSession,
+	held map[string]bool, now time.Time) (int, error) {
+	added := 0
+	for _, rs := range reported {
+		if held[rs.ID] || rs.ID == "" {
+			continue
+		}
+		switch rs.State {
+		case site.SessionPending, site.SessionActive, site.SessionDisconnected:
+		default:
+			continue
+		}
+		_, userOK := s.User(rs.User)
+		_, resOK := s.Resource(rs.Resource)
+		if !userOK || !resOK {
+			b.log.WarnContext(ctx, "a VDA reports a session of an unknown user or resource; not recorded", "machine", machine,
+				"session", rs.ID, "user", rs.User, "resource", rs.Resource)
+			continue
+		}
+		sess := site.Session{ID: rs.ID, User: rs.User, Resource: rs.Resource, DeliveryGroup: group,
+			Machine: machine, State: rs.State, CreatedAt: now, UpdatedAt: now}
+		err := tx.Sessions().Create(ctx, sess)
+		switch site.ErrorCode(err) {
+		case "":
+			added++
+			b.log.InfoContext(ctx, "a VDA reports a session the site DB did not hold; recorded", "machine", machine,
+				"session", rs.ID, "user", rs.User)
+		case site.EConflict, site.EInvalid:
+			b.log.WarnContext(ctx, "a VDA reports a session that cannot be recorded", "machine", machine, "session", rs.ID, "err", err)
+		default:
+			return 0, err
+		}
+	}
+	return added, nil
 }
 
 // heldByAnother reports whether another VDA holds the machine's live
@@ -232,7 +297,7 @@ func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	if !ok {
 		return 0, site.NotFound(site.KindMachine, hb.Machine)
 	}
-	if !ms.registered {
+	if !ms.registered || ms.reregister {
 		return 0, ErrNotRegistered
 	}
 	if err := b.admitVDA(b.Snapshot(), hb.Machine); err != nil {
@@ -246,15 +311,22 @@ func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	u.MemoryUsedMB, u.MemoryTotalMB = max(0, hb.Usage.MemoryUsedMB), max(0, hb.Usage.MemoryTotalMB)
 	p := &pendingHeartbeat{hb: site.Heartbeat{Machine: hb.Machine, Credential: hb.Credential, At: b.cfg.Now().UTC(), Usage: u,
 		LoadIndex: LoadOf(ms.rules, ms.limit, u).Index}}
-	if err := b.heartbeats.do(ctx, p); err != nil {
-		return 0, err
+	err := b.heartbeats.do(ctx, p)
+	if err == nil {
+		err = p.err
 	}
-	if p.err != nil {
-		return 0, p.err
+	if site.ErrorCode(err) == site.EUnavailable {
+		// The VDA is alive; the site DB is what failed. Its machine is
+		// not timed out for it, so that it stays eligible when the broker
+		// brokers from its local copy (which it seeds from this table).
+		b.machines.update(hb.Machine, func(x *machineState) { x.lastHeartbeat, x.here = p.hb.At, p.hb.At })
+	}
+	if err != nil {
+		return 0, err
 	}
 	var index int
 	b.machines.update(hb.Machine, func(x *machineState) {
-		x.lastHeartbeat = p.hb.At
+		x.lastHeartbeat, x.here = p.hb.At, p.hb.At
 		x.usage.CPUPercent, x.usage.MemoryPercent = u.CPUPercent, u.MemoryPercent
 		x.usage.MemoryUsedMB, x.usage.MemoryTotalMB = u.MemoryUsedMB, u.MemoryTotalMB
 		x.registered = true

@@ -18,6 +18,10 @@ const (
 	ENoCapacity   = "no_capacity"  // no machine can take the session
 	EOverloaded   = "overloaded"   // too many requests in flight: retry shortly
 	EInternal     = "internal"     // a bug or an unexpected failure; details are logged only
+	// ESiteDBUnavailable refuses what only the site DB may do (a
+	// configuration or password change, a new assignment) while a broker
+	// brokers from its local copy (the Local Host Cache).
+	ESiteDBUnavailable = "site_db_unavailable"
 )
 
 // Error is an application error: a code callers branch on and a message that

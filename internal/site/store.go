@@ -274,3 +274,28 @@ func ReadOnce(ctx context.Context, s Store, fn func(Tx) error) error {
 	}
 	return s.View(ctx, fn)
 }
+
+// CredentialLister is a Tx that reads every machine's credential in one
+// read: what a broker copies into its local copy of the site (the Local
+// Host Cache), so that VDAs can authenticate while the site DB is down.
+type CredentialLister interface {
+	MachineCredentials(ctx context.Context) (map[string]MachineCredential, error)
+}
+
+// LocalCopy is a Tx of a broker's local copy of the site (the Local Host
+// Cache), kept in an embedded database.
+//
+// SetConfigVersion makes the copy's configuration version the site DB's
+// version it was copied at (a copy is made with ApplyConfig, which moves
+// the version its own way); it moves nothing else. The session journal
+// records, in the transaction that wrote them, the IDs of the sessions
+// written while the site DB was down, so that they are written back when
+// it returns, even after a restart: JournalSessions adds IDs (an ID
+// already there stays once), Journaled lists them in ID order, and
+// Unjournal removes the IDs that were written back.
+type LocalCopy interface {
+	SetConfigVersion(ctx context.Context, version int64) error
+	JournalSessions(ctx context.Context, ids []string) error
+	Journaled(ctx context.Context) ([]string, error)
+	Unjournal(ctx context.Context, ids []string) error
+}

@@ -151,7 +151,7 @@ func TestNotRegisteredRegistersAgain(t *testing.T) {
 			t.Fatal("no heartbeats after the second registration")
 		}
 		reg := fb.registrations("vda-1")[1]
-		want := []vdaproto.SessionReport{{ID: "s1", User: `DEMO\alice`, State: "pending"}}
+		want := []vdaproto.SessionReport{{ID: "s1", User: `DEMO\alice`, Resource: "Notepad", State: "pending"}}
 		if !slices.Equal(reg.Sessions, want) {
 			t.Errorf("re-registration reports sessions %+v, want %+v", reg.Sessions, want)
 		}
@@ -409,7 +409,7 @@ func TestStateFileKeepsSessionsAcrossRestarts(t *testing.T) {
 	b := startAgent(t, fb, "vda-1", func(c *vda.MachineConfig) { c.StateFile = state })
 	waitFor(t, "registration of the restarted agent", func() bool { return b.Registered() })
 	regs := fb.registrations("vda-1")
-	want := []vdaproto.SessionReport{{ID: "s1", User: "alice", State: "active"}, {ID: "s2", User: "bob", State: "pending"}}
+	want := []vdaproto.SessionReport{{ID: "s1", User: "alice", Resource: "Notepad", State: "active"}, {ID: "s2", User: "bob", Resource: "Notepad", State: "pending"}}
 	if got := regs[len(regs)-1].Sessions; !slices.Equal(got, want) {
 		t.Errorf("the restarted agent reports %+v, want %+v", got, want)
 	}
@@ -433,7 +433,7 @@ func TestEventToForgetfulBrokerRegistersFirst(t *testing.T) {
 	}
 	waitFor(t, "the logon event after a re-registration", func() bool { _, ok := fb.event1("s1", vdaproto.EventLogon); return ok })
 	regs := fb.registrations("vda-1")
-	if len(regs) != 2 || !slices.Equal(regs[1].Sessions, []vdaproto.SessionReport{{ID: "s1", User: "alice", State: "active"}}) {
+	if len(regs) != 2 || !slices.Equal(regs[1].Sessions, []vdaproto.SessionReport{{ID: "s1", User: "alice", Resource: "Notepad", State: "active"}}) {
 		t.Errorf("registrations %+v, want a second one reporting the active session", regs)
 	}
 }

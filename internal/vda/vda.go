@@ -69,7 +69,7 @@ type Session struct {
 
 // Report returns the session as sent in a RegisterRequest.
 func (s Session) Report() vdaproto.SessionReport {
-	return vdaproto.SessionReport{ID: s.ID, User: s.User, State: string(s.State)}
+	return vdaproto.SessionReport{ID: s.ID, User: s.User, Resource: s.Resource, State: string(s.State)}
 }
 
 // Log attribute keys.

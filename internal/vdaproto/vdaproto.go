@@ -98,9 +98,10 @@ type RegisterRequest struct {
 
 // SessionReport is a session as a VDA knows it.
 type SessionReport struct {
-	ID    string `json:"id"`
-	User  string `json:"user"`
-	State string `json:"state"` // pending, active or disconnected
+	ID       string `json:"id"`
+	User     string `json:"user"`
+	Resource string `json:"resource,omitempty"`
+	State    string `json:"state"` // pending, active or disconnected
 }
 
 // RegisterResponse tells the VDA how often to heartbeat.

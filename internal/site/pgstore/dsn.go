@@ -142,3 +142,13 @@ func (s *Store) connectErr(err error) error {
 	}
 	return &connectError{target: s.target, msg: s.scrub(err)}
 }
+
+// Describe names the database dsn connects to, as a URL without its
+// password, for logs and messages; "" when dsn does not parse.
+func Describe(dsn string) string {
+	cfg, err := parseDSN(dsn)
+	if err != nil {
+		return ""
+	}
+	return describe(cfg.ConnConfig)
+}

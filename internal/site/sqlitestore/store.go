@@ -231,6 +231,11 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 			return err
 		}
 	}
+	if tx.pinVersion > 0 {
+		if err := tx.pin(ctx); err != nil {
+			return err
+		}
+	}
 	if err := sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", dbErr(err))
 	}

@@ -26,6 +26,9 @@ type tx struct {
 	// objects written (changes) under the new version.
 	configChanged bool
 	changes       map[site.ConfigChange]bool
+	// pinVersion, when set, is the configuration version to leave at
+	// commit (site.LocalCopy.SetConfigVersion).
+	pinVersion int64
 	// broken is the error of a write that failed halfway: Update refuses to
 	// commit a transaction that holds part of a change.
 	broken error

@@ -1,0 +1,43 @@
+package broker
+
+import (
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// OwnStatuses returns the statuses of the machines whose VDAs registered
+// or heartbeat with this broker within the heartbeat timeout, as the
+// broker knows them, its placements in flight counted: what a broker that
+// loses its site DB brokers on from its local copy (the Local Host
+// Cache). Machines registered with other brokers are left out: their
+// VDAs come to this broker if it is to broker for them, reporting their
+// sessions as they register.
+func (b *Broker) OwnStatuses() map[string]site.MachineStatus {
+	since := b.cfg.Now().Add(-b.cfg.HeartbeatTimeout)
+	b.machines.mu.Lock()
+	defer b.machines.mu.Unlock()
+	out := map[string]site.MachineStatus{}
+	for name, ms := range b.machines.machines {
+		if !ms.registered || ms.here.Before(since) {
+			continue
+		}
+		out[name] = site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms.lastHeartbeat, LoadIndex: ms.load.Index,
+			Usage: ms.effective(), RegisteredAddress: ms.address, Protocol: ms.protocol, ControlURL: ms.control.URL,
+			ControlToken: ms.control.Token, Credential: ms.credential}
+	}
+	return out
+}
+
+// Reregister asks the VDA of every registered machine to register again,
+// reporting the sessions it holds, at its next heartbeat (which the
+// broker answers with ErrNotRegistered once). The machines stay eligible
+// meanwhile. A broker calls it when it starts and stops brokering from
+// its local copy, so that its records of sessions agree with the VDAs'.
+func (b *Broker) Reregister() {
+	b.machines.mu.Lock()
+	defer b.machines.mu.Unlock()
+	for _, ms := range b.machines.machines {
+		if ms.registered {
+			ms.reregister = true
+		}
+	}
+}
