@@ -78,6 +78,9 @@ type Config struct {
 	UserTokenTTL time.Duration
 	// MachineCredentialTTL is the lifetime of a VDA's credential.
 	MachineCredentialTTL time.Duration
+	// Outage, when set, is the broker's Local Host Cache, which the admin
+	// API shows and forces.
+	Outage Outage
 }
 
 // Server serves the REST API.
@@ -164,6 +167,7 @@ func New(cfg Config) (*Server, error) {
 		readers: addrCounter{n: map[string]int{}}, crossOrigin: http.NewCrossOriginProtection(),
 		secretFingerprint: site.SecretFingerprint(cfg.EnrolmentSecret)}
 	s.registerAdmin()
+	s.registerOutage()
 	if cfg.Broker != nil {
 		s.registerUser()
 		s.registerVDA()
@@ -330,9 +334,11 @@ var statusOf = map[string]int{
 	site.EUnauthorized: http.StatusUnauthorized,
 	site.EForbidden:    http.StatusForbidden,
 	site.EUnavailable:  http.StatusServiceUnavailable,
-	site.ENoCapacity:   http.StatusServiceUnavailable,
-	site.EOverloaded:   http.StatusServiceUnavailable,
-	site.EInternal:     http.StatusInternalServerError,
+	// What waits for the site DB while a broker serves from its copy.
+	site.ESiteDBUnavailable: http.StatusServiceUnavailable,
+	site.ENoCapacity:        http.StatusServiceUnavailable,
+	site.EOverloaded:        http.StatusServiceUnavailable,
+	site.EInternal:          http.StatusInternalServerError,
 	// A VDA that must register again (vdaproto.CodeNotRegistered).
 	broker.ENotRegistered: http.StatusConflict,
 }
@@ -353,8 +359,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		if status == 0 {
 			status = http.StatusInternalServerError
 		}
-		if code == site.EOverloaded || code == site.ENoCapacity {
+		switch code {
+		case site.EOverloaded, site.ENoCapacity:
 			w.Header().Set("Retry-After", retryAfter(err))
+		case site.EUnavailable:
+			// The site DB, for a moment: the broker brokers from its local
+			// copy within seconds, and a VDA that waited longer would be
+			// timed out meanwhile.
+			w.Header().Set("Retry-After", "1")
 		}
 	}
 	if status >= 500 {

@@ -91,3 +91,11 @@ func (w *WAN) SetRTT(rtt time.Duration) error {
 
 // Close stops the proxy and closes its connections.
 func (w *WAN) Close() { w.proxy.Stop() }
+
+// Cut closes the proxy's listener and every connection through it, as a
+// site DB cut off from the network; Restore opens it again on the same
+// address.
+func (w *WAN) Cut() { w.proxy.Stop() }
+
+// Restore ends a Cut.
+func (w *WAN) Restore() error { return w.proxy.Start() }

@@ -33,7 +33,8 @@ func errorID(err error) string {
 		return ErrorAccountDisabled
 	}
 	switch site.ErrorCode(err) {
-	case site.EOverloaded:
+	case site.EOverloaded, site.EUnavailable:
+		// The site DB not answering is a moment's: clients retry.
 		return ErrorRetryRequired
 	case site.ENoCapacity:
 		return ErrorNoAvailableWorkstation

@@ -24,6 +24,7 @@ import (
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/hotpath"
+	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/vda"
@@ -142,6 +143,17 @@ type Config struct {
 	// Now is the clock of lock-out and throttling (default time.Now).
 	Now func() time.Time
 
+	// OutageAfter and RecoverAfter are how long a PostgreSQL site DB must
+	// fail to answer before the broker brokers from its local copy, and
+	// answer again before it returns to it (defaults
+	// lhc.DefaultOutageAfter and DefaultRecoverAfter). LHCProbeInterval
+	// and LHCCopyEvery tune the Local Host Cache's probes and copies
+	// (lhc.Options). NoLocalHostCache turns it off: the broker then stops
+	// brokering while the site DB is down.
+	OutageAfter, RecoverAfter      time.Duration
+	LHCProbeInterval, LHCCopyEvery time.Duration
+	NoLocalHostCache               bool
+
 	// Logger receives the site's logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -185,7 +197,10 @@ type Server struct {
 	secretPath   string
 	demoPassword string
 	store        site.Store
-	broker       *broker.Broker
+	// lhc is the Local Host Cache in front of a PostgreSQL site DB (the
+	// store), nil on an embedded site DB.
+	lhc    *lhc.Store
+	broker *broker.Broker
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 
@@ -233,7 +248,14 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.cleanup = append(s.cleanup, func() { dir.Close() })
 	s.dataDir = dir.Path()
-	store, where, err := OpenSiteDB(ctx, cfg.DB, dir, log)
+	var store site.Store
+	var where string
+	if IsPostgres(cfg.DB) && !cfg.NoLocalHostCache {
+		s.lhc, where, err = openLHC(ctx, cfg, dir, log)
+		store = s.lhc
+	} else {
+		store, where, err = OpenSiteDB(ctx, cfg.DB, dir, log)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +323,14 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	metrics.Attach(brk)
 	s.broker = brk
+	var outage api.Outage
+	if s.lhc != nil {
+		if err := registerLHCMetrics(registry, s.lhc); err != nil {
+			return nil, err
+		}
+		s.lhc.Attach(brk)
+		outage = s.lhc
+	}
 	s.name, s.zone = cfg.Name, zone
 	if s.name == "" {
 		if s.name, err = os.Hostname(); err != nil || s.name == "" {
@@ -313,9 +343,14 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	brokerDone := make(chan struct{})
 	go func() { defer close(brokerDone); brk.Run(runCtx) }()
 	s.cleanup = append(s.cleanup, func() { stopRun(); <-brokerDone })
+	if s.lhc != nil {
+		lhcDone := make(chan struct{})
+		go func() { defer close(lhcDone); s.lhc.Run(runCtx) }()
+		s.cleanup = append(s.cleanup, func() { stopRun(); <-lhcDone })
+	}
 
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
-		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret})
+		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage})
 	if err != nil {
 		return nil, err
 	}
@@ -533,6 +568,9 @@ func (s *Server) DemoPassword() string { return s.demoPassword }
 
 // Store is the site DB.
 func (s *Server) Store() site.Store { return s.store }
+
+// LHC is the broker's Local Host Cache, nil on an embedded site DB.
+func (s *Server) LHC() *lhc.Store { return s.lhc }
 
 // Broker is the site's broker.
 func (s *Server) Broker() *broker.Broker { return s.broker }

@@ -1,0 +1,29 @@
+// Package lhc is the Local Host Cache: a site.Store that lets a broker of
+// a PostgreSQL site go on brokering when the site DB is down.
+//
+// Every broker keeps a copy of the site in an SQLite file of its data
+// directory (CopyFile): the configuration, the secrets, admins, machine
+// credentials, machine statuses and live sessions, rewritten whole at
+// every configuration version and every CopyEvery, into a new file that
+// replaces the last good one only once complete.
+//
+// The Store probes the site DB every ProbeInterval. While it answers,
+// every call goes to it. When it has not answered for OutageAfter (or an
+// admin forces an outage), the Store enters outage mode: it opens the
+// copy, seeds it with the statuses of the machines registered with this
+// broker (Broker.OwnStatuses), and serves every call from it. Runtime
+// writes (registrations, heartbeats, sessions) go on; configuration,
+// password and credential changes and new assignments fail with
+// site.ESiteDBUnavailable. Every session written is journaled in the
+// same transaction, so the journal survives a restart.
+//
+// When the site DB has answered for RecoverAfter, the Store writes the
+// journaled sessions back (each by its ID, so that writing one twice is
+// harmless), then, with outage calls held back, writes what changed
+// meanwhile, the statuses of the machines registered with it, empties the
+// journal and goes back to the site DB; the broker then refreshes its
+// configuration and asks its VDAs to register again, so that both
+// records of sessions agree with the VDAs'. A broker that starts while the
+// site DB is down starts in outage mode from its copy; one that starts
+// with a journal left by an outage writes it back first.
+package lhc

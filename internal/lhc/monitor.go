@@ -1,0 +1,442 @@
+package lhc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+)
+
+// writeBackChunk bounds the sessions written back in one transaction.
+const writeBackChunk = 500
+
+// Run probes the site DB every ProbeInterval, enters and leaves outage
+// mode and keeps the copy current, until ctx ends or the Store closes.
+func (s *Store) Run(ctx context.Context) {
+	s.running.Store(true)
+	defer close(s.done)
+	t := time.NewTicker(s.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.tick(ctx)
+		}
+	}
+}
+
+// probeTimeout bounds one probe of the site DB.
+func (s *Store) probeTimeout() time.Duration { return max(2*s.opts.ProbeInterval, time.Second) }
+
+// tick probes the site DB once and acts on the answer.
+func (s *Store) tick(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, s.probeTimeout())
+	defer cancel()
+	p := s.primary.Load()
+	if p == nil {
+		db, err := s.opts.Open(pctx)
+		if err != nil {
+			s.observe(ctx, 0, err)
+			return
+		}
+		s.log.Info("site DB opened")
+		p = &primaryDB{db}
+		s.primary.Store(p)
+	}
+	var version int64
+	err := p.View(pctx, func(tx site.Tx) (err error) {
+		version, err = tx.ConfigVersion(pctx)
+		return err
+	})
+	s.observe(ctx, version, err)
+}
+
+// observe acts on a probe's outcome: err is nil when the site DB answered
+// with its configuration version.
+func (s *Store) observe(ctx context.Context, version int64, err error) {
+	s.trans.Lock()
+	defer s.trans.Unlock()
+	now := s.opts.Now()
+	s.mu.Lock()
+	if err == nil {
+		s.status.LastAnswer = now
+		if !s.status.DBAnswers && !s.outage.Load() {
+			s.log.Info("site DB answers again")
+		}
+	} else if s.status.DBAnswers {
+		s.log.Warn("site DB does not answer", "err", err, "outage_after", s.opts.OutageAfter)
+	}
+	s.status.DBAnswers = err == nil
+	last, forced := s.status.LastAnswer, s.forced
+	if err != nil || !s.outage.Load() {
+		s.okSince = time.Time{}
+	} else if s.okSince.IsZero() {
+		s.okSince = now
+	}
+	okFor := now.Sub(s.okSince)
+	s.mu.Unlock()
+
+	switch {
+	case !s.outage.Load() && forced:
+		s.enterOutage(ctx, "forced by an admin")
+	case !s.outage.Load() && err != nil && now.Sub(last) >= s.opts.OutageAfter:
+		s.enterOutage(ctx, fmt.Sprintf("the site DB has not answered for %s: %v", now.Sub(last).Round(time.Millisecond), err))
+	case !s.outage.Load() && err == nil:
+		s.maybeCopy(version, false)
+	case s.outage.Load() && err == nil && !forced && okFor >= s.opts.RecoverAfter:
+		s.recover(ctx, fmt.Sprintf("the site DB has answered for %s", okFor.Round(time.Millisecond)))
+	}
+}
+
+// Force forces outage mode on (the site DB is left alone, as for its
+// maintenance or a disaster-recovery test) or off (the Store returns to
+// the site DB at once if it answers, else when it has answered for
+// RecoverAfter).
+func (s *Store) Force(ctx context.Context, on bool) (Status, error) {
+	s.trans.Lock()
+	defer s.trans.Unlock()
+	s.mu.Lock()
+	s.forced = on
+	answers := s.status.DBAnswers
+	s.mu.Unlock()
+	s.log.Warn("outage mode forced", "forced", on)
+	switch {
+	case on && !s.outage.Load():
+		if err := s.enterOutage(ctx, "forced by an admin"); err != nil {
+			s.mu.Lock()
+			s.forced = false
+			s.mu.Unlock()
+			return s.Status(), err
+		}
+	case !on && s.outage.Load() && answers && s.primary.Load() != nil:
+		if err := s.recover(ctx, "no longer forced, and the site DB answers"); err != nil {
+			return s.Status(), err
+		}
+	}
+	return s.Status(), nil
+}
+
+// enterOutage opens the copy, seeds it with the broker's own machines and
+// serves from it. The caller holds trans.
+func (s *Store) enterOutage(ctx context.Context, cause string) error {
+	s.copyMu.Lock() // no copy replaces the file while it is opened
+	defer s.copyMu.Unlock()
+	local, info, err := openCopy(ctx, s.path, s.log)
+	if err != nil {
+		s.log.Error("the site DB is unavailable, but there is no local copy to broker from", "cause", cause, "err", err)
+		s.mu.Lock()
+		s.status.CopyError = err.Error()
+		s.mu.Unlock()
+		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
+	}
+	var own map[string]site.MachineStatus
+	b := s.attached()
+	if b != nil {
+		own = b.OwnStatuses()
+	}
+	var applied int
+	err = local.Update(ctx, func(tx site.Tx) error {
+		var err error
+		if applied, err = s.recent.applyTo(ctx, tx); err != nil {
+			return err
+		}
+		all, err := tx.MachineStatuses(ctx)
+		if err != nil {
+			return err
+		}
+		for name, st := range all {
+			if o, ok := own[name]; ok {
+				st = o
+			} else if st.Registration == site.Registered {
+				st.Registration = site.Unregistered
+			} else {
+				continue
+			}
+			if err := tx.SetMachineStatus(ctx, name, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		local.Close()
+		s.log.Error("cannot seed the local copy with this broker's machines", "err", err)
+		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
+	}
+	s.gate.Lock()
+	s.local = local
+	s.outage.Store(true)
+	s.gate.Unlock()
+	now := s.opts.Now()
+	s.mu.Lock()
+	s.status.Mode, s.status.Since, s.status.Cause = Outage, now, cause
+	s.status.CopyVersion, s.status.Journaled = info.version, len(info.journaled)
+	s.status.Outages++
+	s.okSince = time.Time{}
+	s.mu.Unlock()
+	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
+		"own_machines", len(own), "recent_sessions", applied)
+	if b != nil {
+		b.Reregister()
+	}
+	return nil
+}
+
+// recover writes the outage's sessions back and returns to the site DB.
+// The caller holds trans. On failure the Store stays in outage mode, its
+// journal whole.
+func (s *Store) recover(ctx context.Context, cause string) error {
+	db := s.Primary()
+	start := s.opts.Now()
+	s.gate.RLock()
+	local := s.local
+	s.gate.RUnlock()
+	if local == nil || db == nil {
+		return errors.New("lhc: nothing to recover from")
+	}
+	// A first pass while outage calls go on, then, with them held back,
+	// what changed since.
+	written := map[string]site.Session{}
+	n1, err := s.writeBackFrom(ctx, db, local, written)
+	if err != nil {
+		s.log.Warn("write-back failed; staying in outage mode", "err", err)
+		return err
+	}
+	s.gate.Lock()
+	n2, err := s.writeBackFrom(ctx, db, local, written)
+	if err == nil {
+		err = s.writeStatuses(ctx, db, local)
+	}
+	if err == nil {
+		err = local.Update(ctx, func(tx site.Tx) error {
+			return tx.(site.LocalCopy).Unjournal(ctx, slices.Collect(maps.Keys(written)))
+		})
+	}
+	if err != nil {
+		s.gate.Unlock()
+		s.log.Warn("write-back failed; staying in outage mode", "err", err)
+		return err
+	}
+	s.outage.Store(false)
+	s.local = nil
+	local.Close()
+	b := s.attached()
+	if b != nil {
+		if err := b.Refresh(ctx); err != nil {
+			s.log.Warn("configuration refresh after the outage failed", "err", err)
+		}
+	}
+	s.gate.Unlock()
+	now := s.opts.Now()
+	s.mu.Lock()
+	since := s.status.Since
+	s.status.Mode, s.status.Since, s.status.Cause = Normal, now, cause
+	s.status.Journaled = 0
+	s.status.WrittenBack += int64(len(written))
+	s.mu.Unlock()
+	s.log.Warn("outage over: brokering from the site DB again", "cause", cause, "outage_lasted", now.Sub(since).Round(time.Millisecond),
+		"sessions_written_back", len(written), "changed_during_write_back", n2, "write_back_took", now.Sub(start).Round(time.Millisecond))
+	_ = n1
+	if b != nil {
+		b.Reregister()
+	}
+	s.maybeCopy(0, true)
+	return nil
+}
+
+// writeBack writes the journal of the copy s.local holds to db and
+// empties it: at start, for an outage that a restart cut short.
+func (s *Store) writeBack(ctx context.Context, db site.Store) error {
+	written := map[string]site.Session{}
+	if _, err := s.writeBackFrom(ctx, db, s.local, written); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.status.WrittenBack += int64(len(written))
+	s.mu.Unlock()
+	return s.local.Update(ctx, func(tx site.Tx) error {
+		return tx.(site.LocalCopy).Unjournal(ctx, slices.Collect(maps.Keys(written)))
+	})
+}
+
+// writeBackFrom writes each journaled session of local to db, unless
+// written holds it as it is, and records it in written. It returns how
+// many it wrote.
+func (s *Store) writeBackFrom(ctx context.Context, db site.Store, local *sqlitestore.Store, written map[string]site.Session) (int, error) {
+	var ids []string
+	err := local.View(ctx, func(tx site.Tx) (err error) {
+		ids, err = tx.(site.LocalCopy).Journaled(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read the session journal: %w", err)
+	}
+	n := 0
+	for chunk := range slices.Chunk(ids, writeBackChunk) {
+		var todo []site.Session
+		err := local.View(ctx, func(tx site.Tx) error {
+			for _, id := range chunk {
+				sess, err := tx.Sessions().Get(ctx, id)
+				if site.ErrorCode(err) == site.ENotFound {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if w, ok := written[id]; !ok || w != sess {
+					todo = append(todo, sess)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("read journaled sessions: %w", err)
+		}
+		if err := db.Update(ctx, func(tx site.Tx) error { return upsertSessions(ctx, tx, todo) }); err != nil {
+			// One at a time, so that one session the site DB refuses
+			// (its user or machine deleted meanwhile) does not hold the
+			// others back.
+			if site.ErrorCode(err) != site.EInvalid && site.ErrorCode(err) != site.EConflict {
+				return n, fmt.Errorf("write sessions back: %w", err)
+			}
+			for _, sess := range todo {
+				err := db.Update(ctx, func(tx site.Tx) error { return upsertSessions(ctx, tx, []site.Session{sess}) })
+				if c := site.ErrorCode(err); c == site.EInvalid || c == site.EConflict {
+					s.log.Error("a session of the outage cannot be written back; left out", "session", sess.ID, "user", sess.User,
+						"machine", sess.Machine, "err", err)
+				} else if err != nil {
+					return n, fmt.Errorf("write session %s back: %w", sess.ID, err)
+				}
+			}
+		}
+		for _, sess := range todo {
+			written[sess.ID] = sess
+		}
+		n += len(todo)
+	}
+	return n, nil
+}
+
+// upsertSessions writes sessions by ID: created when the site DB lacks
+// them, else replaced, except that a session the site DB holds as ended
+// stays ended (an end recorded elsewhere is never undone, whatever the
+// brokers' clocks say).
+func upsertSessions(ctx context.Context, tx site.Tx, sessions []site.Session) error {
+	for _, sess := range sessions {
+		cur, err := tx.Sessions().Get(ctx, sess.ID)
+		switch {
+		case site.ErrorCode(err) == site.ENotFound:
+			err = tx.Sessions().Create(ctx, sess)
+		case err != nil:
+		case cur == sess:
+		case cur.State == site.SessionLoggedOff:
+		default:
+			err = tx.Sessions().Update(ctx, sess)
+		}
+		if err != nil {
+			return fmt.Errorf("session %s: %w", sess.ID, err)
+		}
+	}
+	return nil
+}
+
+// writeStatuses writes the statuses of the machines registered in the
+// copy (with this broker) to db.
+func (s *Store) writeStatuses(ctx context.Context, db site.Store, local *sqlitestore.Store) error {
+	var all map[string]site.MachineStatus
+	err := local.View(ctx, func(tx site.Tx) (err error) {
+		all, err = tx.MachineStatuses(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read statuses: %w", err)
+	}
+	return db.Update(ctx, func(tx site.Tx) error {
+		for _, name := range slices.Sorted(maps.Keys(all)) {
+			st := all[name]
+			if st.Registration != site.Registered {
+				continue
+			}
+			if err := tx.SetMachineStatus(ctx, name, st); err != nil && site.ErrorCode(err) != site.ENotFound {
+				return fmt.Errorf("status of %q: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// maybeCopy rewrites the copy in the background when the configuration
+// moved past it (version), when it is older than CopyEvery, or when now
+// is set, unless a copy is under way.
+func (s *Store) maybeCopy(version int64, now bool) {
+	s.mu.Lock()
+	due := now || s.status.CopyAt.IsZero() || version != s.status.CopyVersion ||
+		s.opts.Now().Sub(s.status.CopyAt) >= s.opts.CopyEvery
+	if !due || s.copying || s.closed.Load() {
+		s.mu.Unlock()
+		return
+	}
+	s.copying = true
+	s.copies.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.copies.Done()
+		err := s.copyNow()
+		s.mu.Lock()
+		s.copying = false
+		if err != nil {
+			s.status.CopyError = err.Error()
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("local copy not refreshed; the last good one stays", "err", err)
+		}
+	}()
+}
+
+// copyNow reads the site and replaces the copy with it.
+func (s *Store) copyNow() error {
+	db := s.Primary()
+	if db == nil {
+		return errors.New("the site DB is not open")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	start := s.opts.Now()
+	mark := s.recent.mark()
+	st, err := readState(ctx, db)
+	if err != nil {
+		return err
+	}
+	s.copyMu.Lock()
+	defer s.copyMu.Unlock()
+	if s.outage.Load() {
+		return errors.New("outage mode began while the copy was read")
+	}
+	if err := writeCopy(ctx, s.path, st, s.log); err != nil {
+		return err
+	}
+	s.recent.forget(mark)
+	s.mu.Lock()
+	s.status.CopyVersion, s.status.CopyAt, s.status.CopyError = st.version, start, ""
+	s.mu.Unlock()
+	s.log.Debug("local copy refreshed", "version", st.version, "machines", len(st.config.Machines), "sessions", len(st.sessions),
+		"took", s.opts.Now().Sub(start).Round(time.Millisecond))
+	return nil
+}

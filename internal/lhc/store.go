@@ -1,0 +1,473 @@
+package lhc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/sqlitestore"
+)
+
+// Defaults for Options.
+const (
+	DefaultOutageAfter   = 5 * time.Second
+	DefaultRecoverAfter  = 5 * time.Second
+	DefaultProbeInterval = 500 * time.Millisecond
+	DefaultCopyEvery     = time.Minute
+	// DefaultCallTimeout bounds a brokering call to the site DB (a
+	// placement, a batch of session reports or heartbeats, a credential
+	// read): one cut off answers EUnavailable, which the client retries,
+	// instead of waiting on a database that stopped answering.
+	DefaultCallTimeout = 2 * time.Second
+)
+
+// Broker is what the Store needs of the broker it serves.
+type Broker interface {
+	// OwnStatuses returns the statuses of the machines registered with
+	// the broker, as it knows them.
+	OwnStatuses() map[string]site.MachineStatus
+	// Reregister asks the broker's VDAs to register again, reporting
+	// their sessions.
+	Reregister()
+	// Refresh brings the broker's configuration up to the store's.
+	Refresh(ctx context.Context) error
+}
+
+// Options configure a Store.
+type Options struct {
+	// Open opens the site DB. Open calls it once; when it fails and a
+	// usable copy exists, the Store starts in outage mode and calls it
+	// again at every probe until it succeeds.
+	Open func(ctx context.Context) (site.Store, error)
+	// Dir is the directory of the local copy (CopyFile).
+	Dir string
+	// OutageAfter is how long the site DB must fail to answer before the
+	// Store brokers from its copy; RecoverAfter, how long it must answer
+	// again before the Store writes back and returns to it.
+	OutageAfter, RecoverAfter time.Duration
+	// ProbeInterval is how often the Store tries the site DB.
+	ProbeInterval time.Duration
+	// CopyEvery is how often the copy is rewritten when the configuration
+	// does not change (it is rewritten at every version in any case).
+	CopyEvery time.Duration
+	// CallTimeout bounds each brokering call to the site DB.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// Mode is whom a Store serves from.
+type Mode string
+
+const (
+	Normal Mode = "normal" // the site DB
+	Outage Mode = "outage" // the local copy
+)
+
+// Status is a Store's state, for the admin API, metrics and logs.
+type Status struct {
+	Mode   Mode `json:"mode"`
+	Forced bool `json:"forced"`
+	// Since is when the Store entered its mode, for the reason Cause.
+	Since time.Time `json:"since,omitzero"`
+	Cause string    `json:"cause,omitempty"`
+	// LastAnswer is when the site DB last answered a probe.
+	LastAnswer time.Time `json:"last_answer,omitzero"`
+	// DBAnswers tells whether the last probe was answered.
+	DBAnswers bool `json:"db_answers"`
+	// CopyVersion is the configuration version of the local copy, made at
+	// CopyAt; CopyError, the last copy's failure, if it failed.
+	CopyVersion int64     `json:"copy_version"`
+	CopyAt      time.Time `json:"copy_at,omitzero"`
+	CopyError   string    `json:"copy_error,omitempty"`
+	// Journaled counts the sessions written in outage mode that wait to
+	// be written back; WrittenBack counts those written back since start.
+	Journaled   int   `json:"journaled"`
+	WrittenBack int64 `json:"written_back"`
+	// Outages counts the outages entered since start.
+	Outages int64 `json:"outages"`
+}
+
+// Store is a site.Store that serves from the site DB while it answers and
+// from the local copy while it does not. See the package documentation.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+	path string
+
+	primary atomic.Pointer[primaryDB]
+	outage  atomic.Bool
+	// gate holds outage calls back while the Store leaves outage mode:
+	// outage calls hold it for reading.
+	gate  sync.RWMutex
+	local *sqlitestore.Store // open in outage mode; under gate
+
+	broker atomic.Value // Broker
+	// recent holds the sessions written since the copy was read.
+	recent recent
+
+	mu     sync.Mutex // guards status and the fields below
+	status Status
+	forced bool
+	// okSince is when the site DB began answering again in outage mode.
+	okSince time.Time
+	copying bool
+
+	// trans serializes the transitions between modes; copyMu, a copy's
+	// replacing the file with outage mode's opening it.
+	trans  sync.Mutex
+	copyMu sync.Mutex
+
+	copies  sync.WaitGroup
+	stop    chan struct{}
+	done    chan struct{}
+	running atomic.Bool
+	closed  atomic.Bool
+}
+
+type primaryDB struct{ site.Store }
+
+var (
+	_ site.Store         = (*Store)(nil)
+	_ site.ConfigWatcher = (*Store)(nil)
+	_ site.OnceReader    = (*Store)(nil)
+)
+
+// Open opens the site DB with opts.Open and returns a Store serving from
+// it. When the site DB cannot be opened, it opens the local copy instead
+// and starts in outage mode; with no usable copy it fails. A copy left
+// with journaled sessions is written back before the Store serves from
+// the site DB. Call Attach, then Run.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Open == nil || opts.Dir == "" {
+		return nil, errors.New("lhc: Open and Dir are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	opts.OutageAfter = cmp.Or(max(opts.OutageAfter, 0), DefaultOutageAfter)
+	opts.RecoverAfter = cmp.Or(max(opts.RecoverAfter, 0), DefaultRecoverAfter)
+	opts.ProbeInterval = cmp.Or(max(opts.ProbeInterval, 0), DefaultProbeInterval)
+	opts.CopyEvery = cmp.Or(max(opts.CopyEvery, 0), DefaultCopyEvery)
+	opts.CallTimeout = cmp.Or(max(opts.CallTimeout, 0), DefaultCallTimeout)
+	s := &Store{opts: opts, log: opts.Logger.With("component", "lhc"), path: filepath.Join(opts.Dir, CopyFile),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	now := opts.Now()
+	db, err := opts.Open(ctx)
+	if err != nil {
+		local, info, cerr := openCopy(ctx, s.path, s.log)
+		if cerr != nil {
+			return nil, fmt.Errorf("the site DB cannot be opened (%w), and there is nothing to broker from: %w", err, cerr)
+		}
+		s.local = local
+		s.outage.Store(true)
+		s.status = Status{Mode: Outage, Since: now, Cause: "the site DB could not be opened at start: " + err.Error(),
+			CopyVersion: info.version, Journaled: len(info.journaled), Outages: 1}
+		s.log.Error("site DB unavailable at start: brokering from the local copy", "err", err, "copy", s.path,
+			"copy_version", info.version, "journaled", len(info.journaled))
+		return s, nil
+	}
+	s.primary.Store(&primaryDB{db})
+	s.status = Status{Mode: Normal, Since: now, LastAnswer: now, DBAnswers: true}
+	// A journal left by an outage that a restart cut short goes to the
+	// site DB before anything else does.
+	if local, info, cerr := openCopy(ctx, s.path, s.log); cerr == nil {
+		s.status.CopyVersion = info.version
+		if len(info.journaled) > 0 {
+			s.log.Warn("the local copy holds sessions of an outage not written back: writing them back", "journaled", len(info.journaled))
+			s.local = local
+			if err := s.writeBack(ctx, db); err != nil {
+				local.Close()
+				s.local = nil
+				db.Close()
+				return nil, fmt.Errorf("write back the sessions of the last outage: %w", err)
+			}
+		}
+		local.Close()
+		s.local = nil
+	} else {
+		s.log.Info("no usable local copy yet; one is made from the site DB", "reason", cerr)
+	}
+	return s, nil
+}
+
+// Attach gives the Store the broker it serves. Call it before Run.
+func (s *Store) Attach(b Broker) { s.broker.Store(b) }
+
+func (s *Store) attached() Broker {
+	b, _ := s.broker.Load().(Broker)
+	return b
+}
+
+// Primary returns the site DB, nil when it has not been opened yet.
+func (s *Store) Primary() site.Store {
+	if p := s.primary.Load(); p != nil {
+		return p.Store
+	}
+	return nil
+}
+
+// Status returns the Store's state.
+func (s *Store) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Forced = s.forced
+	return st
+}
+
+// InOutage reports whether the Store serves from its local copy.
+func (s *Store) InOutage() bool { return s.outage.Load() }
+
+// unavailable is the error of a call the site DB cannot take now.
+func (s *Store) unavailable() error {
+	return site.Errorf(site.EUnavailable, "the site DB is not answering; this broker brokers from its local copy once it has been down for %s: retry shortly",
+		s.opts.OutageAfter)
+}
+
+// refusal is the error of what outage mode cannot do.
+func (s *Store) refusal() error {
+	st := s.Status()
+	return site.Errorf(site.ESiteDBUnavailable, "the site DB is unavailable (since %s): this broker serves from its local copy, "+
+		"in which configuration, password and credential changes and new assignments cannot be made; retry once the site DB is back",
+		st.Since.UTC().Format(time.RFC3339))
+}
+
+// db returns the site DB for a call in normal mode, or an error when
+// calls must not wait on it: it is not open, or its last probe failed.
+func (s *Store) db() (site.Store, error) {
+	p := s.primary.Load()
+	if p == nil {
+		return nil, s.unavailable()
+	}
+	s.mu.Lock()
+	answers := s.status.DBAnswers
+	s.mu.Unlock()
+	if !answers {
+		return nil, s.unavailable()
+	}
+	return p.Store, nil
+}
+
+// withLocal runs fn on the local copy when the Store is in outage mode,
+// holding outage calls' share of the gate; it reports whether it did.
+func (s *Store) withLocal(fn func(*sqlitestore.Store) error) (bool, error) {
+	if !s.outage.Load() {
+		return false, nil
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if !s.outage.Load() || s.local == nil {
+		return false, nil // it left outage mode meanwhile
+	}
+	return true, fn(s.local)
+}
+
+// localUpdate runs fn in an Update of the local copy, on an outageTx, and
+// journals the sessions it wrote in the same transaction.
+func (s *Store) localUpdate(ctx context.Context, local *sqlitestore.Store, fn func(site.Tx) error) error {
+	return local.Update(ctx, func(tx site.Tx) error {
+		ot := &outageTx{Tx: tx, refuse: s.refusal}
+		if err := fn(ot); err != nil {
+			return err
+		}
+		if len(ot.written) == 0 {
+			return nil
+		}
+		return tx.(site.LocalCopy).JournalSessions(ctx, ot.written)
+	})
+}
+
+func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
+	}); ok {
+		return err
+	}
+	db, err := s.db()
+	if err != nil {
+		return err
+	}
+	return db.View(ctx, fn)
+}
+
+func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error { return s.localUpdate(ctx, l, fn) }); ok {
+		return err
+	}
+	db, err := s.db()
+	if err != nil {
+		return err
+	}
+	var rt *recordingTx
+	err = db.Update(ctx, func(tx site.Tx) error {
+		rt = &recordingTx{Tx: tx}
+		return fn(rt)
+	})
+	if err == nil {
+		for _, sess := range rt.written {
+			s.recent.put(sess)
+		}
+		for m, c := range rt.creds {
+			s.recent.putCredential(m, c)
+		}
+	}
+	return err
+}
+
+func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
+	}); ok {
+		return err
+	}
+	db, err := s.db()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	return site.ReadOnce(ctx, db, fn)
+}
+
+func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, err error) {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
+			out, err = site.PlaceTx(ctx, tx, p)
+			return err
+		})
+	}); ok {
+		if err != nil {
+			return site.Placed{}, err
+		}
+		return out, nil
+	}
+	db, err := s.db()
+	if err != nil {
+		return site.Placed{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	out, err = db.Place(ctx, p)
+	if err == nil {
+		if out.Session.ID != "" {
+			s.recent.put(out.Session)
+		}
+		if out.Reconnect != nil {
+			s.recent.put(*out.Reconnect)
+		}
+	}
+	return out, err
+}
+
+func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) (out []site.SessionVerdict, err error) {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
+			out, err = site.ChangeSessionsTx(ctx, tx, changes)
+			return err
+		})
+	}); ok {
+		return out, err
+	}
+	db, err := s.db()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	out, err = db.ChangeSessions(ctx, changes)
+	if err == nil {
+		for i, v := range out {
+			if v == site.VerdictChanged || v == site.VerdictLoggedOn {
+				s.recent.changed(changes[i])
+			}
+		}
+	}
+	return out, err
+}
+
+func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) (out []site.HeartbeatVerdict, err error) {
+	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
+			out, err = site.RecordHeartbeatsTx(ctx, tx, hbs)
+			return err
+		})
+	}); ok {
+		return out, err
+	}
+	db, err := s.db()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	return db.RecordHeartbeats(ctx, hbs)
+}
+
+// WatchConfig watches the site DB's configuration changes when it can;
+// in outage mode (or when the site DB does not tell of changes) it waits
+// until the Store serves from the site DB again, or ctx ends, and returns
+// EUnavailable so that the caller watches again.
+func (s *Store) WatchConfig(ctx context.Context, ready func(), changed func(version int64)) error {
+	if !s.outage.Load() {
+		if p := s.primary.Load(); p != nil {
+			if w, ok := p.Store.(site.ConfigWatcher); ok {
+				return w.WatchConfig(ctx, ready, changed)
+			}
+		}
+	}
+	t := time.NewTicker(s.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stop:
+			return s.unavailable()
+		case <-t.C:
+			if !s.outage.Load() && s.primary.Load() != nil {
+				return s.unavailable()
+			}
+		}
+	}
+}
+
+// Close stops the Store and closes the site DB and the copy.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(s.stop)
+	select {
+	case <-s.done:
+	default:
+		if s.running.Load() {
+			<-s.done
+		}
+	}
+	s.copies.Wait()
+	var errs []error
+	s.gate.Lock()
+	if s.local != nil {
+		errs = append(errs, s.local.Close())
+		s.local = nil
+	}
+	s.gate.Unlock()
+	if p := s.primary.Load(); p != nil {
+		errs = append(errs, p.Store.Close())
+	}
+	return errors.Join(errs...)
+}

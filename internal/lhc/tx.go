@@ -1,0 +1,83 @@
+package lhc
+
+import (
+	"context"
+	"slices"
+
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// outageTx is a transaction on the local copy in outage mode: it refuses
+// what only the site DB may do, and notes the sessions it writes, which
+// the Store journals in the same transaction.
+type outageTx struct {
+	site.Tx
+	refuse  func() error
+	written []string
+}
+
+func (t *outageTx) SetSettings(context.Context, site.Settings) error { return t.refuse() }
+func (t *outageTx) SetSecret(context.Context, string, []byte) error  { return t.refuse() }
+func (t *outageTx) Zones() site.Collection[site.Zone]                { return refusing(t.Tx.Zones(), t.refuse) }
+func (t *outageTx) Catalogs() site.Collection[site.Catalog] {
+	return refusing(t.Tx.Catalogs(), t.refuse)
+}
+func (t *outageTx) Groups() site.Collection[site.Group] { return refusing(t.Tx.Groups(), t.refuse) }
+func (t *outageTx) Users() site.Collection[site.User]   { return refusing(t.Tx.Users(), t.refuse) }
+func (t *outageTx) Machines() site.Collection[site.Machine] {
+	return refusing(t.Tx.Machines(), t.refuse)
+}
+func (t *outageTx) DeliveryGroups() site.Collection[site.DeliveryGroup] {
+	return refusing(t.Tx.DeliveryGroups(), t.refuse)
+}
+func (t *outageTx) Applications() site.Collection[site.Resource] {
+	return refusing(t.Tx.Applications(), t.refuse)
+}
+func (t *outageTx) Desktops() site.Collection[site.Resource] {
+	return refusing(t.Tx.Desktops(), t.refuse)
+}
+func (t *outageTx) Entitlements() site.Collection[site.Entitlement] {
+	return refusing(t.Tx.Entitlements(), t.refuse)
+}
+func (t *outageTx) Admins() site.Collection[site.Admin] { return refusing(t.Tx.Admins(), t.refuse) }
+
+func (t *outageTx) Sessions() site.Sessions { return journaling{t.Tx.Sessions(), t} }
+
+// journaling notes the sessions written through it.
+type journaling struct {
+	site.Sessions
+	t *outageTx
+}
+
+func (j journaling) note(id string, err error) error {
+	if err == nil && !slices.Contains(j.t.written, id) {
+		j.t.written = append(j.t.written, id)
+	}
+	return err
+}
+
+func (j journaling) Create(ctx context.Context, s site.Session) error {
+	return j.note(s.ID, j.Sessions.Create(ctx, s))
+}
+
+func (j journaling) Update(ctx context.Context, s site.Session) error {
+	return j.note(s.ID, j.Sessions.Update(ctx, s))
+}
+
+// Delete is refused: a session deleted from the copy could not be
+// written back. Brokering ends sessions; it deletes none.
+func (j journaling) Delete(context.Context, string) error { return j.t.refuse() }
+
+// refused is a collection whose writes are refused.
+type refused[T any] struct {
+	site.Collection[T]
+	refuse func() error
+}
+
+func refusing[T any](c site.Collection[T], refuse func() error) site.Collection[T] {
+	return refused[T]{c, refuse}
+}
+
+func (c refused[T]) Create(context.Context, T) error      { return c.refuse() }
+func (c refused[T]) Update(context.Context, T) error      { return c.refuse() }
+func (c refused[T]) Delete(context.Context, string) error { return c.refuse() }

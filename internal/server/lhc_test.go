@@ -1,0 +1,506 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/bench"
+	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/lhc"
+	"github.com/usher-vdi/usher/internal/pgadmin"
+	"github.com/usher-vdi/usher/internal/pgtest"
+	"github.com/usher-vdi/usher/internal/server"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/pgstore"
+	"github.com/usher-vdi/usher/internal/sitetest"
+)
+
+const lhcPassword = "pw-lhc-1"
+
+// cutSite is a PostgreSQL site DB behind a proxy that a test cuts.
+type cutSite struct {
+	direct, viaProxy string
+	wan              *bench.WAN
+}
+
+func newCutSite(t *testing.T) *cutSite {
+	t.Helper()
+	direct := pgtest.DSN(t)
+	network, addr, err := pgadmin.Server(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if network != "tcp" {
+		tap, err := bench.StartDBTap(network, addr, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tap.Close() })
+		addr = tap.Addr()
+	}
+	wan, err := bench.StartWAN(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wan.Close)
+	via, err := pgadmin.Via(direct, wan.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pgadmin.Sets(via, "sslmode") {
+		if via, err = pgadmin.With(via, "sslmode", "disable"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &cutSite{direct: direct, viaProxy: via, wan: wan}
+}
+
+// lhcConfig is a broker of the cut site with outage detection in a
+// second, as tests want it.
+func (c *cutSite) lhcConfig(t *testing.T, dataDir string) server.Config {
+	return server.Config{DataDir: dataDir, DB: c.viaProxy, Listen: "127.0.0.1:0", PasswordParams: sitetest.Cheap, Name: "lhc-1",
+		Demo: true, DemoPassword: lhcPassword, SimVDAs: -1, SimLogonDelay: -1,
+		HeartbeatInterval: 300 * time.Millisecond, HeartbeatTimeout: 3 * time.Second,
+		OutageAfter: time.Second, RecoverAfter: time.Second, LHCProbeInterval: 100 * time.Millisecond,
+	}
+}
+
+func openLHC(t *testing.T, cfg server.Config) *server.Server {
+	t.Helper()
+	s, err := server.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.WaitRegistered(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the first local copy", func() bool { return !s.LHC().Status().CopyAt.IsZero() })
+	return s
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %s", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// history records what brokers acknowledged, as a Jepsen-style checker
+// reads it: every launch and logoff a client was told succeeded.
+type history struct {
+	mu        sync.Mutex
+	launched  map[string]time.Time // session ID → last acknowledged launch
+	loggedOff map[string]time.Time
+	users     map[string]string // session ID → user
+	unknown   map[string]bool   // sessions whose last operation's outcome the client did not learn
+	// indeterminate counts launches whose outcome the client did not
+	// learn: each may have made a session no client knows.
+	indeterminate int
+	errors        map[string]int // error kind → count
+	firstOK       time.Time      // the first launch acknowledged after cutAt
+	cutAt         time.Time
+}
+
+func newHistory() *history {
+	return &history{launched: map[string]time.Time{}, loggedOff: map[string]time.Time{}, users: map[string]string{}, errors: map[string]int{},
+		unknown: map[string]bool{}}
+}
+
+func (h *history) cut(at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cutAt, h.firstOK = at, time.Time{}
+}
+
+// client plays users against a broker until ctx ends: each logs on,
+// launches the office desktop (a new session, or back to its own), and
+// now and then logs off.
+func (h *history) client(ctx context.Context, t *testing.T, url func() string, users []string, seed int) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	do := func(method, path, token string, body any, out any) (int, string) {
+		var r io.Reader
+		if body != nil {
+			raw, _ := json.Marshal(body)
+			r = strings.NewReader(string(raw))
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, url()+"/api/v1"+path, r)
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				return 0, "transport: " + err.Error()
+			}
+			return 0, "stopped"
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			var e struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			json.Unmarshal(b, &e)
+			return resp.StatusCode, fmt.Sprintf("%d %s", resp.StatusCode, e.Error.Code)
+		}
+		if out != nil {
+			json.Unmarshal(b, out)
+		}
+		return resp.StatusCode, ""
+	}
+	tokens := map[string]string{}
+	for i := 0; ctx.Err() == nil; i++ {
+		user := users[i%len(users)]
+		if tokens[user] == "" {
+			var out struct{ Token string }
+			if _, kind := do("POST", "/login", "", map[string]string{"username": user, "password": lhcPassword}, &out); kind != "" {
+				h.fail("login " + kind)
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			tokens[user] = out.Token
+		}
+		var l struct {
+			SessionID string `json:"session_id"`
+		}
+		_, kind := do("POST", "/resources/"+url2(demo.OfficeDesktop)+"/launch", tokens[user], nil, &l)
+		if kind != "" {
+			h.fail("launch " + kind)
+			if kind == "stopped" || strings.HasPrefix(kind, "transport") || strings.Contains(kind, site.EUnavailable) {
+				// The session may have been made without the client
+				// being told: an indeterminate launch, as Jepsen says.
+				h.mu.Lock()
+				h.indeterminate++
+				h.mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		h.mu.Lock()
+		h.launched[l.SessionID], h.users[l.SessionID] = now, user
+		if !h.cutAt.IsZero() && h.firstOK.IsZero() && now.After(h.cutAt) {
+			h.firstOK = now
+		}
+		h.mu.Unlock()
+		if i%3 == 0 {
+			if _, kind := do("POST", "/sessions/"+l.SessionID+"/logoff", tokens[user], nil, nil); kind != "" {
+				h.fail("logoff " + kind)
+				if kind == "stopped" || strings.HasPrefix(kind, "transport") {
+					h.mu.Lock()
+					h.unknown[l.SessionID] = true // the logoff may or may not have happened
+					h.mu.Unlock()
+				}
+				continue
+			}
+			h.mu.Lock()
+			h.loggedOff[l.SessionID] = time.Now()
+			h.mu.Unlock()
+		}
+	}
+}
+
+func url2(s string) string { return url.PathEscape(s) }
+
+func (h *history) fail(kind string) {
+	h.mu.Lock()
+	h.errors[kind]++
+	h.mu.Unlock()
+}
+
+// check compares the site DB's sessions with the history: every
+// acknowledged launch's session is there (none lost), live unless a
+// logoff was acknowledged after its last launch; no live session that no
+// client was given (none unexpected); no user with two live sessions of
+// the desktop (none duplicated); no machine over its session limit.
+func (h *history) check(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var all []site.Session
+	var machines []site.Machine
+	err = db.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{}, site.ListOptions{})
+		all = p.Items
+		if err == nil {
+			var m site.Page[site.Machine]
+			m, err = tx.Machines().List(ctx, site.ListOptions{})
+			machines = m.Items
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byID := map[string]site.Session{}
+	for _, s := range all {
+		byID[s.ID] = s
+	}
+	var lost, unexpected, stale []string
+	for id, at := range h.launched {
+		s, ok := byID[id]
+		switch {
+		case ok && h.unknown[id]:
+		case !ok:
+			lost = append(lost, id)
+		case h.loggedOff[id].After(at) && s.State != site.SessionLoggedOff:
+			stale = append(stale, id+" (logged off, "+string(s.State)+" in the site DB)")
+		case !h.loggedOff[id].After(at) && s.State == site.SessionLoggedOff:
+			lost = append(lost, fmt.Sprintf("%s (live, logged off in the site DB; launched %s, created %s, ended %s after the cut; logoff %s)", id,
+				at.Sub(h.cutAt), s.CreatedAt.Sub(h.cutAt), s.EndedAt.Sub(h.cutAt), h.loggedOff[id].Sub(h.cutAt)))
+		}
+	}
+	live := map[string]int{}
+	perMachine := map[string]int{}
+	for _, s := range all {
+		if s.State == site.SessionLoggedOff {
+			continue
+		}
+		if _, ok := h.launched[s.ID]; !ok {
+			unexpected = append(unexpected, s.ID)
+		}
+		if s.Resource == demo.OfficeDesktop {
+			live[s.User]++
+		}
+		perMachine[s.Machine]++
+	}
+	var dup []string
+	for u, n := range live {
+		if n > 1 { // the office desktop's policy is to reconnect always
+			dup = append(dup, fmt.Sprintf("%s has %d", u, n))
+		}
+	}
+	for u, n := range live {
+		if n > 1 {
+			for _, x := range all {
+				if x.User == u && x.Resource == demo.OfficeDesktop {
+					t.Logf("%s: %s %s on %s created %s updated %s ended %s; launched %s logoff %s", u, x.ID, x.State, x.Machine,
+						x.CreatedAt.Sub(h.cutAt), x.UpdatedAt.Sub(h.cutAt), x.EndedAt.Sub(h.cutAt), h.launched[x.ID].Sub(h.cutAt), h.loggedOff[x.ID].Sub(h.cutAt))
+				}
+			}
+		}
+	}
+	var over []string
+	for _, m := range machines {
+		if m.MaxSessions > 0 && perMachine[m.Name] > m.MaxSessions {
+			over = append(over, fmt.Sprintf("%s: %d > %d", m.Name, perMachine[m.Name], m.MaxSessions))
+		}
+	}
+	t.Logf("history: %d sessions launched, %d logoffs; site DB: %d sessions; errors %v", len(h.launched), len(h.loggedOff), len(all), h.errors)
+	if len(unexpected) <= h.indeterminate {
+		if len(unexpected) > 0 {
+			t.Logf("%d sessions no client was told of, from %d launches of unknown outcome: %v", len(unexpected), h.indeterminate, unexpected)
+		}
+		unexpected = nil
+	}
+	for name, list := range map[string][]string{"lost": lost, "unexpected": unexpected, "stale": stale, "duplicated": dup, "over their limit": over} {
+		if len(list) > 0 {
+			slices.Sort(list)
+			t.Errorf("%d sessions %s: %v", len(list), name, list[:min(len(list), 10)])
+		}
+	}
+}
+
+// settle waits until the site DB's live sessions stop changing: the
+// simulated users' logons and logoffs reported after recovery.
+func settle(t *testing.T, s *server.Server) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "return to the site DB", func() bool { return s.LHC().Status().Mode == lhc.Normal })
+	time.Sleep(2 * time.Second) // heartbeats re-register every VDA (300 ms) and its reports land
+}
+
+// startClients starts n clients, each with users of its own, so that
+// one user's operations never overlap.
+func startClients(t *testing.T, h *history, url func() string, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range n {
+		var users []string
+		for u := i + 1; u <= 120; u += n {
+			users = append(users, demo.UserName(u))
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); h.client(ctx, t, url, users, i) }()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestOutageKeepsBrokering: a broker of a PostgreSQL site under steady
+// launches and logoffs has its site DB cut; it brokers from its local copy
+// within seconds, refuses configuration changes with
+// site_db_unavailable, and, once the site DB is back, writes the outage's
+// sessions back: the site DB then holds what the clients were told,
+// nothing lost, unexpected or duplicated.
+func TestOutageKeepsBrokering(t *testing.T) {
+	cs := newCutSite(t)
+	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 4)
+	defer stop()
+	time.Sleep(time.Second)
+
+	cutAt := time.Now()
+	h.cut(cutAt)
+	cs.wan.Cut()
+	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
+	waitFor(t, 10*time.Second, "a launch after the cut", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return !h.firstOK.IsZero()
+	})
+	h.mu.Lock()
+	takeover := h.firstOK.Sub(cutAt)
+	h.mu.Unlock()
+	t.Logf("first launch %s after the cut (outage after 1 s)", takeover.Round(time.Millisecond))
+
+	// What only the site DB may do is refused, clearly.
+	code, body, _ := call(t, "POST", s.URL()+"/api/v1/admin/users", map[string]any{"name": "newcomer", "password": "pw-newcomer-1"},
+		"Authorization", "Basic "+basicAuth("admin", lhcPassword))
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), site.ESiteDBUnavailable) {
+		t.Errorf("a user created in outage mode: %d %s, want 503 %s", code, body, site.ESiteDBUnavailable)
+	}
+	code, body, _ = call(t, "GET", s.URL()+"/api/v1/admin/outage", nil, "Authorization", "Basic "+basicAuth("admin", lhcPassword))
+	if code != http.StatusOK || !strings.Contains(string(body), `"mode": "outage"`) {
+		t.Errorf("outage status: %d %s", code, body)
+	}
+	time.Sleep(2 * time.Second)
+
+	if err := cs.wan.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	time.Sleep(time.Second)
+	st := s.LHC().Status()
+	if st.WrittenBack == 0 {
+		t.Errorf("no session written back: %+v", st)
+	}
+	t.Logf("status after recovery: %+v", st)
+	h.check(t, cs.direct)
+}
+
+// TestForcedOutage: an admin forces outage mode with the site DB up, the
+// broker brokers from its copy, and ending it writes the sessions back.
+func TestForcedOutage(t *testing.T) {
+	cs := newCutSite(t)
+	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 3)
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	auth := "Basic " + basicAuth("admin", lhcPassword)
+	code, body, _ := call(t, "PUT", s.URL()+"/api/v1/admin/outage", map[string]bool{"forced": true}, "Authorization", auth)
+	if code != http.StatusOK || !strings.Contains(string(body), `"mode": "outage"`) {
+		t.Fatalf("force: %d %s", code, body)
+	}
+	time.Sleep(2 * time.Second)
+	code, body, _ = call(t, "PUT", s.URL()+"/api/v1/admin/outage", map[string]bool{"forced": false}, "Authorization", auth)
+	if code != http.StatusOK || !strings.Contains(string(body), `"mode": "normal"`) {
+		t.Fatalf("unforce: %d %s", code, body)
+	}
+	settle(t, s)
+	stop()
+	time.Sleep(time.Second)
+	h.check(t, cs.direct)
+}
+
+// TestRestartDuringOutage: a broker restarted while its site DB is cut
+// starts from its local copy with the journal of the outage so far, and
+// writes it back once the site DB returns. A broker with no usable copy
+// refuses to start rather than broker from nothing.
+func TestRestartDuringOutage(t *testing.T) {
+	cs := newCutSite(t)
+	cfg := cs.lhcConfig(t, t.TempDir())
+	s := openLHC(t, cfg)
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 3)
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	cs.wan.Cut()
+	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
+	time.Sleep(time.Second)
+	stop()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A copy that is not a site: refused, and the site DB is down.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, lhc.CopyFile), []byte("not a database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badCfg := cfg
+	badCfg.DataDir, badCfg.Demo, badCfg.DemoPassword, badCfg.SimVDAs = bad, false, "", 0
+	if _, err := server.Open(context.Background(), badCfg); err == nil || !strings.Contains(err.Error(), "local copy") {
+		t.Errorf("a broker with a corrupt copy and no site DB started, or its error does not say why: %v", err)
+	}
+
+	cfg.Demo, cfg.DemoPassword, cfg.SimVDAs = false, "", 0
+	again, err := server.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("restart in outage: %v", err)
+	}
+	t.Cleanup(func() { again.Close() })
+	st := again.LHC().Status()
+	if st.Mode != lhc.Outage || st.Journaled == 0 {
+		t.Fatalf("restarted broker: %+v, want outage mode with the journal of the outage", st)
+	}
+	if err := cs.wan.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "return to the site DB", func() bool { return again.LHC().Status().Mode == lhc.Normal })
+	if got := again.LHC().Status().WrittenBack; got < int64(st.Journaled) {
+		t.Errorf("%d sessions written back, want the %d journaled", got, st.Journaled)
+	}
+	// Every session the clients were told of before the restart is in
+	// the site DB (its VDAs, in-process, ended with the first broker, so
+	// their states are not checked here).
+	db, err := pgstore.Open(context.Background(), cs.direct, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	missing := 0
+	err = db.View(context.Background(), func(tx site.Tx) error {
+		for id := range h.launched {
+			if _, err := tx.Sessions().Get(context.Background(), id); site.ErrorCode(err) == site.ENotFound {
+				missing++
+			} else if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d acknowledged sessions missing from the site DB", missing, len(h.launched))
+	}
+}
