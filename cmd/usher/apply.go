@@ -259,6 +259,9 @@ Subcommands:
                                           user and admin logs on again); brokers take it when they restart
   unlock NAME [--server URL] [--kind K]   clear a locked-out user's (or admin's) lock on the running server,
                                           through its admin API (and site-wide on a PostgreSQL site)
+  outage status|force|clear [--server URL]
+                                          show a running broker's Local Host Cache, or force outage mode on
+                                          (broker from the local copy, leaving the site DB alone) or off
 
 Run 'usher admin SUBCOMMAND -h' for a subcommand's flags.`
 
@@ -285,10 +288,12 @@ func (m *Main) admin(ctx context.Context, args []string) error {
 		return m.adminRevokeCredential(ctx, args[1:])
 	case "unlock":
 		return m.adminUnlock(ctx, args[1:])
+	case "outage":
+		return m.adminOutage(ctx, args[1:])
 	case "rotate-secret":
 		return m.adminRotateSecret(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown subcommand %q: add, list, reset-password, remove, enrol-token, revoke-credential, rotate-secret or unlock", args[0])}
+	return usageError{fmt.Sprintf("unknown subcommand %q: add, list, reset-password, remove, enrol-token, revoke-credential, rotate-secret, unlock or outage", args[0])}
 }
 
 // adminSetPassword adds an admin account (add) or sets the password of an

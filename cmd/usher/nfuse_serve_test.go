@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/ctx1"
 )
@@ -43,7 +44,13 @@ func TestServeNFuse(t *testing.T) {
 			t.Fatalf("%s: %d AppData; the answer starts %.300s", url, n, answer)
 		}
 	}
-	if !strings.Contains(metrics(t, s.url), `usher_nfuse_transactions_total{error_id="",request="RequestAppData"} 2`) {
-		t.Error("/metrics does not count the two NFuse enumerations")
+	// A transaction is counted once its answer is written: the client
+	// may read the answer first.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(metrics(t, s.url), `usher_nfuse_transactions_total{error_id="",request="RequestAppData"} 2`) {
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics does not count the two NFuse enumerations")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

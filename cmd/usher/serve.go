@@ -13,6 +13,7 @@ import (
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/bytesize"
 	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/vda"
@@ -43,7 +44,10 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
 	startRetry := time.Duration(0)
 	if isBroker {
-		fs.DurationVar(&startRetry, "start-retry", 5*time.Minute, "how long to keep trying when the site DB does not answer at start (0: fail at once)")
+		fs.DurationVar(&startRetry, "start-retry", 5*time.Minute, "how long to keep trying when the site DB does not answer at start and there is no local copy to broker from (0: fail at once)")
+		fs.DurationVar(&cfg.OutageAfter, "outage-after", lhc.DefaultOutageAfter, "Local Host Cache: how long the site DB must fail to answer before this broker brokers from its local copy (Citrix: 90s)")
+		fs.DurationVar(&cfg.RecoverAfter, "recover-after", lhc.DefaultRecoverAfter, "Local Host Cache: how long the site DB must answer again before this broker writes the outage's sessions back and returns to it")
+		fs.BoolVar(&cfg.NoLocalHostCache, "no-local-host-cache", false, "keep no local copy of the site: brokering stops while the site DB is down")
 	} else {
 		fs.BoolVar(&cfg.Demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) into an empty site DB; a site DB that holds a site is kept as it is")
 		fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")

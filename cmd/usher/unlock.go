@@ -34,19 +34,8 @@ func (m *Main) adminUnlock(ctx context.Context, args []string) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("--server %q: %v", *serverURL, err)}
 	}
-	switch token := m.Getenv("USHER_ADMIN_TOKEN"); {
-	case *fromStdin:
-		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read the password: %w", err)
-		}
-		req.SetBasicAuth(*admin, strings.TrimRight(line, "\r\n"))
-	case m.Getenv("USHER_ADMIN_PASSWORD") != "":
-		req.SetBasicAuth(*admin, m.Getenv("USHER_ADMIN_PASSWORD"))
-	case token != "":
-		req.Header.Set("Authorization", "Bearer "+token)
-	default:
-		return usageError{"admin unlock needs the admin's password (--password-stdin or $USHER_ADMIN_PASSWORD) or $USHER_ADMIN_TOKEN"}
+	if err := m.adminAuth(req, "admin unlock", *admin, *fromStdin); err != nil {
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -58,5 +47,26 @@ func (m *Main) adminUnlock(ctx context.Context, args []string) error {
 		return fmt.Errorf("unlock %q: %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
 	}
 	fmt.Fprintf(m.Stdout, "%s %q: lock-out cleared\n", *kind, name)
+	return nil
+}
+
+// adminAuth sets req's admin credentials: the admin's password from
+// standard input (fromStdin) or $USHER_ADMIN_PASSWORD, or the bearer
+// token $USHER_ADMIN_TOKEN.
+func (m *Main) adminAuth(req *http.Request, cmd, admin string, fromStdin bool) error {
+	switch token := m.Getenv("USHER_ADMIN_TOKEN"); {
+	case fromStdin:
+		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("read the password: %w", err)
+		}
+		req.SetBasicAuth(admin, strings.TrimRight(line, "\r\n"))
+	case m.Getenv("USHER_ADMIN_PASSWORD") != "":
+		req.SetBasicAuth(admin, m.Getenv("USHER_ADMIN_PASSWORD"))
+	case token != "":
+		req.Header.Set("Authorization", "Bearer "+token)
+	default:
+		return usageError{cmd + " needs the admin's password (--password-stdin or $USHER_ADMIN_PASSWORD) or $USHER_ADMIN_TOKEN"}
+	}
 	return nil
 }

@@ -507,7 +507,9 @@ func (b *Broker) Logoff(ctx context.Context, user, id string) error {
 	if err != nil {
 		return err
 	}
-	if ms, ok := b.machines.get(s.Machine); ok && ms.registered && s.State != site.SessionPending {
+	// A pending session too: its VDA holds it prepared, and its user
+	// may have arrived before the site DB heard of it.
+	if ms, ok := b.machines.get(s.Machine); ok && ms.registered {
 		cctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
 		if err := b.cfg.Control.Logoff(cctx, ms.control, id); err != nil {
 			b.log.Warn("VDA logoff failed; ending the session anyway", "machine", s.Machine, "session", id, "err", err)

@@ -138,6 +138,10 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		s.mu.Unlock()
 		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
 	}
+	// Calls to the site DB under way finish first (and what they wrote is
+	// recorded); calls that come meanwhile wait, then go to the copy.
+	s.gate.Lock()
+	defer s.gate.Unlock()
 	var own map[string]site.MachineStatus
 	b := s.attached()
 	if b != nil {
@@ -172,10 +176,8 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		s.log.Error("cannot seed the local copy with this broker's machines", "err", err)
 		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
 	}
-	s.gate.Lock()
 	s.local = local
 	s.outage.Store(true)
-	s.gate.Unlock()
 	now := s.opts.Now()
 	s.mu.Lock()
 	s.status.Mode, s.status.Since, s.status.Cause = Outage, now, cause
@@ -229,13 +231,18 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	s.outage.Store(false)
 	s.local = nil
 	local.Close()
+	// The copy on disk holds the outage's end, which is newer than
+	// anything written before it.
+	s.recent.forget(s.recent.mark())
+	s.gate.Unlock()
 	b := s.attached()
 	if b != nil {
+		// A configuration changed meanwhile (in another zone, or by a
+		// broker that kept the site DB) is served at once.
 		if err := b.Refresh(ctx); err != nil {
 			s.log.Warn("configuration refresh after the outage failed", "err", err)
 		}
 	}
-	s.gate.Unlock()
 	now := s.opts.Now()
 	s.mu.Lock()
 	since := s.status.Since

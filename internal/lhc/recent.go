@@ -156,6 +156,16 @@ func applyChange(s *site.Session, c site.SessionChange) {
 	}
 }
 
+// record records what a committed transaction on the site DB wrote.
+func (r *recent) record(t *recordingTx) {
+	for _, sess := range t.written {
+		r.put(sess)
+	}
+	for m, c := range t.creds {
+		r.putCredential(m, c)
+	}
+}
+
 // recordingTx is a transaction on the site DB that notes the sessions
 // written through it.
 type recordingTx struct {

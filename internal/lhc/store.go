@@ -104,8 +104,9 @@ type Store struct {
 
 	primary atomic.Pointer[primaryDB]
 	outage  atomic.Bool
-	// gate holds outage calls back while the Store leaves outage mode:
-	// outage calls hold it for reading.
+	// gate holds calls back while the Store changes modes: every call
+	// holds it for reading, so that a change waits for the calls of the
+	// mode it leaves, and the calls after it see the new mode.
 	gate  sync.RWMutex
 	local *sqlitestore.Store // open in outage mode; under gate
 
@@ -259,18 +260,20 @@ func (s *Store) db() (site.Store, error) {
 	return p.Store, nil
 }
 
-// withLocal runs fn on the local copy when the Store is in outage mode,
-// holding outage calls' share of the gate; it reports whether it did.
-func (s *Store) withLocal(fn func(*sqlitestore.Store) error) (bool, error) {
-	if !s.outage.Load() {
-		return false, nil
-	}
+// serve runs local on the local copy in outage mode, else remote on the
+// site DB (or fails at once when the site DB must not be waited on),
+// holding a call's share of the gate.
+func (s *Store) serve(local func(*sqlitestore.Store) error, remote func(site.Store) error) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if !s.outage.Load() || s.local == nil {
-		return false, nil // it left outage mode meanwhile
+	if s.outage.Load() && s.local != nil {
+		return local(s.local)
 	}
-	return true, fn(s.local)
+	db, err := s.db()
+	if err != nil {
+		return err
+	}
+	return remote(db)
 }
 
 // localUpdate runs fn in an Update of the local copy, on an outageTx, and
@@ -289,59 +292,41 @@ func (s *Store) localUpdate(ctx context.Context, local *sqlitestore.Store, fn fu
 }
 
 func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+	return s.serve(func(l *sqlitestore.Store) error {
 		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
-	}); ok {
-		return err
-	}
-	db, err := s.db()
-	if err != nil {
-		return err
-	}
-	return db.View(ctx, fn)
+	}, func(db site.Store) error {
+		return db.View(ctx, fn)
+	})
 }
 
 func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error { return s.localUpdate(ctx, l, fn) }); ok {
+	return s.serve(func(l *sqlitestore.Store) error {
+		return s.localUpdate(ctx, l, fn)
+	}, func(db site.Store) error {
+		var rt *recordingTx
+		err := db.Update(ctx, func(tx site.Tx) error {
+			rt = &recordingTx{Tx: tx}
+			return fn(rt)
+		})
+		if err == nil {
+			s.recent.record(rt)
+		}
 		return err
-	}
-	db, err := s.db()
-	if err != nil {
-		return err
-	}
-	var rt *recordingTx
-	err = db.Update(ctx, func(tx site.Tx) error {
-		rt = &recordingTx{Tx: tx}
-		return fn(rt)
 	})
-	if err == nil {
-		for _, sess := range rt.written {
-			s.recent.put(sess)
-		}
-		for m, c := range rt.creds {
-			s.recent.putCredential(m, c)
-		}
-	}
-	return err
 }
 
 func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+	return s.serve(func(l *sqlitestore.Store) error {
 		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
-	}); ok {
-		return err
-	}
-	db, err := s.db()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	return site.ReadOnce(ctx, db, fn)
+	}, func(db site.Store) error {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+		return site.ReadOnce(ctx, db, fn)
+	})
 }
 
 func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, err error) {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+	err = s.serve(func(l *sqlitestore.Store) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
@@ -349,72 +334,61 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 			out, err = site.PlaceTx(ctx, tx, p)
 			return err
 		})
-	}); ok {
-		if err != nil {
-			return site.Placed{}, err
+	}, func(db site.Store) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+		if out, err = db.Place(ctx, p); err != nil {
+			return err
 		}
-		return out, nil
-	}
-	db, err := s.db()
-	if err != nil {
-		return site.Placed{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	out, err = db.Place(ctx, p)
-	if err == nil {
 		if out.Session.ID != "" {
 			s.recent.put(out.Session)
 		}
 		if out.Reconnect != nil {
 			s.recent.put(*out.Reconnect)
 		}
+		return nil
+	})
+	if err != nil {
+		return site.Placed{}, err
 	}
-	return out, err
+	return out, nil
 }
 
 func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) (out []site.SessionVerdict, err error) {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+	err = s.serve(func(l *sqlitestore.Store) error {
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			out, err = site.ChangeSessionsTx(ctx, tx, changes)
 			return err
 		})
-	}); ok {
-		return out, err
-	}
-	db, err := s.db()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	out, err = db.ChangeSessions(ctx, changes)
-	if err == nil {
+	}, func(db site.Store) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+		if out, err = db.ChangeSessions(ctx, changes); err != nil {
+			return err
+		}
 		for i, v := range out {
 			if v == site.VerdictChanged || v == site.VerdictLoggedOn {
 				s.recent.changed(changes[i])
 			}
 		}
-	}
+		return nil
+	})
 	return out, err
 }
 
 func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) (out []site.HeartbeatVerdict, err error) {
-	if ok, err := s.withLocal(func(l *sqlitestore.Store) error {
+	err = s.serve(func(l *sqlitestore.Store) error {
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			out, err = site.RecordHeartbeatsTx(ctx, tx, hbs)
 			return err
 		})
-	}); ok {
-		return out, err
-	}
-	db, err := s.db()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	return db.RecordHeartbeats(ctx, hbs)
+	}, func(db site.Store) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+		out, err = db.RecordHeartbeats(ctx, hbs)
+		return err
+	})
+	return out, err
 }
 
 // WatchConfig watches the site DB's configuration changes when it can;
