@@ -79,8 +79,10 @@ type Config struct {
 	// MachineCredentialTTL is the lifetime of a VDA's credential.
 	MachineCredentialTTL time.Duration
 	// Outage, when set, is the broker's Local Host Cache, which the admin
-	// API shows and forces.
-	Outage Outage
+	// API shows and forces; BrokerName is the broker's name, which it
+	// tells its peers.
+	Outage     Outage
+	BrokerName string
 }
 
 // Server serves the REST API.
@@ -171,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Broker != nil {
 		s.registerUser()
 		s.registerVDA()
+		s.registerPeer()
 	}
 	s.route(Route{Method: "GET", Pattern: "/api/openapi.json", OperationID: "getOpenAPI", Summary: "This OpenAPI document", Tag: "meta", Auth: AuthNone},
 		nil)
@@ -306,6 +309,8 @@ const (
 	AuthUser
 	// AuthVDA: a machine credential from POST /api/v1/vda/enrol.
 	AuthVDA
+	// AuthPeer: another broker of the site (a peer token: PeerToken).
+	AuthPeer
 )
 
 // httpError is an error whose HTTP status is not implied by its code.

@@ -14,6 +14,9 @@ import (
 type Outage interface {
 	Status() lhc.Status
 	Force(ctx context.Context, on bool) (lhc.Status, error)
+	// Learn takes the sessions another broker of the zone wrote before
+	// handing this one its brokering (lhc.Store.Learn).
+	Learn(ctx context.Context, h lhc.Handover) error
 }
 
 // OutageRequest forces outage mode on or off.

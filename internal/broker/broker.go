@@ -146,6 +146,8 @@ type Broker struct {
 	obs         Observer
 	guard       *auth.Guard
 	admission   *admission
+	// delegate, when set, hands brokering to another broker (SetDelegate).
+	delegate Delegate
 	// dummyHash is verified against (as a decoy) for unknown users.
 	dummyHash string
 }
@@ -525,6 +527,9 @@ var ErrNotEntitled = site.Errorf(site.EForbidden, "the resource is not available
 // Errors: ErrNotEntitled; an ENoCapacity error when no machine can take
 // it; EUnavailable when the site DB cannot be reached.
 func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (*Launch, error) {
+	if d := b.delegated(ctx); d != nil {
+		return d.Launch(ctx, req)
+	}
 	return b.launch(ctx, req, OpLaunch)
 }
 

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -41,3 +43,9 @@ func (b *Broker) Reregister() {
 		}
 	}
 }
+
+// SyncStatuses reads every machine's status from the store into the
+// broker's table at once: what a broker does when its store starts
+// serving from another database (the Local Host Cache's copy), so that
+// its next placements do not offer machines the copy holds unregistered.
+func (b *Broker) SyncStatuses(ctx context.Context) error { return b.loadStatuses(ctx) }

@@ -137,6 +137,10 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 		b.log.WarnContext(ctx, "registration refused: another zone's machine", "machine", req.Machine, "err", err)
 		return err
 	}
+	if err := b.notLeader(); err != nil {
+		b.log.InfoContext(ctx, "registration refused: another broker leads the zone", "machine", req.Machine, "err", err)
+		return err
+	}
 	addr := req.Address
 	if addr == "" {
 		addr = m.Address
@@ -297,6 +301,9 @@ func (b *Broker) Heartbeat(ctx context.Context, hb Heartbeat) (int, error) {
 	if !ok {
 		return 0, site.NotFound(site.KindMachine, hb.Machine)
 	}
+	if err := b.notLeader(); err != nil {
+		return 0, err
+	}
 	if !ms.registered || ms.reregister {
 		return 0, ErrNotRegistered
 	}
@@ -382,6 +389,9 @@ func clampPercent(v float64) float64 { return min(max(v, 0), 100) }
 // SessionEvent applies a VDA's report of a session's change. Events for a
 // session on another machine are refused; repeated events are harmless.
 func (b *Broker) SessionEvent(ctx context.Context, ev SessionEvent) error {
+	if err := b.notLeader(); err != nil {
+		return err
+	}
 	if ms, ok := b.machines.get(ev.Machine); !ok {
 		return site.NotFound(site.KindMachine, ev.Machine)
 	} else if !ms.registered {
@@ -474,6 +484,9 @@ func (b *Broker) expirePending(ctx context.Context) {
 
 // UserSessions returns a user's live sessions.
 func (b *Broker) UserSessions(ctx context.Context, user string) ([]site.Session, error) {
+	if d := b.delegated(ctx); d != nil {
+		return d.UserSessions(ctx, user)
+	}
 	var out []site.Session
 	err := b.store.View(ctx, func(tx site.Tx) error {
 		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
@@ -503,6 +516,9 @@ func (b *Broker) ownSession(ctx context.Context, user, id string) (site.Session,
 // Logoff ends one of the user's sessions: the VDA is asked to log it off,
 // and the session ends in the site DB whatever the VDA answers.
 func (b *Broker) Logoff(ctx context.Context, user, id string) error {
+	if d := b.delegated(ctx); d != nil {
+		return d.Logoff(ctx, user, id)
+	}
 	s, err := b.ownSession(ctx, user, id)
 	if err != nil {
 		return err
@@ -521,6 +537,9 @@ func (b *Broker) Logoff(ctx context.Context, user, id string) error {
 
 // Disconnect disconnects one of the user's active sessions through its VDA.
 func (b *Broker) Disconnect(ctx context.Context, user, id string) error {
+	if d := b.delegated(ctx); d != nil {
+		return d.Disconnect(ctx, user, id)
+	}
 	s, err := b.ownSession(ctx, user, id)
 	if err != nil {
 		return err
@@ -543,6 +562,9 @@ func (b *Broker) Disconnect(ctx context.Context, user, id string) error {
 // Reconnect launches the resource of one of the user's sessions again,
 // which returns to that session when the policy allows.
 func (b *Broker) Reconnect(ctx context.Context, user, id, clientName string) (*Launch, error) {
+	if d := b.delegated(ctx); d != nil {
+		return d.Reconnect(ctx, user, id, clientName)
+	}
 	s, err := b.ownSession(ctx, user, id)
 	if err != nil {
 		return nil, err

@@ -188,7 +188,13 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
 		"own_machines", len(own), "recent_sessions", applied)
 	if b != nil {
-		b.Reregister()
+		go func() {
+			// After the gate opens: the read goes through the Store.
+			if err := b.SyncStatuses(context.WithoutCancel(ctx)); err != nil {
+				s.log.Warn("read the copy's machine statuses", "err", err)
+			}
+			b.Reregister()
+		}()
 	}
 	return nil
 }

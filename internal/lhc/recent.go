@@ -214,3 +214,16 @@ func (r recording) Update(ctx context.Context, s site.Session) error {
 	}
 	return err
 }
+
+// sessions returns the whole sessions recorded.
+func (r *recent) sessions() []site.Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []site.Session
+	for _, e := range r.entries {
+		if e.full != nil {
+			out = append(out, *e.full)
+		}
+	}
+	return out
+}

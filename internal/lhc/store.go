@@ -26,6 +26,9 @@ const (
 	// read): one cut off answers EUnavailable, which the client retries,
 	// instead of waiting on a database that stopped answering.
 	DefaultCallTimeout = 2 * time.Second
+	// DefaultTakeoverWindow covers a few default heartbeat intervals, in
+	// which VDAs come over to the broker that brokers from its copy.
+	DefaultTakeoverWindow = 10 * time.Second
 )
 
 // Broker is what the Store needs of the broker it serves.
@@ -36,6 +39,8 @@ type Broker interface {
 	// Reregister asks the broker's VDAs to register again, reporting
 	// their sessions.
 	Reregister()
+	// SyncStatuses reads every machine's status from the store again.
+	SyncStatuses(ctx context.Context) error
 	// Refresh brings the broker's configuration up to the store's.
 	Refresh(ctx context.Context) error
 }
@@ -59,8 +64,13 @@ type Options struct {
 	CopyEvery time.Duration
 	// CallTimeout bounds each brokering call to the site DB.
 	CallTimeout time.Duration
-	Logger      *slog.Logger
-	Now         func() time.Time
+	// TakeoverWindow is how long after outage mode begins a launch that
+	// would go back to a session on a machine not (yet) registered with
+	// this broker is answered "retry shortly" rather than given a new
+	// session: the time VDAs take to come over.
+	TakeoverWindow time.Duration
+	Logger         *slog.Logger
+	Now            func() time.Time
 }
 
 // Mode is whom a Store serves from.
@@ -161,6 +171,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.ProbeInterval = cmp.Or(max(opts.ProbeInterval, 0), DefaultProbeInterval)
 	opts.CopyEvery = cmp.Or(max(opts.CopyEvery, 0), DefaultCopyEvery)
 	opts.CallTimeout = cmp.Or(max(opts.CallTimeout, 0), DefaultCallTimeout)
+	opts.TakeoverWindow = cmp.Or(max(opts.TakeoverWindow, 0), DefaultTakeoverWindow)
 	s := &Store{opts: opts, log: opts.Logger.With("component", "lhc"), path: filepath.Join(opts.Dir, CopyFile),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	now := opts.Now()
@@ -331,6 +342,9 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 			return err
 		}
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
+			if err := s.awaitTakeover(ctx, tx, p); err != nil {
+				return err
+			}
 			out, err = site.PlaceTx(ctx, tx, p)
 			return err
 		})
@@ -389,6 +403,36 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) (out
 		return err
 	})
 	return out, err
+}
+
+// awaitTakeover refuses, with EUnavailable (retry shortly), a launch that
+// would go back to a session on a machine the copy does not hold
+// registered, during the TakeoverWindow after outage mode began: the
+// machine's VDA, or the broker it was registered with, is on its way to
+// this one, and a new session now would leave the user two.
+func (s *Store) awaitTakeover(ctx context.Context, tx site.Tx, p site.Placement) error {
+	s.mu.Lock()
+	since := s.status.Since
+	s.mu.Unlock()
+	if p.Reconnect == nil || s.opts.Now().Sub(since) >= s.opts.TakeoverWindow {
+		return nil
+	}
+	live, err := tx.Sessions().List(ctx, site.SessionFilter{User: p.Session.User, Live: true}, site.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, sess := range live.Items {
+		if !p.Reconnect.Allows(sess) {
+			continue
+		}
+		st, err := tx.MachineStatus(ctx, sess.Machine)
+		if err != nil || st.Registration == site.Registered {
+			continue
+		}
+		return site.Errorf(site.EUnavailable, "the site DB is down and machine %q, which holds your session, has not come to this broker yet: retry shortly",
+			sess.Machine)
+	}
+	return nil
 }
 
 // WatchConfig watches the site DB's configuration changes when it can;

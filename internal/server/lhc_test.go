@@ -25,6 +25,7 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/pgstore"
 	"github.com/usher-vdi/usher/internal/sitetest"
+	"github.com/usher-vdi/usher/internal/vda"
 )
 
 const lhcPassword = "pw-lhc-1"
@@ -346,11 +347,17 @@ func settle(t *testing.T, s *server.Server) {
 // startClients starts n clients, each with users of its own, so that
 // one user's operations never overlap.
 func startClients(t *testing.T, h *history, url func() string, n int) (stop func()) {
+	return startClientsFrom(t, h, url, n, 0)
+}
+
+// startClientsFrom is startClients with the users after the first skip,
+// for clients of another broker.
+func startClientsFrom(t *testing.T, h *history, url func() string, n, skip int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range n {
 		var users []string
-		for u := i + 1; u <= 120; u += n {
+		for u := skip + i + 1; u <= skip+60; u += n {
 			users = append(users, demo.UserName(u))
 		}
 		wg.Add(1)
@@ -515,4 +522,90 @@ func TestRestartDuringOutage(t *testing.T) {
 	if missing > 0 {
 		t.Errorf("%d of %d acknowledged sessions missing from the site DB", missing, len(h.launched))
 	}
+}
+
+// zoneOfTwo is a zone of two brokers on a cut site, "lhc-a" and "lhc-b",
+// whose VDAs (simulated in the test, outliving either broker) list both
+// brokers: half with a first, half with b first.
+type zoneOfTwo struct {
+	cs   *cutSite
+	a, b *server.Server
+	cfgA server.Config
+}
+
+func newZoneOfTwo(t *testing.T) *zoneOfTwo {
+	t.Helper()
+	cs := newCutSite(t)
+	cfgA := cs.lhcConfig(t, t.TempDir())
+	cfgA.Name, cfgA.SimVDAs = "lhc-a", 0
+	a, err := server.Open(context.Background(), cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	cfgB := cfgA
+	cfgB.DataDir, cfgB.Name, cfgB.Demo, cfgB.DemoPassword = t.TempDir(), "lhc-b", false, ""
+	b, err := server.Open(context.Background(), cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	secret, _ := a.EnrolmentSecret()
+	names := a.Broker().Snapshot().MachineNames()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i, order := range []string{a.URL() + "," + b.URL(), b.URL() + "," + a.URL()} {
+		var ms []string
+		for j := i; j < len(names); j += 2 {
+			ms = append(ms, names[j])
+		}
+		sim, err := vda.NewSimulator(vda.SimConfig{Broker: order, Secret: secret, Machines: ms, Listen: "127.0.0.1:0", LogonDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); sim.Run(ctx) }()
+	}
+	if err := a.WaitRegistered(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*server.Server{a, b} {
+		waitFor(t, 30*time.Second, "the first local copy", func() bool { return !s.LHC().Status().CopyAt.IsZero() })
+	}
+	return &zoneOfTwo{cs: cs, a: a, b: b, cfgA: cfgA}
+}
+
+// TestZoneLeaderBrokersForTheZone: two brokers of a zone lose their site
+// DB; the first by name leads, the other hands it every launch and logoff
+// (none refused), the VDAs of both end up registered with the leader, and
+// once the site DB is back both write back what they wrote: the site DB
+// holds what the clients of both brokers were told.
+func TestZoneLeaderBrokersForTheZone(t *testing.T) {
+	z := newZoneOfTwo(t)
+	h := newHistory()
+	stopA := startClients(t, h, z.a.URL, 2)
+	defer stopA()
+	stopB := startClientsFrom(t, h, z.b.URL, 2, 60)
+	defer stopB()
+	time.Sleep(time.Second)
+	h.cut(time.Now())
+	z.cs.wan.Cut()
+	for _, s := range []*server.Server{z.a, z.b} {
+		waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
+	}
+	waitFor(t, 10*time.Second, "broker b handing its zone to a", func() bool {
+		leader, elsewhere := z.b.Broker().Delegate()
+		return elsewhere && leader == "lhc-a"
+	})
+	time.Sleep(3 * time.Second)
+	if err := z.cs.wan.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, z.a)
+	settle(t, z.b)
+	stopA()
+	stopB()
+	time.Sleep(time.Second)
+	h.check(t, z.cs.direct)
 }

@@ -347,10 +347,15 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		lhcDone := make(chan struct{})
 		go func() { defer close(lhcDone); s.lhc.Run(runCtx) }()
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-lhcDone })
+		leader := newZoneLeader(s.name, zone, s.lhc, signer, log)
+		brk.SetDelegate(leader)
+		leaderDone := make(chan struct{})
+		go func() { defer close(leaderDone); leader.run(runCtx) }()
+		s.cleanup = append(s.cleanup, func() { stopRun(); <-leaderDone })
 	}
 
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
-		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage})
+		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage, BrokerName: s.name})
 	if err != nil {
 		return nil, err
 	}
