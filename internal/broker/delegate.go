@@ -57,8 +57,9 @@ func (b *Broker) delegated(ctx context.Context) Delegate {
 }
 
 // notLeader refuses a VDA's registration, heartbeat or report at a broker
-// that hands its zone's brokering to another: its VDAs go to the leader
-// (usher vda tries its next broker on a 403).
+// that hands its zone's brokering to another: its VDAs go to the leader.
+// The refusal is EUnavailable (503), which usher vda takes to its next
+// broker at once and never gives up on: the leader may change again.
 func (b *Broker) notLeader() error {
 	if b.delegate == nil {
 		return nil
@@ -67,5 +68,5 @@ func (b *Broker) notLeader() error {
 	if !elsewhere {
 		return nil
 	}
-	return site.Errorf(site.EForbidden, "the site DB is down and broker %q brokers this zone meanwhile: register with it", leader)
+	return site.Errorf(site.EUnavailable, "the site DB is down and broker %q brokers this zone meanwhile: register with it", leader)
 }

@@ -49,3 +49,19 @@ func (b *Broker) Reregister() {
 // serving from another database (the Local Host Cache's copy), so that
 // its next placements do not offer machines the copy holds unregistered.
 func (b *Broker) SyncStatuses(ctx context.Context) error { return b.loadStatuses(ctx) }
+
+// RegisteredMachines returns the machines the broker holds registered and
+// heartbeating, with whichever broker of the site: the machines a broker
+// that takes over its zone's brokering expects to come to it.
+func (b *Broker) RegisteredMachines() []string {
+	since := b.cfg.Now().Add(-b.cfg.HeartbeatTimeout)
+	b.machines.mu.Lock()
+	defer b.machines.mu.Unlock()
+	var out []string
+	for name, ms := range b.machines.machines {
+		if ms.registered && !ms.lastHeartbeat.Before(since) && (!b.cfg.OwnZoneVDAs || ms.zone == b.cfg.Zone) {
+			out = append(out, name)
+		}
+	}
+	return out
+}

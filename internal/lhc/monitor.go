@@ -143,11 +143,13 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	var own map[string]site.MachineStatus
+	var registered []string
 	b := s.attached()
 	if b != nil {
-		own = b.OwnStatuses()
+		own, registered = b.OwnStatuses(), b.RegisteredMachines()
 	}
 	var applied int
+	var expected map[string]bool
 	err = local.Update(ctx, func(tx site.Tx) error {
 		var err error
 		if applied, err = s.recent.applyTo(ctx, tx); err != nil {
@@ -157,7 +159,14 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		if err != nil {
 			return err
 		}
+		expected = map[string]bool{}
+		for _, name := range registered {
+			expected[name] = true
+		}
 		for name, st := range all {
+			if _, ok := own[name]; ok {
+				expected[name] = true
+			}
 			if o, ok := own[name]; ok {
 				st = o
 			} else if st.Registration == site.Registered {
@@ -184,6 +193,7 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.status.CopyVersion, s.status.Journaled = info.version, len(info.journaled)
 	s.status.Outages++
 	s.okSince = time.Time{}
+	s.expected, s.rebuildUntil = expected, time.Time{}
 	s.mu.Unlock()
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
 		"own_machines", len(own), "recent_sessions", applied)

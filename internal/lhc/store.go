@@ -41,6 +41,9 @@ type Broker interface {
 	Reregister()
 	// SyncStatuses reads every machine's status from the store again.
 	SyncStatuses(ctx context.Context) error
+	// RegisteredMachines returns the machines registered with any broker
+	// of the zone, as far as the broker knows.
+	RegisteredMachines() []string
 	// Refresh brings the broker's configuration up to the store's.
 	Refresh(ctx context.Context) error
 }
@@ -129,7 +132,13 @@ type Store struct {
 	forced bool
 	// okSince is when the site DB began answering again in outage mode.
 	okSince time.Time
-	copying bool
+	// rebuildUntil is when launches stop waiting for a dead leader's VDAs
+	// (Rebuild); expected are the machines registered in the zone when
+	// the outage began, cameChecked when allCame last looked.
+	rebuildUntil time.Time
+	expected     map[string]bool
+	cameChecked  time.Time
+	copying      bool
 
 	// trans serializes the transitions between modes; copyMu, a copy's
 	// replacing the file with outage mode's opening it.
@@ -412,27 +421,75 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) (out
 // this one, and a new session now would leave the user two.
 func (s *Store) awaitTakeover(ctx context.Context, tx site.Tx, p site.Placement) error {
 	s.mu.Lock()
-	since := s.status.Since
+	since, rebuild := s.status.Since, s.rebuildUntil
 	s.mu.Unlock()
-	if p.Reconnect == nil || s.opts.Now().Sub(since) >= s.opts.TakeoverWindow {
+	now := s.opts.Now()
+	if p.Reconnect == nil || now.Sub(since) >= s.opts.TakeoverWindow && !now.Before(rebuild) {
 		return nil
 	}
 	live, err := tx.Sessions().List(ctx, site.SessionFilter{User: p.Session.User, Live: true}, site.ListOptions{})
 	if err != nil {
 		return err
 	}
+	known := false
 	for _, sess := range live.Items {
 		if !p.Reconnect.Allows(sess) {
 			continue
 		}
 		st, err := tx.MachineStatus(ctx, sess.Machine)
 		if err != nil || st.Registration == site.Registered {
+			known = true
 			continue
 		}
 		return site.Errorf(site.EUnavailable, "the site DB is down and machine %q, which holds your session, has not come to this broker yet: retry shortly",
 			sess.Machine)
 	}
+	if !known && now.Before(rebuild) && !s.allCame(ctx, tx, now) {
+		return site.Errorf(site.EUnavailable, "the site DB is down and this broker is taking over its zone's brokering: retry shortly")
+	}
 	return nil
+}
+
+// allCame reports whether every machine registered in the zone when the
+// outage began is registered here (checked at most every 200 ms); once
+// they all are, the rebuild is over.
+func (s *Store) allCame(ctx context.Context, tx site.Tx, now time.Time) bool {
+	s.mu.Lock()
+	if now.Sub(s.cameChecked) < 200*time.Millisecond {
+		s.mu.Unlock()
+		return false
+	}
+	s.cameChecked = now
+	expected := s.expected
+	s.mu.Unlock()
+	all, err := tx.MachineStatuses(ctx)
+	if err != nil {
+		return false
+	}
+	for name := range expected {
+		if st, ok := all[name]; ok && st.Registration != site.Registered {
+			return false
+		}
+	}
+	s.mu.Lock()
+	s.rebuildUntil = time.Time{}
+	s.mu.Unlock()
+	s.log.Info("every machine of the zone came: new sessions are made again", "machines", len(expected))
+	return true
+}
+
+// Rebuild makes this broker, which takes over its zone's brokering from a
+// leader that stopped answering, refuse (retry shortly) launches that
+// would make a new session until every machine registered in the zone
+// when the outage began has registered here, or for TakeoverWindow at
+// most: the dead leader's sessions are known only from their VDAs, which
+// report them as they register.
+func (s *Store) Rebuild() {
+	s.mu.Lock()
+	s.rebuildUntil = s.opts.Now().Add(s.opts.TakeoverWindow)
+	s.mu.Unlock()
+	s.log.Warn("taking over the zone from a leader that stopped answering: new sessions wait for the VDAs to come",
+		"at_most", s.opts.TakeoverWindow)
 }
 
 // WatchConfig watches the site DB's configuration changes when it can;

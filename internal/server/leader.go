@@ -112,6 +112,9 @@ func (z *zoneLeader) elect(ctx context.Context) {
 		return
 	}
 	slices.SortFunc(peers, func(a, b site.BrokerRecord) int { return strings.Compare(a.Name, b.Name) })
+	z.mu.Lock()
+	was, wasElsewhere := z.leader.Name, z.elsewhere
+	z.mu.Unlock()
 	for _, p := range peers {
 		if p.Zone != z.zone || p.Name >= z.self || p.Address == "" {
 			continue
@@ -121,6 +124,13 @@ func (z *zoneLeader) elect(ctx context.Context) {
 			z.tell(ctx, p)
 			return
 		}
+	}
+	if wasElsewhere {
+		// The leader this broker handed its brokering to stopped
+		// answering: what it brokered is known again only as its VDAs
+		// come here.
+		z.log.Warn("the zone's leader stopped answering", "leader", was)
+		z.lh.Rebuild()
 	}
 	z.set(site.BrokerRecord{Name: z.self}, false)
 }

@@ -479,7 +479,16 @@ func (r *runner) backoff(ctx context.Context, err error) {
 		return
 	}
 	r.unreachable(ctx, err)
-	sleep(ctx, jittered(r.failures-1, r.m.cfg.MinBackoff, r.m.cfg.MaxBackoff))
+	attempt := r.failures - 1
+	var be *BrokerError
+	if errors.As(err, &be) && be.StatusCode == http.StatusForbidden {
+		// Refused by policy, not failing: the broker names another (its
+		// zone's, or the zone's leader while the site DB is down), and a
+		// leader that changes is taken over within seconds. The wait
+		// does not grow.
+		attempt = 0
+	}
+	sleep(ctx, jittered(attempt, r.m.cfg.MinBackoff, r.m.cfg.MaxBackoff))
 }
 
 // unreachable counts a failure and logs it: the first of a run at Warn,
