@@ -680,3 +680,40 @@ func TestZoneLeaderKilled(t *testing.T) {
 	settle(t, z.b)
 	h.check(t, z.cs.direct)
 }
+
+// TestFlappingSiteDB: the site DB comes back for less than
+// --recover-after and goes again, then comes back for good while the
+// broker writes back: the broker stays in outage mode through the flaps,
+// and the site DB ends with what the clients were told.
+func TestFlappingSiteDB(t *testing.T) {
+	cs := newCutSite(t)
+	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 3)
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	cs.wan.Cut()
+	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
+	for range 3 {
+		time.Sleep(700 * time.Millisecond)
+		if err := cs.wan.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // less than RecoverAfter (1 s)
+		cs.wan.Cut()
+		if !s.LHC().InOutage() {
+			t.Fatal("the broker left outage mode on a site DB back for less than --recover-after")
+		}
+	}
+	if got := s.LHC().Status().Outages; got != 1 {
+		t.Errorf("%d outages, want 1 through the flaps", got)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := cs.wan.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s)
+	stop()
+	time.Sleep(time.Second)
+	h.check(t, cs.direct)
+}
