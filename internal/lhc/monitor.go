@@ -22,6 +22,12 @@ func (s *Store) Run(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
+	// deadline fires when OutageAfter has passed since the site DB's last
+	// answer, between probes, so that outage mode begins on time rather
+	// than at the next probe.
+	deadline := time.NewTimer(time.Hour)
+	deadline.Stop()
+	defer deadline.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -30,8 +36,28 @@ func (s *Store) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.tick(ctx)
+			if at, ok := s.outageDue(); ok {
+				deadline.Reset(max(time.Until(at), 0))
+			}
+		case <-deadline.C:
+			s.observe(ctx, 0, errors.New("no answer since the last probe"))
 		}
 	}
+}
+
+// outageDue returns when outage mode is due, if the site DB does not
+// answer and the Store is not in outage mode.
+func (s *Store) outageDue() (time.Time, bool) {
+	if s.outage.Load() {
+		return time.Time{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status.DBAnswers {
+		return time.Time{}, false
+	}
+	// Now is the Store's clock; the timer runs on the machine's.
+	return time.Now().Add(s.status.LastAnswer.Add(s.opts.OutageAfter).Sub(s.opts.Now())), true
 }
 
 // probeTimeout bounds one probe of the site DB.

@@ -717,3 +717,44 @@ func TestFlappingSiteDB(t *testing.T) {
 	time.Sleep(time.Second)
 	h.check(t, cs.direct)
 }
+
+// TestTakeoverTimes measures, with the default settings (outage after
+// 5 s, probes every 500 ms), the time from five cuts of the site DB under
+// steady launches to outage mode and to the first launch brokered from
+// the copy, and checks the history across all five. It takes about 100 s,
+// so it runs only with USHER_LHC_TAKEOVER=1, until usher bench lhc reports
+// the same.
+func TestTakeoverTimes(t *testing.T) {
+	if os.Getenv("USHER_LHC_TAKEOVER") == "" {
+		t.Skip("a measurement of about 100 s: set USHER_LHC_TAKEOVER=1")
+	}
+	cs := newCutSite(t)
+	cfg := cs.lhcConfig(t, t.TempDir())
+	cfg.OutageAfter, cfg.RecoverAfter, cfg.LHCProbeInterval = 0, 0, 0 // the defaults
+	cfg.HeartbeatInterval, cfg.HeartbeatTimeout = 0, 0
+	s := openLHC(t, cfg)
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 4)
+	defer stop()
+	for i := range 5 {
+		time.Sleep(time.Second)
+		cut := time.Now()
+		cs.wan.Cut()
+		waitFor(t, 20*time.Second, "outage mode", s.LHC().InOutage)
+		entered := time.Now()
+		h.cut(entered)
+		waitFor(t, 20*time.Second, "a launch in outage mode", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return !h.firstOK.IsZero() })
+		h.mu.Lock()
+		t.Logf("cut %d: outage mode %s after the cut, first launch from the copy %s after the cut", i+1,
+			entered.Sub(cut).Round(time.Millisecond), h.firstOK.Sub(cut).Round(time.Millisecond))
+		h.mu.Unlock()
+		time.Sleep(time.Second)
+		if err := cs.wan.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		settle(t, s)
+	}
+	stop()
+	time.Sleep(time.Second)
+	h.check(t, cs.direct)
+}
