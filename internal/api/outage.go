@@ -17,6 +17,8 @@ type Outage interface {
 	// Learn takes the sessions another broker of the zone wrote before
 	// handing this one its brokering (lhc.Store.Learn).
 	Learn(ctx context.Context, h lhc.Handover) error
+	// Journaled counts the sessions waiting to be written back.
+	Journaled(ctx context.Context) (int, error)
 }
 
 // OutageRequest forces outage mode on or off.
@@ -35,7 +37,13 @@ func (s *Server) registerOutage() {
 			if s.cfg.Outage == nil {
 				return nil, errNoLHC
 			}
-			return s.cfg.Outage.Status(), nil
+			st := s.cfg.Outage.Status()
+			n, err := s.cfg.Outage.Journaled(r.Context())
+			if err != nil {
+				return nil, err
+			}
+			st.Journaled = n
+			return st, nil
 		})
 	s.route(Route{Method: "PUT", Pattern: base, OperationID: "forceOutage", Tag: "outage",
 		Summary: "Force outage mode on (broker from the local copy, leaving the site DB alone) or off", Request: reflect.TypeFor[OutageRequest](),

@@ -150,3 +150,20 @@ func (s *Store) HandedOver(ctx context.Context, h Handover) error {
 		return nil
 	})
 }
+
+// Journaled counts the sessions journaled in the copy, waiting to be
+// written back: 0 outside outage mode, where the journal is empty.
+func (s *Store) Journaled(ctx context.Context) (int, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if !s.outage.Load() || s.local == nil {
+		return 0, nil
+	}
+	var n int
+	err := s.local.View(ctx, func(tx site.Tx) error {
+		ids, err := tx.(site.LocalCopy).Journaled(ctx)
+		n = len(ids)
+		return err
+	})
+	return n, err
+}

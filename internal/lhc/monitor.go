@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -135,6 +136,16 @@ func (s *Store) Force(ctx context.Context, on bool) (Status, error) {
 	answers := s.status.DBAnswers
 	s.mu.Unlock()
 	s.log.Warn("outage mode forced", "forced", on)
+	if _, err := os.Stat(s.path); on && err != nil && answers && s.Primary() != nil {
+		// Forced before the first copy: make it now, from the site DB
+		// that still answers.
+		if err := s.copyNow(); err != nil {
+			s.mu.Lock()
+			s.forced = false
+			s.mu.Unlock()
+			return s.Status(), site.Errorf(site.EUnavailable, "no local copy to broker from, and making one failed: %v", err)
+		}
+	}
 	switch {
 	case on && !s.outage.Load():
 		if err := s.enterOutage(ctx, "forced by an admin"); err != nil {

@@ -101,7 +101,8 @@ type Status struct {
 	CopyAt      time.Time `json:"copy_at,omitzero"`
 	CopyError   string    `json:"copy_error,omitempty"`
 	// Journaled counts the sessions written in outage mode that wait to
-	// be written back; WrittenBack counts those written back since start.
+	// be written back (as of entering outage mode; the admin API counts
+	// them afresh); WrittenBack counts those written back since start.
 	Journaled   int   `json:"journaled"`
 	WrittenBack int64 `json:"written_back"`
 	// Outages counts the outages entered since start.

@@ -122,9 +122,12 @@ type history struct {
 	// indeterminate counts launches whose outcome the client did not
 	// learn: each may have made a session no client knows.
 	indeterminate int
-	errors        map[string]int // error kind → count
-	firstOK       time.Time      // the first launch acknowledged after cutAt
-	cutAt         time.Time
+	// staleOK tolerates acknowledged sessions doubled by a launch that
+	// missed the user's session: where a leader died with its records.
+	staleOK bool
+	errors  map[string]int // error kind → count
+	firstOK time.Time      // the first launch acknowledged after cutAt
+	cutAt   time.Time
 }
 
 func newHistory() *history {
@@ -331,6 +334,10 @@ func (h *history) check(t *testing.T, dsn string) {
 			t.Logf("%d sessions no client was told of, from %d launches of unknown outcome: %v", len(unexpected), h.indeterminate, unexpected)
 		}
 		unexpected = nil
+	}
+	if h.staleOK && len(dup) > 0 {
+		t.Logf("%d users given a second session instead of theirs after the leader died (tolerated: its records died with it): %v", len(dup), dup)
+		dup = nil
 	}
 	for name, list := range map[string][]string{"lost": lost, "unexpected": unexpected, "stale": stale, "duplicated": dup, "over their limit": over} {
 		if len(list) > 0 {
@@ -678,6 +685,7 @@ func TestZoneLeaderKilled(t *testing.T) {
 		t.Errorf("restarted leader: %+v, want the outage's journal written back", got)
 	}
 	settle(t, z.b)
+	h.staleOK = true
 	h.check(t, z.cs.direct)
 }
 
