@@ -99,3 +99,32 @@ func (w *WAN) Cut() { w.proxy.Stop() }
 
 // Restore ends a Cut.
 func (w *WAN) Restore() error { return w.proxy.Start() }
+
+// Blackhole makes the site DB stop answering without closing anything:
+// data through the proxy, and new connections' data, is held, as by a
+// network that drops every packet. Unhole ends it.
+func (w *WAN) Blackhole() error {
+	for _, stream := range []string{"upstream", "downstream"} {
+		b, err := json.Marshal(map[string]any{"name": "blackhole-" + stream, "type": "timeout", "stream": stream, "toxicity": 1,
+			"attributes": map[string]any{"timeout": 0}})
+		if err != nil {
+			return err
+		}
+		if _, err := w.proxy.Toxics.AddToxicJson(bytes.NewReader(b)); err != nil {
+			return fmt.Errorf("toxiproxy: add blackhole: %w", err)
+		}
+	}
+	return nil
+}
+
+// Unhole ends a Blackhole. The connections it held are closed (the
+// proxy restarts): their data is gone, as after a network outage.
+func (w *WAN) Unhole() error {
+	w.proxy.Stop()
+	for _, stream := range []string{"upstream", "downstream"} {
+		if err := w.proxy.Toxics.RemoveToxic(context.Background(), "blackhole-"+stream); err != nil && !errors.Is(err, toxiproxy.ErrToxicNotFound) {
+			return fmt.Errorf("toxiproxy: remove blackhole: %w", err)
+		}
+	}
+	return w.proxy.Start()
+}

@@ -13,8 +13,13 @@ import (
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
 
-// writeBackChunk bounds the sessions written back in one transaction.
-const writeBackChunk = 500
+// writeBackChunk bounds the sessions written back in one transaction;
+// drainWait, how long entering outage mode waits for the calls to the
+// site DB under way.
+const (
+	writeBackChunk = 500
+	drainWait      = time.Second
+)
 
 // Run probes the site DB every ProbeInterval, enters and leaves outage
 // mode and keeps the copy current, until ctx ends or the Store closes.
@@ -103,6 +108,11 @@ func (s *Store) observe(ctx context.Context, version int64, err error) {
 		s.log.Warn("site DB does not answer", "err", err, "outage_after", s.opts.OutageAfter)
 	}
 	s.status.DBAnswers = err == nil
+	if err != nil {
+		s.suspected()
+	} else {
+		s.trusted()
+	}
 	last, forced := s.status.LastAnswer, s.forced
 	if err != nil || !s.outage.Load() {
 		s.okSince = time.Time{}
@@ -175,10 +185,14 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		s.mu.Unlock()
 		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
 	}
-	// Calls to the site DB under way finish first (and what they wrote is
-	// recorded); calls that come meanwhile wait, then go to the copy.
+	// Calls that come from now on wait, then go to the copy; calls to the
+	// site DB under way get a moment to finish (and what they wrote is
+	// recorded), the site DB having cut them off if it stopped answering.
 	s.gate.Lock()
 	defer s.gate.Unlock()
+	if !s.drain(drainWait) {
+		s.log.Warn("calls to the site DB still under way as outage mode begins; what they write may reach only the site DB", "waited", drainWait)
+	}
 	var own map[string]site.MachineStatus
 	var registered []string
 	b := s.attached()
@@ -218,12 +232,12 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		return nil
 	})
 	if err != nil {
+		s.outage.Store(false)
 		local.Close()
 		s.log.Error("cannot seed the local copy with this broker's machines", "err", err)
 		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
 	}
 	s.local = local
-	s.outage.Store(true)
 	now := s.opts.Now()
 	s.mu.Lock()
 	s.status.Mode, s.status.Since, s.status.Cause = Outage, now, cause

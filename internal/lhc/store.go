@@ -141,6 +141,16 @@ type Store struct {
 	cameChecked  time.Time
 	copying      bool
 
+	// calls counts the calls to the site DB under way (n), which entering
+	// outage mode waits for a moment (drained), and cuts them off when a
+	// probe finds the site DB not answering (suspect).
+	calls struct {
+		sync.Mutex
+		n       int
+		drained chan struct{}
+		suspect context.Context
+		cancel  context.CancelFunc
+	}
 	// trans serializes the transitions between modes; copyMu, a copy's
 	// replacing the file with outage mode's opening it.
 	trans  sync.Mutex
@@ -184,6 +194,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.TakeoverWindow = cmp.Or(max(opts.TakeoverWindow, 0), DefaultTakeoverWindow)
 	s := &Store{opts: opts, log: opts.Logger.With("component", "lhc"), path: filepath.Join(opts.Dir, CopyFile),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	s.trusted()
 	now := opts.Now()
 	db, err := opts.Open(ctx)
 	if err != nil {
@@ -281,20 +292,110 @@ func (s *Store) db() (site.Store, error) {
 	return p.Store, nil
 }
 
-// serve runs local on the local copy in outage mode, else remote on the
-// site DB (or fails at once when the site DB must not be waited on),
-// holding a call's share of the gate.
-func (s *Store) serve(local func(*sqlitestore.Store) error, remote func(site.Store) error) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.outage.Load() && s.local != nil {
-		return local(s.local)
-	}
-	db, err := s.db()
-	if err != nil {
+// serve runs local on the local copy in outage mode, holding an outage
+// call's share of the gate, else remote on the site DB (or fails at once
+// when the site DB must not be waited on), counted among the calls to
+// the site DB under way and cut off as soon as a probe finds the site DB
+// not answering.
+func (s *Store) serve(ctx context.Context, local func(*sqlitestore.Store) error, remote func(context.Context, site.Store) error) error {
+	for {
+		if s.outage.Load() {
+			s.gate.RLock()
+			if s.outage.Load() && s.local != nil {
+				defer s.gate.RUnlock()
+				return local(s.local)
+			}
+			s.gate.RUnlock()
+		}
+		cctx, done, ok := s.beginRemote(ctx)
+		if !ok {
+			continue // outage mode began meanwhile
+		}
+		defer done()
+		db, err := s.db()
+		if err != nil {
+			return err
+		}
+		err = remote(cctx, db)
+		if err != nil && ctx.Err() == nil &&
+			(cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			// Cut off by the probe, or by the call's own bound: the site
+			// DB is not answering.
+			return fmt.Errorf("%w (%v)", s.unavailable(), err)
+		}
 		return err
 	}
-	return remote(db)
+}
+
+// beginRemote counts a call to the site DB, unless the Store is in outage
+// mode, and returns its context, cancelled when the site DB is found not
+// answering.
+func (s *Store) beginRemote(ctx context.Context) (context.Context, func(), bool) {
+	s.calls.Lock()
+	if s.outage.Load() {
+		s.calls.Unlock()
+		return nil, nil, false
+	}
+	s.calls.n++
+	suspect := s.calls.suspect
+	s.calls.Unlock()
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(suspect, cancel)
+	return cctx, func() {
+		stop()
+		cancel()
+		s.calls.Lock()
+		if s.calls.n--; s.calls.n == 0 && s.calls.drained != nil {
+			close(s.calls.drained)
+			s.calls.drained = nil
+		}
+		s.calls.Unlock()
+	}, true
+}
+
+// suspected cuts off the calls to the site DB under way: a probe found it
+// not answering, and they would wait for their own timeouts.
+func (s *Store) suspected() {
+	s.calls.Lock()
+	defer s.calls.Unlock()
+	if s.calls.cancel != nil {
+		s.calls.cancel()
+		s.calls.cancel = nil
+	}
+}
+
+// trusted gives calls to the site DB a context again after it answers.
+func (s *Store) trusted() {
+	s.calls.Lock()
+	defer s.calls.Unlock()
+	if s.calls.cancel == nil {
+		s.calls.suspect, s.calls.cancel = context.WithCancel(context.Background())
+	}
+}
+
+// drain sets outage mode for the calls that begin from now on, and waits
+// up to limit for the calls to the site DB under way to end. It reports
+// whether they did.
+func (s *Store) drain(limit time.Duration) bool {
+	s.calls.Lock()
+	s.outage.Store(true)
+	var drained chan struct{}
+	if s.calls.n > 0 {
+		drained = make(chan struct{})
+		s.calls.drained = drained
+	}
+	s.calls.Unlock()
+	if drained == nil {
+		return true
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // localUpdate runs fn in an Update of the local copy, on an outageTx, and
@@ -313,17 +414,17 @@ func (s *Store) localUpdate(ctx context.Context, local *sqlitestore.Store, fn fu
 }
 
 func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
-	return s.serve(func(l *sqlitestore.Store) error {
+	return s.serve(ctx, func(l *sqlitestore.Store) error {
 		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
-	}, func(db site.Store) error {
+	}, func(ctx context.Context, db site.Store) error {
 		return db.View(ctx, fn)
 	})
 }
 
 func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
-	return s.serve(func(l *sqlitestore.Store) error {
+	return s.serve(ctx, func(l *sqlitestore.Store) error {
 		return s.localUpdate(ctx, l, fn)
-	}, func(db site.Store) error {
+	}, func(ctx context.Context, db site.Store) error {
 		var rt *recordingTx
 		err := db.Update(ctx, func(tx site.Tx) error {
 			rt = &recordingTx{Tx: tx}
@@ -337,9 +438,9 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 }
 
 func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
-	return s.serve(func(l *sqlitestore.Store) error {
+	return s.serve(ctx, func(l *sqlitestore.Store) error {
 		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
-	}, func(db site.Store) error {
+	}, func(ctx context.Context, db site.Store) error {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 		return site.ReadOnce(ctx, db, fn)
@@ -347,7 +448,7 @@ func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
 }
 
 func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, err error) {
-	err = s.serve(func(l *sqlitestore.Store) error {
+	err = s.serve(ctx, func(l *sqlitestore.Store) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
@@ -358,7 +459,7 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 			out, err = site.PlaceTx(ctx, tx, p)
 			return err
 		})
-	}, func(db site.Store) (err error) {
+	}, func(ctx context.Context, db site.Store) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 		if out, err = db.Place(ctx, p); err != nil {
@@ -379,12 +480,12 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 }
 
 func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) (out []site.SessionVerdict, err error) {
-	err = s.serve(func(l *sqlitestore.Store) error {
+	err = s.serve(ctx, func(l *sqlitestore.Store) error {
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			out, err = site.ChangeSessionsTx(ctx, tx, changes)
 			return err
 		})
-	}, func(db site.Store) (err error) {
+	}, func(ctx context.Context, db site.Store) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 		if out, err = db.ChangeSessions(ctx, changes); err != nil {
@@ -401,12 +502,12 @@ func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange
 }
 
 func (s *Store) RecordHeartbeats(ctx context.Context, hbs []site.Heartbeat) (out []site.HeartbeatVerdict, err error) {
-	err = s.serve(func(l *sqlitestore.Store) error {
+	err = s.serve(ctx, func(l *sqlitestore.Store) error {
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			out, err = site.RecordHeartbeatsTx(ctx, tx, hbs)
 			return err
 		})
-	}, func(db site.Store) (err error) {
+	}, func(ctx context.Context, db site.Store) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 		out, err = db.RecordHeartbeats(ctx, hbs)

@@ -766,3 +766,38 @@ func TestTakeoverTimes(t *testing.T) {
 	time.Sleep(time.Second)
 	h.check(t, cs.direct)
 }
+
+// TestUnansweringSiteDB: the site DB stops answering without closing
+// anything (a network that drops every packet). Calls to it under way are
+// cut off when a probe finds it silent, so that no client waits out a
+// timeout or gets a 500: the launches in the window get a fast
+// retry-required (503 unavailable), and outage mode begins in seconds,
+// not after the driver's own timeouts. Nothing is lost.
+func TestUnansweringSiteDB(t *testing.T) {
+	cs := newCutSite(t)
+	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 4)
+	defer stop()
+	time.Sleep(time.Second)
+	if err := cs.wan.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	// Outage after 1 s; pgstore's own timeout is 10 s.
+	waitFor(t, 5*time.Second, "outage mode", s.LHC().InOutage)
+	time.Sleep(2 * time.Second)
+	if err := cs.wan.Unhole(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s)
+	stop()
+	time.Sleep(time.Second)
+	h.mu.Lock()
+	for kind, n := range h.errors {
+		if !strings.Contains(kind, site.EUnavailable) && !strings.HasSuffix(kind, "stopped") {
+			t.Errorf("%d %s: want only fast 503s (retry-required) while the site DB is silent", n, kind)
+		}
+	}
+	h.mu.Unlock()
+	h.check(t, cs.direct)
+}
