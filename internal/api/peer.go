@@ -24,9 +24,10 @@ import (
 // opens no other request, and none for long.
 const (
 	PeerAudience = "peer"
-	// PeerTokenTTL bounds a peer token's life; brokers' clocks must agree
-	// within it.
-	PeerTokenTTL = 2 * time.Minute
+	// PeerTokenTTL bounds a peer token's life. Brokers' clocks must agree
+	// within it, hence its length: the token opens only the request it
+	// was signed for, whose replay repeats that request.
+	PeerTokenTTL = 10 * time.Minute
 	peerPrefix   = "/api/v1/peer"
 )
 

@@ -8,13 +8,16 @@
 // replaces the last good one only once complete.
 //
 // The Store probes the site DB every ProbeInterval. While it answers,
-// every call goes to it. When it has not answered for OutageAfter (or an
-// admin forces an outage), the Store enters outage mode: it opens the
-// copy, seeds it with the statuses of the machines registered with this
-// broker (Broker.OwnStatuses), and serves every call from it. Runtime
-// writes (registrations, heartbeats, sessions) go on; configuration,
-// password and credential changes and new assignments fail with
-// site.ESiteDBUnavailable. Every session written is journaled in the
+// every call goes to it; a probe that fails cuts off the calls under way
+// and fails the next ones at once (EUnavailable: clients retry), so that
+// none waits out a driver's timeout. When it has not answered for
+// OutageAfter since its last answer (or an admin forces an outage), the
+// Store enters outage mode: it opens the copy, seeds it with the statuses
+// of the machines registered with this broker (Broker.OwnStatuses) and
+// the sessions it wrote since the copy was read, and serves every call
+// from it. Runtime writes (registrations, enrolments, heartbeats,
+// sessions) go on; configuration, admin and password changes, secrets and
+// new assignments fail with site.ESiteDBUnavailable. Every session written is journaled in the
 // same transaction, so the journal survives a restart.
 //
 // When the site DB has answered for RecoverAfter, the Store writes the
@@ -26,4 +29,9 @@
 // records of sessions agree with the VDAs'. A broker that starts while the
 // site DB is down starts in outage mode from its copy; one that starts
 // with a journal left by an outage writes it back first.
+//
+// Brokers of one zone choose one leader in an outage (the server's
+// zoneLeader); Handover and Learn carry a broker's recent sessions and
+// its machines to the leader, and Rebuild makes a broker that replaces a
+// dead leader wait for the zone's VDAs before it makes new sessions.
 package lhc

@@ -118,9 +118,10 @@ type Store struct {
 
 	primary atomic.Pointer[primaryDB]
 	outage  atomic.Bool
-	// gate holds calls back while the Store changes modes: every call
-	// holds it for reading, so that a change waits for the calls of the
-	// mode it leaves, and the calls after it see the new mode.
+	// gate holds outage calls back while the Store enters or leaves
+	// outage mode: every outage call holds it for reading, so that a
+	// change waits for them, and the calls after it see the new mode.
+	// Calls to the site DB are counted in calls instead.
 	gate  sync.RWMutex
 	local *sqlitestore.Store // open in outage mode; under gate
 
@@ -272,7 +273,7 @@ func (s *Store) unavailable() error {
 func (s *Store) refusal() error {
 	st := s.Status()
 	return site.Errorf(site.ESiteDBUnavailable, "the site DB is unavailable (since %s): this broker serves from its local copy, "+
-		"in which configuration, password and credential changes and new assignments cannot be made; retry once the site DB is back",
+		"in which configuration, admin and password changes and new assignments cannot be made; retry once the site DB is back",
 		st.Since.UTC().Format(time.RFC3339))
 }
 
