@@ -236,11 +236,9 @@ func startCluster() (*cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	opts := "-k " + dir + " -c listen_addresses='' -F -c full_page_writes=off -c max_connections=200"
-	if out, err := c.run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	if err := c.start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+		return nil, err
 	}
 	c.dsn = "host=" + dir + " port=5432 user=postgres dbname=postgres sslmode=disable"
 	if err := ping(c.dsn); err != nil {
@@ -248,6 +246,16 @@ func startCluster() (*cluster, error) {
 		return nil, fmt.Errorf("the throwaway cluster does not answer: %w", err)
 	}
 	return c, nil
+}
+
+// start starts the cluster's server, listening on its socket only.
+func (c *cluster) start() error {
+	opts := "-k " + c.dir + " -c listen_addresses='' -F -c full_page_writes=off -c max_connections=200"
+	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(c.dir, "log"))
+		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	return nil
 }
 
 func (c *cluster) run(name string, args ...string) ([]byte, error) {
@@ -297,3 +305,42 @@ func isExec(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
+
+// Cluster is a throwaway PostgreSQL cluster of one test's own, which the
+// test may crash and start again.
+type Cluster struct{ c *cluster }
+
+// Throwaway creates and starts a cluster for tb alone, stopped and removed
+// when tb ends. It skips tb when PostgreSQL's programs are missing (fails
+// it when CI=true).
+func Throwaway(tb testing.TB) *Cluster {
+	tb.Helper()
+	c, err := startCluster()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("pgtest: a throwaway cluster: %v", err)
+		}
+		tb.Skipf("pgtest: a throwaway cluster: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := c.stop(); err != nil {
+			tb.Errorf("pgtest: %v", err)
+		}
+	})
+	return &Cluster{c: c}
+}
+
+// DSN connects to the cluster's postgres database.
+func (c *Cluster) DSN() string { return c.c.dsn }
+
+// Crash stops the cluster as a crash would (pg_ctl stop -m immediate: no
+// checkpoint, recovery at the next start).
+func (c *Cluster) Crash() error {
+	if out, err := c.c.run("pg_ctl", "-D", filepath.Join(c.c.dir, "data"), "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Start starts the cluster again after Crash.
+func (c *Cluster) Start() error { return c.c.start() }

@@ -801,3 +801,35 @@ func TestUnansweringSiteDB(t *testing.T) {
 	h.mu.Unlock()
 	h.check(t, cs.direct)
 }
+
+// TestSiteDBCrashes: the site DB's server crashes under load (pg_ctl stop
+// -m immediate, a throwaway cluster of the test's own) and comes back
+// after recovery; the broker brokers from its copy meanwhile and writes
+// the outage back: nothing lost.
+func TestSiteDBCrashes(t *testing.T) {
+	cluster := pgtest.Throwaway(t)
+	cfg := server.Config{DataDir: t.TempDir(), DB: cluster.DSN(), Listen: "127.0.0.1:0", PasswordParams: sitetest.Cheap,
+		Name: "lhc-crash", Demo: true, DemoPassword: lhcPassword, SimVDAs: -1, SimLogonDelay: -1,
+		HeartbeatInterval: 300 * time.Millisecond, HeartbeatTimeout: 3 * time.Second,
+		OutageAfter: time.Second, RecoverAfter: time.Second, LHCProbeInterval: 100 * time.Millisecond, Logger: testLogger()}
+	s := openLHC(t, cfg)
+	h := newHistory()
+	stop := startClients(t, h, s.URL, 4)
+	defer stop()
+	time.Sleep(time.Second)
+	if err := cluster.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
+	time.Sleep(2 * time.Second)
+	if err := cluster.Start(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s)
+	stop()
+	time.Sleep(time.Second)
+	if got := s.LHC().Status().WrittenBack; got == 0 {
+		t.Error("no session written back after the crash")
+	}
+	h.check(t, cluster.DSN())
+}
