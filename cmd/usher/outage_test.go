@@ -13,15 +13,18 @@ import (
 func TestAdminOutage(t *testing.T) {
 	const pw = "demo-pass-outage"
 	s := startServe(t, "--data", t.TempDir(), "--db", pgtest.DSN(t), "--demo", "--demo-password", pw)
-	for _, step := range []struct{ verb, want string }{
-		{"status", "mode:          normal"},
-		{"force", "mode:          outage (forced)"},
-		{"status", "cause:         forced by an admin"},
-		{"clear", "mode:          normal"},
+	for _, step := range []struct{ verb, want, metric string }{
+		{"status", "mode:          normal", "usher_lhc_outage 0"},
+		{"force", "mode:          outage (forced)", "usher_lhc_outage_forced 1"},
+		{"status", "cause:         forced by an admin", "usher_lhc_outages_total 1"},
+		{"clear", "mode:          normal", "usher_lhc_outage 0"},
 	} {
 		code, out, stderr := run(t, pw+"\n", "admin", "outage", step.verb, "--server", s.url, "--password-stdin")
 		if code != 0 || !strings.Contains(out, step.want) {
 			t.Fatalf("admin outage %s: exit %d, want %q in:\n%s%s", step.verb, code, step.want, out, stderr)
+		}
+		if m := metrics(t, s.url); !strings.Contains(m, "\n"+step.metric+"\n") {
+			t.Errorf("after admin outage %s, /metrics has no %q", step.verb, step.metric)
 		}
 	}
 	if code, _, stderr := run(t, "wrong\n", "admin", "outage", "force", "--server", s.url, "--password-stdin"); code == 0 || !strings.Contains(stderr, "401") {
