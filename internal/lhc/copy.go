@@ -182,13 +182,15 @@ func syncFile(path string) error {
 // copyInfo is what a usable copy holds, read when it is opened.
 type copyInfo struct {
 	version   int64
-	machines  int
 	journaled []string
 }
 
-// openCopy opens the copy at path, refusing one that is missing or that
-// cannot be read whole: a broker must not broker from nothing.
-func openCopy(ctx context.Context, path string, log *slog.Logger) (*sqlitestore.Store, copyInfo, error) {
+// openCopy opens the copy at path, refusing one that is missing or
+// unreadable. With whole, its whole configuration is read too, as before
+// serving from it: a broker must not broker from nothing. Without, only
+// its version and journal are (a broker that starts on a site DB that
+// answers needs no more, and a large site's copy is not read for nothing).
+func openCopy(ctx context.Context, path string, log *slog.Logger, whole bool) (*sqlitestore.Store, copyInfo, error) {
 	var info copyInfo
 	if _, err := os.Stat(path); err != nil {
 		return nil, info, fmt.Errorf("no local copy of the site at %s: %w", path, err)
@@ -202,11 +204,11 @@ func openCopy(ctx context.Context, path string, log *slog.Logger) (*sqlitestore.
 		if info.version, err = tx.ConfigVersion(ctx); err != nil {
 			return err
 		}
-		cfg, err := site.LoadConfig(ctx, tx)
-		if err != nil {
-			return err
+		if whole {
+			if _, err := site.LoadConfig(ctx, tx); err != nil {
+				return err
+			}
 		}
-		info.machines = len(cfg.Machines)
 		if _, err := tx.Secret(ctx, site.SecretTokenKey); err != nil {
 			return fmt.Errorf("token key: %w", err)
 		}

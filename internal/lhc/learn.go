@@ -33,7 +33,7 @@ func (s *Store) Handover(ctx context.Context) (Handover, error) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	h := Handover{Sessions: s.recent.sessions()}
-	if !s.outage.Load() || s.local == nil {
+	if s.served() == nil {
 		return h, nil
 	}
 	err := s.local.View(ctx, func(tx site.Tx) error {
@@ -65,15 +65,16 @@ func (s *Store) Handover(ctx context.Context) (Handover, error) {
 
 // Learn writes into the copy sessions that another broker of the zone
 // wrote (its Handover), when it hands its brokering to this one, and
-// takes over the machines registered with it: a session the copy holds ended stays ended, and
-// one written here in outage mode (journaled) keeps this broker's state.
+// takes over the machines registered with it: a session the copy holds
+// ended stays ended, and one written here in outage mode (journaled)
+// keeps this broker's state.
 // Outside outage mode it does nothing: the site DB holds them. It fails
 // with EUnavailable while the site DB does not answer and the Store has
 // not entered outage mode yet, for the caller to try again.
 func (s *Store) Learn(ctx context.Context, h Handover) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if !s.outage.Load() || s.local == nil {
+	if s.served() == nil {
 		if _, err := s.db(); err != nil {
 			return err
 		}
@@ -95,16 +96,7 @@ func (s *Store) Learn(ctx context.Context, h Handover) error {
 			if _, ok := slices.BinarySearch(journaled, sess.ID); ok {
 				continue
 			}
-			cur, err := tx.Sessions().Get(ctx, sess.ID)
-			switch {
-			case site.ErrorCode(err) == site.ENotFound:
-				err = tx.Sessions().Create(ctx, sess)
-			case err != nil:
-			case cur.State == site.SessionLoggedOff || cur == sess:
-			default:
-				err = tx.Sessions().Update(ctx, sess)
-			}
-			switch site.ErrorCode(err) {
+			switch err := upsertSession(ctx, tx, sess); site.ErrorCode(err) {
 			case "", site.EInvalid, site.EConflict:
 			default:
 				return err
@@ -133,7 +125,7 @@ func (s *Store) Learn(ctx context.Context, h Handover) error {
 func (s *Store) HandedOver(ctx context.Context, h Handover) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if !s.outage.Load() || s.local == nil || len(h.Machines) == 0 {
+	if s.served() == nil || len(h.Machines) == 0 {
 		return nil
 	}
 	return s.local.Update(ctx, func(tx site.Tx) error {
@@ -156,7 +148,7 @@ func (s *Store) HandedOver(ctx context.Context, h Handover) error {
 func (s *Store) Journaled(ctx context.Context) (int, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if !s.outage.Load() || s.local == nil {
+	if s.served() == nil {
 		return 0, nil
 	}
 	var n int

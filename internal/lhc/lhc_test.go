@@ -88,7 +88,7 @@ func TestCopyIsReplacedWhole(t *testing.T) {
 	if err := s.copyNow(); err != nil {
 		t.Fatal(err)
 	}
-	db, first, err := openCopy(context.Background(), filepath.Join(dir, CopyFile), nil)
+	db, first, err := openCopy(context.Background(), filepath.Join(dir, CopyFile), nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestCopyIsReplacedWhole(t *testing.T) {
 	if err := s.copyNow(); err == nil {
 		t.Fatal("a copy whose file cannot be written succeeded")
 	}
-	db, info, err := openCopy(context.Background(), filepath.Join(dir, CopyFile), nil)
+	db, info, err := openCopy(context.Background(), filepath.Join(dir, CopyFile), nil, true)
 	if err != nil {
 		t.Fatalf("the last good copy does not open after a failed copy: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestCopyIsReplacedWhole(t *testing.T) {
 	if err := s.copyNow(); err != nil {
 		t.Fatal(err)
 	}
-	db, info, err = openCopy(context.Background(), filepath.Join(dir, CopyFile), nil)
+	db, info, err = openCopy(context.Background(), filepath.Join(dir, CopyFile), nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ func (s *Store) Force(ctx context.Context, on bool) (Status, error) {
 func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.copyMu.Lock() // no copy replaces the file while it is opened
 	defer s.copyMu.Unlock()
-	local, info, err := openCopy(ctx, s.path, s.log)
+	local, info, err := openCopy(ctx, s.path, s.log, true)
 	if err != nil {
 		s.log.Error("the site DB is unavailable, but there is no local copy to broker from", "cause", cause, "err", err)
 		s.mu.Lock()
@@ -275,8 +275,7 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	// A first pass while outage calls go on, then, with them held back,
 	// what changed since.
 	written := map[string]site.Session{}
-	n1, err := s.writeBackFrom(ctx, db, local, written)
-	if err != nil {
+	if _, err := s.writeBackFrom(ctx, db, local, written); err != nil {
 		s.log.Warn("write-back failed; staying in outage mode", "err", err)
 		return err
 	}
@@ -319,7 +318,6 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	s.mu.Unlock()
 	s.log.Warn("outage over: brokering from the site DB again", "cause", cause, "outage_lasted", now.Sub(since).Round(time.Millisecond),
 		"sessions_written_back", len(written), "changed_during_write_back", n2, "write_back_took", now.Sub(start).Round(time.Millisecond))
-	_ = n1
 	if b != nil {
 		b.Reregister()
 	}
@@ -400,27 +398,32 @@ func (s *Store) writeBackFrom(ctx context.Context, db site.Store, local *sqlites
 	return n, nil
 }
 
-// upsertSessions writes sessions by ID: created when the site DB lacks
-// them, else replaced, except that a session the site DB holds as ended
-// stays ended (an end recorded elsewhere is never undone, whatever the
-// brokers' clocks say).
+// upsertSessions writes sessions by ID (upsertSession).
 func upsertSessions(ctx context.Context, tx site.Tx, sessions []site.Session) error {
 	for _, sess := range sessions {
-		cur, err := tx.Sessions().Get(ctx, sess.ID)
-		switch {
-		case site.ErrorCode(err) == site.ENotFound:
-			err = tx.Sessions().Create(ctx, sess)
-		case err != nil:
-		case cur == sess:
-		case cur.State == site.SessionLoggedOff:
-		default:
-			err = tx.Sessions().Update(ctx, sess)
-		}
-		if err != nil {
+		if err := upsertSession(ctx, tx, sess); err != nil {
 			return fmt.Errorf("session %s: %w", sess.ID, err)
 		}
 	}
 	return nil
+}
+
+// upsertSession writes a session by its ID: created when tx lacks it, else
+// replaced, except that a session tx holds as ended stays ended (an end is
+// never undone, whatever the brokers' clocks say). Every copy of a session
+// from one store to another goes through it: write-back, the sessions
+// replayed into the copy, those another broker hands over.
+func upsertSession(ctx context.Context, tx site.Tx, sess site.Session) error {
+	cur, err := tx.Sessions().Get(ctx, sess.ID)
+	switch {
+	case site.ErrorCode(err) == site.ENotFound:
+		return tx.Sessions().Create(ctx, sess)
+	case err != nil:
+		return err
+	case cur == sess || cur.State == site.SessionLoggedOff:
+		return nil
+	}
+	return tx.Sessions().Update(ctx, sess)
 }
 
 // writeStatuses writes the statuses of the machines registered in the

@@ -121,16 +121,15 @@ func (r *recent) applyTo(ctx context.Context, tx site.Tx) (int, error) {
 		} else {
 			id = e.change.Session
 		}
-		cur, err := tx.Sessions().Get(ctx, id)
-		switch {
-		case site.ErrorCode(err) == site.ENotFound && e.full != nil:
-			err = tx.Sessions().Create(ctx, *e.full)
-		case err != nil:
-		case e.full != nil:
-			err = tx.Sessions().Update(ctx, *e.full)
-		default:
-			applyChange(&cur, *e.change)
-			err = tx.Sessions().Update(ctx, cur)
+		var err error
+		if e.full != nil {
+			err = upsertSession(ctx, tx, *e.full)
+		} else {
+			var cur site.Session
+			if cur, err = tx.Sessions().Get(ctx, id); err == nil {
+				applyChange(&cur, *e.change)
+				err = tx.Sessions().Update(ctx, cur)
+			}
 		}
 		switch site.ErrorCode(err) {
 		case "":

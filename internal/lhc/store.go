@@ -199,7 +199,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	now := opts.Now()
 	db, err := opts.Open(ctx)
 	if err != nil {
-		local, info, cerr := openCopy(ctx, s.path, s.log)
+		local, info, cerr := openCopy(ctx, s.path, s.log, true)
 		if cerr != nil {
 			return nil, fmt.Errorf("the site DB cannot be opened (%w), and there is nothing to broker from: %w", err, cerr)
 		}
@@ -215,7 +215,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.status = Status{Mode: Normal, Since: now, LastAnswer: now, DBAnswers: true}
 	// A journal left by an outage that a restart cut short goes to the
 	// site DB before anything else does.
-	if local, info, cerr := openCopy(ctx, s.path, s.log); cerr == nil {
+	if local, info, cerr := openCopy(ctx, s.path, s.log, false); cerr == nil {
 		s.status.CopyVersion = info.version
 		if len(info.journaled) > 0 {
 			s.log.Warn("the local copy holds sessions of an outage not written back: writing them back", "journaled", len(info.journaled))
@@ -293,6 +293,15 @@ func (s *Store) db() (site.Store, error) {
 	return p.Store, nil
 }
 
+// served returns the copy when the Store serves from it, else nil. The
+// caller holds the gate.
+func (s *Store) served() *sqlitestore.Store {
+	if s.outage.Load() {
+		return s.local
+	}
+	return nil
+}
+
 // serve runs local on the local copy in outage mode, holding an outage
 // call's share of the gate, else remote on the site DB (or fails at once
 // when the site DB must not be waited on), counted among the calls to
@@ -302,9 +311,9 @@ func (s *Store) serve(ctx context.Context, local func(*sqlitestore.Store) error,
 	for {
 		if s.outage.Load() {
 			s.gate.RLock()
-			if s.outage.Load() && s.local != nil {
+			if l := s.served(); l != nil {
 				defer s.gate.RUnlock()
-				return local(s.local)
+				return local(l)
 			}
 			s.gate.RUnlock()
 		}

@@ -68,6 +68,14 @@ func newCutSite(t *testing.T) *cutSite {
 	return &cutSite{direct: direct, viaProxy: via, wan: wan}
 }
 
+// restore ends a Cut.
+func (c *cutSite) restore(t *testing.T) {
+	t.Helper()
+	if err := c.wan.Restore(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lhcConfig is a broker of the cut site with outage detection in a
 // second, as tests want it.
 func (c *cutSite) lhcConfig(t *testing.T, dataDir string) server.Config {
@@ -347,6 +355,15 @@ func (h *history) check(t *testing.T, dsn string) {
 	}
 }
 
+// finish stops the clients, lets their last reports land, and checks the
+// history against the site DB that dsn names.
+func (h *history) finish(t *testing.T, stop func(), dsn string) {
+	t.Helper()
+	stop()
+	time.Sleep(time.Second)
+	h.check(t, dsn)
+}
+
 // settle waits until the site DB's live sessions stop changing: the
 // simulated users' logons and logoffs reported after recovery.
 func settle(t *testing.T, s *server.Server) {
@@ -417,9 +434,7 @@ func TestOutageKeepsBrokering(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 
-	if err := cs.wan.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	cs.restore(t)
 	settle(t, s)
 	time.Sleep(500 * time.Millisecond)
 	stop()
@@ -453,9 +468,7 @@ func TestForcedOutage(t *testing.T) {
 		t.Fatalf("unforce: %d %s", code, body)
 	}
 	settle(t, s)
-	stop()
-	time.Sleep(time.Second)
-	h.check(t, cs.direct)
+	h.finish(t, stop, cs.direct)
 }
 
 // TestRestartDuringOutage: a broker restarted while its site DB is cut
@@ -499,9 +512,7 @@ func TestRestartDuringOutage(t *testing.T) {
 	if st.Mode != lhc.Outage || st.Journaled == 0 {
 		t.Fatalf("restarted broker: %+v, want outage mode with the journal of the outage", st)
 	}
-	if err := cs.wan.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	cs.restore(t)
 	waitFor(t, 30*time.Second, "return to the site DB", func() bool { return again.LHC().Status().Mode == lhc.Normal })
 	if got := again.LHC().Status().WrittenBack; got < int64(st.Journaled) {
 		t.Errorf("%d sessions written back, want the %d journaled", got, st.Journaled)
@@ -611,9 +622,7 @@ func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 		return elsewhere && leader == "lhc-a"
 	})
 	time.Sleep(3 * time.Second)
-	if err := z.cs.wan.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	z.cs.restore(t)
 	settle(t, z.a)
 	settle(t, z.b)
 	stopA()
@@ -667,9 +676,7 @@ func TestZoneLeaderKilled(t *testing.T) {
 	t.Logf("first launch %s after the leader stopped", h.firstOK.Sub(killedAt).Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 
-	if err := z.cs.wan.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	z.cs.restore(t)
 	settle(t, z.b)
 	stopA()
 	stopB()
@@ -704,9 +711,7 @@ func TestFlappingSiteDB(t *testing.T) {
 	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
 	for range 3 {
 		time.Sleep(700 * time.Millisecond)
-		if err := cs.wan.Restore(); err != nil {
-			t.Fatal(err)
-		}
+		cs.restore(t)
 		time.Sleep(500 * time.Millisecond) // less than RecoverAfter (1 s)
 		cs.wan.Cut()
 		if !s.LHC().InOutage() {
@@ -717,13 +722,9 @@ func TestFlappingSiteDB(t *testing.T) {
 		t.Errorf("%d outages, want 1 through the flaps", got)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := cs.wan.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	cs.restore(t)
 	settle(t, s)
-	stop()
-	time.Sleep(time.Second)
-	h.check(t, cs.direct)
+	h.finish(t, stop, cs.direct)
 }
 
 // TestTakeoverTimes measures, with the default settings (outage after
@@ -757,14 +758,10 @@ func TestTakeoverTimes(t *testing.T) {
 			entered.Sub(cut).Round(time.Millisecond), h.firstOK.Sub(cut).Round(time.Millisecond))
 		h.mu.Unlock()
 		time.Sleep(time.Second)
-		if err := cs.wan.Restore(); err != nil {
-			t.Fatal(err)
-		}
+		cs.restore(t)
 		settle(t, s)
 	}
-	stop()
-	time.Sleep(time.Second)
-	h.check(t, cs.direct)
+	h.finish(t, stop, cs.direct)
 }
 
 // TestUnansweringSiteDB: the site DB stops answering without closing

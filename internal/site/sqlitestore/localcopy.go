@@ -33,21 +33,8 @@ func (t *tx) pin(ctx context.Context) error {
 }
 
 func (t *tx) JournalSessions(ctx context.Context, ids []string) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	list, err := json.Marshal(ids)
-	if err != nil {
-		return err
-	}
-	if _, err := t.exec(ctx, `INSERT INTO session_journal (session_id) SELECT value FROM json_each(?1) WHERE true
-		ON CONFLICT (session_id) DO NOTHING`, string(list)); err != nil {
-		return fmt.Errorf("journal sessions: %w", err)
-	}
-	return nil
+	return t.withIDs(ctx, "journal sessions", `INSERT INTO session_journal (session_id) SELECT value FROM json_each(?1) WHERE true
+		ON CONFLICT (session_id) DO NOTHING`, ids)
 }
 
 func (t *tx) Journaled(ctx context.Context) ([]string, error) {
@@ -59,6 +46,12 @@ func (t *tx) Journaled(ctx context.Context) ([]string, error) {
 }
 
 func (t *tx) Unjournal(ctx context.Context, ids []string) error {
+	return t.withIDs(ctx, "unjournal sessions", `DELETE FROM session_journal WHERE session_id IN (SELECT value FROM json_each(?1))`, ids)
+}
+
+// withIDs runs a write whose ?1 is ids as a JSON array, once; none for no
+// IDs.
+func (t *tx) withIDs(ctx context.Context, what, query string, ids []string) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
@@ -69,8 +62,8 @@ func (t *tx) Unjournal(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := t.exec(ctx, `DELETE FROM session_journal WHERE session_id IN (SELECT value FROM json_each(?1))`, string(list)); err != nil {
-		return fmt.Errorf("unjournal sessions: %w", err)
+	if _, err := t.exec(ctx, query, string(list)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
