@@ -25,11 +25,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/usher-vdi/usher/internal/pgadmin"
 )
 
 // EnvDSN names the environment variable that points the tests at a
@@ -53,9 +50,9 @@ var (
 	inMain atomic.Bool
 
 	once    sync.Once
-	admin   string   // the DSN schemas are created with
-	reason  string   // why there is no server, when admin is ""
-	started *cluster // the cluster this package started, if any
+	admin   string           // the DSN schemas are created with
+	reason  string           // why there is no server, when admin is ""
+	started *pgadmin.Cluster // the cluster this package started, if any
 )
 
 // Main runs m's tests, then stops the cluster that DSN started for them, if
@@ -64,7 +61,7 @@ func Main(m interface{ Run() int }) int {
 	inMain.Store(true)
 	code := m.Run()
 	if started != nil {
-		if err := started.stop(); err != nil {
+		if err := started.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 			if code == 0 {
 				code = 1
@@ -145,12 +142,12 @@ func find() {
 			"), and the package's TestMain does not run pgtest.Main, which would stop a throwaway cluster"
 		return
 	}
-	c, err := startCluster()
+	c, err := pgadmin.StartCluster()
 	if err != nil {
 		reason = "the local server does not answer (" + strings.Join(errs, "; ") + "), and no throwaway cluster: " + err.Error()
 		return
 	}
-	started, admin = c, c.dsn
+	started, admin = c, c.DSN()
 }
 
 func ping(dsn string) error {
@@ -191,131 +188,16 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// cluster is a throwaway PostgreSQL cluster in a temporary directory.
-type cluster struct {
-	dir, bin string
-	runAs    []string // runuser -u postgres --, when root runs the tests
-	dsn      string
-}
-
-// startCluster creates and starts a cluster that listens on a unix socket
-// in its directory only, as the postgres user when the tests run as root
-// (PostgreSQL refuses to run as root).
-func startCluster() (*cluster, error) {
-	bin, err := binDir()
-	if err != nil {
-		return nil, err
-	}
-	// A unix socket's path is short: the directory goes under /tmp.
-	dir, err := os.MkdirTemp("/tmp", "usher-pg-")
-	if err != nil {
-		return nil, err
-	}
-	c := &cluster{dir: dir, bin: bin}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, errors.New("the tests run as root, and there is no postgres user to run initdb as")
-		}
-		runuser, err := exec.LookPath("runuser")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, errors.New("the tests run as root, and there is no runuser to run initdb as postgres")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		c.runAs = []string{runuser, "-u", "postgres", "--"}
-	}
-	data := filepath.Join(dir, "data")
-	if out, err := c.run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
-	}
-	if err := c.start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	c.dsn = "host=" + dir + " port=5432 user=postgres dbname=postgres sslmode=disable"
-	if err := ping(c.dsn); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("the throwaway cluster does not answer: %w", err)
-	}
-	return c, nil
-}
-
-// start starts the cluster's server, listening on its socket only.
-func (c *cluster) start() error {
-	opts := "-k " + c.dir + " -c listen_addresses='' -F -c full_page_writes=off -c max_connections=200"
-	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(c.dir, "log"))
-		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
-	}
-	return nil
-}
-
-func (c *cluster) run(name string, args ...string) ([]byte, error) {
-	argv := append(slices.Clone(c.runAs), filepath.Join(c.bin, name))
-	argv = append(argv, args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = c.dir
-	return cmd.CombinedOutput()
-}
-
-// stop stops the cluster and removes its directory.
-func (c *cluster) stop() error {
-	out, err := c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
-	if rerr := os.RemoveAll(c.dir); err == nil && rerr != nil {
-		return fmt.Errorf("remove the throwaway cluster: %w", rerr)
-	}
-	if err != nil {
-		return fmt.Errorf("stop the throwaway cluster: %v\n%s", err, out)
-	}
-	return nil
-}
-
-// binDir returns the directory of the newest PostgreSQL's initdb and
-// pg_ctl.
-func binDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(dirs, func(a, b string) int { return version(b) - version(a) })
-	for _, d := range dirs {
-		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if d := filepath.Dir(p); isExec(filepath.Join(d, "pg_ctl")) {
-			return d, nil
-		}
-	}
-	return "", errors.New("no initdb and pg_ctl in /usr/lib/postgresql/*/bin or PATH (install postgresql)")
-}
-
-func version(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
-}
-
-func isExec(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
 // Cluster is a throwaway PostgreSQL cluster of one test's own, which the
 // test may crash and start again.
-type Cluster struct{ c *cluster }
+type Cluster struct{ c *pgadmin.Cluster }
 
 // Throwaway creates and starts a cluster for tb alone, stopped and removed
 // when tb ends. It skips tb when PostgreSQL's programs are missing (fails
 // it when CI=true).
 func Throwaway(tb testing.TB) *Cluster {
 	tb.Helper()
-	c, err := startCluster()
+	c, err := pgadmin.StartCluster()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("pgtest: a throwaway cluster: %v", err)
@@ -323,7 +205,7 @@ func Throwaway(tb testing.TB) *Cluster {
 		tb.Skipf("pgtest: a throwaway cluster: %v", err)
 	}
 	tb.Cleanup(func() {
-		if err := c.stop(); err != nil {
+		if err := c.Stop(); err != nil {
 			tb.Errorf("pgtest: %v", err)
 		}
 	})
@@ -331,16 +213,11 @@ func Throwaway(tb testing.TB) *Cluster {
 }
 
 // DSN connects to the cluster's postgres database.
-func (c *Cluster) DSN() string { return c.c.dsn }
+func (c *Cluster) DSN() string { return c.c.DSN() }
 
 // Crash stops the cluster as a crash would (pg_ctl stop -m immediate: no
 // checkpoint, recovery at the next start).
-func (c *Cluster) Crash() error {
-	if out, err := c.c.run("pg_ctl", "-D", filepath.Join(c.c.dir, "data"), "-m", "immediate", "-w", "stop"); err != nil {
-		return fmt.Errorf("pg_ctl stop -m immediate: %v\n%s", err, out)
-	}
-	return nil
-}
+func (c *Cluster) Crash() error { return c.c.Crash() }
 
 // Start starts the cluster again after Crash.
-func (c *Cluster) Start() error { return c.c.start() }
+func (c *Cluster) Start() error { return c.c.Start() }

@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"os"
 	"testing"
 
@@ -58,33 +57,5 @@ func TestDSNIsAnEmptySchema(t *testing.T) {
 	var left int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = ANY ($1)`, schemas[:]).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d schemas left after their tests, %v", left, err)
-	}
-}
-
-// TestThrowawayCluster starts and stops the cluster DSN falls back to when
-// no server answers.
-func TestThrowawayCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster")
-	}
-	if _, err := binDir(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	c, err := startCluster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := exec1(context.Background(), c.dsn, "CREATE SCHEMA s"); err != nil {
-		c.stop()
-		t.Fatal(err)
-	}
-	if err := c.stop(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(c.dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the cluster's directory is left: %v", err)
 	}
 }
