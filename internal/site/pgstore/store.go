@@ -177,7 +177,7 @@ func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	t := &tx{s: s}
+	t := &tx{s: s, ctx: ctx}
 	defer t.end()
 	return fn(t)
 }
@@ -189,7 +189,7 @@ func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	t := &tx{s: s, once: true}
+	t := &tx{s: s, once: true, ctx: ctx}
 	defer t.end()
 	return fn(t)
 }
@@ -202,7 +202,7 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	t := &tx{s: s, update: true}
+	t := &tx{s: s, update: true, ctx: ctx}
 	defer t.end()
 	if err := fn(t); err != nil {
 		return err

@@ -25,7 +25,12 @@ var (
 // and begins at its first statement; a transaction that runs none costs
 // nothing.
 type tx struct {
-	s      *Store
+	s *Store
+	// ctx is the View's or Update's: when it ends, so do the round trips
+	// under way and to come, whatever contexts their calls were given
+	// (a caller's closure often passes its own). Nil for Place and
+	// ChangeSessions, whose calls are the transaction.
+	ctx    context.Context
 	update bool
 	// once runs each batch outside a transaction (ReadOnce): no BEGIN, no
 	// ROLLBACK, each batch its own snapshot.
@@ -127,7 +132,8 @@ func (t *tx) send(ctx context.Context, b *pgx.Batch, settings bool) error {
 		qs = append(qs, b.QueuedQueries...)
 	}
 	err := t.roundTrip(ctx, qs)
-	if err != nil && first && t.conn != nil && t.conn.Conn().IsClosed() && ctx.Err() == nil && (!t.commits || uncommitted(err)) {
+	if err != nil && first && t.conn != nil && t.conn.Conn().IsClosed() && ctx.Err() == nil && (t.ctx == nil || t.ctx.Err() == nil) &&
+		(!t.commits || uncommitted(err)) {
 		t.s.log.Debug("site database connection lost before the transaction began; trying another", logKeyError, t.s.scrub(err))
 		t.conn.Release()
 		t.conn = nil
@@ -150,7 +156,19 @@ func uncommitted(err error) bool {
 }
 
 // roundTrip sends queries in one batch and reads every result.
-func (t *tx) roundTrip(ctx context.Context, queries []*pgx.QueuedQuery) error {
+func (t *tx) roundTrip(ctx context.Context, queries []*pgx.QueuedQuery) (err error) {
+	if t.ctx != nil && t.ctx != ctx {
+		// The transaction's end cuts its round trips off.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer context.AfterFunc(t.ctx, cancel)()
+		defer cancel()
+		defer func() {
+			if err != nil && t.ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", unavailable("cut off"), t.ctx.Err())
+			}
+		}()
+	}
 	if t.conn == nil {
 		conn, err := t.s.acquire(ctx)
 		if err != nil {
@@ -167,7 +185,7 @@ func (t *tx) roundTrip(ctx context.Context, queries []*pgx.QueuedQuery) error {
 	t.roundTrips++
 	actx, cancel := context.WithTimeout(ctx, t.s.answerTimeout)
 	defer cancel()
-	err := t.conn.SendBatch(actx, b).Close()
+	err = t.conn.SendBatch(actx, b).Close()
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		cause := fmt.Sprintf("no answer to a round trip in %s", t.s.answerTimeout)
 		t.s.markLost(cause)

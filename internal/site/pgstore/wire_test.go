@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -351,6 +352,34 @@ func TestUnansweringDatabaseFailsFast(t *testing.T) {
 			t.Fatalf("the database answers again, but transactions still fail after 5 s: %v", read())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTransactionContextCutsOff: a transaction's statements end when the
+// context its Update was given ends, even those called with a context of
+// their own (a caller's closure often passes its own): a caller such as
+// the Local Host Cache cuts off the transactions under way on a site DB
+// that stopped answering, and they must not wait out AnswerTimeout.
+func TestTransactionContextCutsOff(t *testing.T) {
+	s, w := openWire(t, Options{AnswerTimeout: 20 * time.Second, MaxConns: 4})
+	fill(t, s)
+	bg := context.Background()
+	if err := s.View(bg, func(tx site.Tx) error { _, err := tx.MachineStatus(bg, "m1"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	w.hang()
+	defer w.mend()
+	ctx, cancel := context.WithCancel(bg)
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	err := s.Update(ctx, func(tx site.Tx) error {
+		return tx.SetMachineStatus(bg, "m1", site.MachineStatus{Registration: site.Registered})
+	})
+	if took := time.Since(start); err == nil || site.ErrorCode(err) != site.EUnavailable || took > 3*time.Second {
+		t.Fatalf("an update cut off by its context after 300 ms: %v after %s; want %s within a second or so", err, took, site.EUnavailable)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("the error %q does not say it was cut off (context.Canceled)", err)
 	}
 }
 
