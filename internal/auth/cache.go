@@ -109,6 +109,18 @@ func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) 
 	return true, nil
 }
 
+// Known reports whether the cache holds a live match of password and
+// storedHash for name, without computing anything: a caller may then
+// skip the reservations that bound guesses, since this is none.
+func (c *VerifiedCache) Known(name, password, storedHash string) bool {
+	k := c.id(name, password, storedHash)
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exp, ok := c.entries[k]
+	return ok && now.Before(exp)
+}
+
 // Share runs check once for concurrent callers with the same name,
 // password and stored hash: the first caller runs it, and the others wait
 // for its answer, which they get with shared true. check is the caller's

@@ -103,6 +103,13 @@ type Config struct {
 	// SiteLockout keeps the lock-out counts of accounts in the site DB as
 	// well, shared by every broker of the site (CheckPassword).
 	SiteLockout bool
+	// LockoutRecheck is, with SiteLockout, how long a user's password
+	// that this broker verified and found not locked out site-wide is
+	// taken again from the verified cache without asking the site DB
+	// (Authenticate): a lock made through another broker, or by an
+	// admin, holds here that much later at most. 0 means
+	// DefaultLockoutRecheck; negative asks the site DB every time.
+	LockoutRecheck time.Duration
 	// Guard, when set, reserves password checks instead of a guard made
 	// from the fields above; a server shares one between users and
 	// admins.
@@ -125,6 +132,9 @@ type Config struct {
 // flight per broker.
 const DefaultMaxConcurrent = 256
 
+// DefaultLockoutRecheck is Config.LockoutRecheck's default.
+const DefaultLockoutRecheck = 2 * time.Second
+
 // Broker enumerates and launches resources for users and keeps track of
 // VDAs and sessions. Enumeration is served from an in-memory snapshot of
 // the configuration; a launch costs one site.Placer call (one round trip
@@ -145,6 +155,7 @@ type Broker struct {
 	machines    *table
 	obs         Observer
 	guard       *auth.Guard
+	siteClear   siteClear
 	admission   *admission
 	// delegate, when set, hands brokering to another broker (SetDelegate).
 	delegate Delegate
@@ -182,6 +193,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	cfg.HeartbeatInterval = cmp.Or(max(cfg.HeartbeatInterval, 0), DefaultHeartbeatInterval)
 	cfg.HeartbeatTimeout = cmp.Or(max(cfg.HeartbeatTimeout, 0), DefaultHeartbeatTimeout)
 	cfg.TicketTTL = cmp.Or(max(cfg.TicketTTL, 0), DefaultTicketTTL)
+	cfg.LockoutRecheck = cmp.Or(cfg.LockoutRecheck, DefaultLockoutRecheck)
 	cfg.RefreshInterval = cmp.Or(max(cfg.RefreshInterval, 0), DefaultRefreshInterval)
 	cfg.StatusSyncInterval = cmp.Or(cfg.StatusSyncInterval, DefaultStatusSyncInterval)
 	cfg.PrepareTimeout = cmp.Or(max(cfg.PrepareTimeout, 0), DefaultPrepareTimeout)
@@ -432,6 +444,21 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 		return nil, ErrBadCredentials
 	}
 	key := guardKey(AccountUser, u.Name)
+	if b.cfg.SiteLockout && b.cfg.Verified.Known(key, password, u.PasswordHash) && b.siteClear.fresh(key, b.cfg.Now()) {
+		// A right password this broker checked moments ago against a
+		// site DB that found the account not locked out: no guess to
+		// count, and the site DB need not be asked again yet. The source
+		// is still throttled.
+		at, err := b.guard.Reserve("", source)
+		if err != nil {
+			return nil, b.refused(u.Name, source, err)
+		}
+		at.Succeed()
+		if u.Disabled {
+			return nil, ErrAccountDisabled
+		}
+		return u, nil
+	}
 	// Concurrent logons with one password share one check and one
 	// reservation: their sources are not charged, as they add no guess.
 	ok, err, shared := b.cfg.Verified.Share(key, password, u.PasswordHash, func() (bool, error) {

@@ -2,8 +2,10 @@ package broker
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
@@ -93,6 +95,7 @@ func (b *Broker) checkSiteWide(ctx context.Context, kind, name, source string, v
 		b.log.Warn("site-wide lock-out unavailable: this check is not counted site-wide", "account", name, "kind", kind, "err", err)
 	case lockedNow:
 		b.cfg.Verified.Forget(key)
+		b.siteClear.forget(key)
 		b.log.Warn("account locked out site-wide after failed logons", "account", name, "kind", kind, "for", b.guard.Config().Duration, "remote", source)
 	}
 	if !ok {
@@ -102,9 +105,52 @@ func (b *Broker) checkSiteWide(ctx context.Context, kind, name, source string, v
 	at.Succeed()
 	if left > 0 {
 		b.cfg.Verified.Forget(key)
+		b.siteClear.forget(key)
 		return false, &auth.LockedError{Left: left}, true
 	}
+	if err == nil && b.cfg.LockoutRecheck > 0 {
+		b.siteClear.set(key, b.cfg.Now().Add(b.cfg.LockoutRecheck))
+	}
 	return true, nil, true
+}
+
+// siteClear remembers, per account, until when this broker takes the
+// site DB's last word that it is not locked out.
+type siteClear struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// maxSiteClear bounds siteClear: past it, expired entries go, and all
+// of them if that is not enough.
+const maxSiteClear = 100_000
+
+func (c *siteClear) fresh(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return now.Before(c.until[key])
+}
+
+func (c *siteClear) set(key string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = map[string]time.Time{}
+	}
+	if len(c.until) >= maxSiteClear {
+		now := time.Now()
+		maps.DeleteFunc(c.until, func(_ string, t time.Time) bool { return !now.Before(t) })
+		if len(c.until) >= maxSiteClear {
+			clear(c.until)
+		}
+	}
+	c.until[key] = until
+}
+
+func (c *siteClear) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.until, key)
 }
 
 // siteLogon runs a lock-out step in a site DB transaction of its own,

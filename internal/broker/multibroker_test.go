@@ -265,6 +265,74 @@ func TestLockoutIsSiteWide(t *testing.T) {
 	}
 }
 
+// countingStore counts a store's Updates.
+type countingStore struct {
+	site.Store
+	updates atomic.Int64
+}
+
+func (s *countingStore) Update(ctx context.Context, fn func(site.Tx) error) error {
+	s.updates.Add(1)
+	return s.Store.Update(ctx, fn)
+}
+
+// TestVerifiedLogonsSpareTheSiteDB: on a site whose brokers share their
+// lock-out, an NFuse client sends its credentials with every request. A
+// right password the broker verified moments ago costs no site DB
+// transaction for LockoutRecheck; past it, the next logon asks the site
+// DB again, and so learns of a lock made through another broker.
+func TestVerifiedLogonsSpareTheSiteDB(t *testing.T) {
+	ctx := context.Background()
+	const recheck = 400 * time.Millisecond
+	cfg := testSite(3, 10)
+	hash, err := auth.HashPassword("right password", cheap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Users {
+		cfg.Users[i].PasswordHash = hash
+	}
+	var counted *countingStore
+	brokers, _ := pgBrokers(t, cfg, 2, func(c *broker.Config) {
+		c.SiteLockout, c.LockoutThreshold, c.SourceFree, c.LockoutRecheck = true, 3, -1, recheck
+		if counted == nil {
+			counted = &countingStore{Store: c.Store}
+			c.Store = counted
+		}
+	})
+	a, b := brokers[0], brokers[1]
+	logon := func() error { _, err := a.Authenticate(ctx, "u0001", "right password", "192.0.2.7"); return err }
+	if err := logon(); err != nil {
+		t.Fatal(err)
+	}
+	before := counted.updates.Load()
+	start := time.Now()
+	for range 200 {
+		if err := logon(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every logon after the recheck asks the site DB again: two
+	// transactions (reserve, end) a recheck, at most.
+	if n, most := counted.updates.Load()-before, 2*(int64(time.Since(start)/recheck)+1); n > most {
+		t.Errorf("200 logons with a verified password cost %d site DB transactions; want at most %d", n, most)
+	}
+	if _, err := a.Authenticate(ctx, "u0001", "wrong", "192.0.2.7"); !errors.Is(err, broker.ErrBadCredentials) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	// Another broker locks the account out.
+	for range 3 {
+		b.CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool { return false })
+	}
+	time.Sleep(recheck + 100*time.Millisecond)
+	if err := logon(); !errors.Is(err, broker.ErrAccountLocked) {
+		t.Fatalf("the right password %s after another broker locked the account out: %v; want it locked out", recheck, err)
+	}
+	if err := logon(); !errors.Is(err, broker.ErrAccountLocked) {
+		t.Fatalf("the right password again: %v; want it locked out", err)
+	}
+}
+
 // TestConcurrentSessionEvents: VDAs report the logons of hundreds of
 // sessions at once, each twice and through two brokers, half of them
 // disconnecting right after, with reports for the wrong machine among
