@@ -373,7 +373,7 @@ func (s *Store) writeBackFrom(ctx context.Context, db site.Store, local *sqlites
 		if err != nil {
 			return n, fmt.Errorf("read journaled sessions: %w", err)
 		}
-		if err := db.Update(ctx, func(tx site.Tx) error { return upsertSessions(ctx, tx, todo) }); err != nil {
+		if err := db.Update(ctx, func(tx site.Tx) error { return s.upsertSessions(ctx, tx, todo) }); err != nil {
 			// One at a time, so that one session the site DB refuses
 			// (its user or machine deleted meanwhile) does not hold the
 			// others back.
@@ -398,7 +398,21 @@ func (s *Store) writeBackFrom(ctx context.Context, db site.Store, local *sqlites
 	return n, nil
 }
 
-// upsertSessions writes sessions by ID (upsertSession).
+// upsertSessions writes sessions by ID (upsertSession), in one go where
+// tx can (site.SessionUpserter): the sessions it refuses, whose user,
+// resource or machine no longer exists, are logged and left out.
+func (s *Store) upsertSessions(ctx context.Context, tx site.Tx, sessions []site.Session) error {
+	if u, ok := tx.(site.SessionUpserter); ok {
+		refused, err := u.UpsertSessions(ctx, sessions)
+		for _, id := range refused {
+			s.log.Error("a session of the outage cannot be written back (its user, resource or machine is gone); left out", "session", id)
+		}
+		return err
+	}
+	return upsertSessions(ctx, tx, sessions)
+}
+
+// upsertSessions writes sessions by ID (upsertSession), one at a time.
 func upsertSessions(ctx context.Context, tx site.Tx, sessions []site.Session) error {
 	for _, sess := range sessions {
 		if err := upsertSession(ctx, tx, sess); err != nil {

@@ -282,6 +282,17 @@ type CredentialLister interface {
 	MachineCredentials(ctx context.Context) (map[string]MachineCredential, error)
 }
 
+// SessionUpserter is a Tx that writes many sessions by ID in one go: each
+// is created when the store lacks it, else replaced, except that a session
+// the store holds as ended stays ended (an end is never undone). A new
+// session whose user, resource or machine does not exist is not written:
+// its ID is returned among refused, and the others are written. It is how
+// a broker writes an outage's sessions back to the site DB (the Local Host
+// Cache) in a round trip per batch instead of two per session.
+type SessionUpserter interface {
+	UpsertSessions(ctx context.Context, sessions []Session) (refused []string, err error)
+}
+
 // LocalCopy is a Tx of a broker's local copy of the site (the Local Host
 // Cache), kept in an embedded database.
 //
