@@ -374,7 +374,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Retry-After", "1")
 		}
 	}
-	if status >= 500 {
+	switch {
+	case status == http.StatusServiceUnavailable && site.ErrorCode(err) == site.EUnavailable:
+		// The site DB is down: the Local Host Cache and the store log
+		// that once per change; a line per refused call would bury it.
+		s.log.DebugContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	case status >= 500:
 		s.log.ErrorContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, status, body)

@@ -48,7 +48,8 @@ type fakeBroker struct {
 	lastBeat   map[string]vdaproto.Heartbeat
 	events     []vdaproto.SessionEvent
 	enrols     int
-	fail       int // answer this many requests with 503
+	fail       int    // answer this many requests with 503
+	retryAfter string // the 503s' Retry-After, if any
 }
 
 func newFakeBroker(t testing.TB, interval time.Duration, machines ...string) *fakeBroker {
@@ -83,8 +84,12 @@ func startFakeBroker(t testing.TB, network *memnet.Network, interval time.Durati
 		if failing {
 			fb.fail--
 		}
+		retryAfter := fb.retryAfter
 		fb.mu.Unlock()
 		if failing {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
 			brokerError(w, http.StatusServiceUnavailable, "unavailable", "try again")
 			return
 		}

@@ -481,12 +481,24 @@ func (r *runner) backoff(ctx context.Context, err error) {
 	r.unreachable(ctx, err)
 	attempt := r.failures - 1
 	var be *BrokerError
-	if errors.As(err, &be) && be.StatusCode == http.StatusForbidden {
-		// Refused by policy, not failing: the broker names another (its
-		// zone's, or the zone's leader while the site DB is down), and a
-		// leader that changes is taken over within seconds. The wait
-		// does not grow.
-		attempt = 0
+	if errors.As(err, &be) {
+		switch {
+		case be.StatusCode == http.StatusForbidden:
+			// Refused by policy, not failing: the broker names another (its
+			// zone's, or the zone's leader while the site DB is down), and a
+			// leader that changes is taken over within seconds. The wait
+			// does not grow.
+			attempt = 0
+		case be.StatusCode == http.StatusServiceUnavailable && be.RetryAfter > 0:
+			// The broker answers, and says when to come back (while its
+			// site DB is down and before it brokers from its local copy,
+			// for one): then, give or take, and not after a wait that grew
+			// meanwhile, so that the machine is back within about a second
+			// of a takeover.
+			d := min(be.RetryAfter, r.m.cfg.MaxBackoff)
+			sleep(ctx, d+jittered(0, d/4, d/4))
+			return
+		}
 	}
 	sleep(ctx, jittered(attempt, r.m.cfg.MinBackoff, r.m.cfg.MaxBackoff))
 }

@@ -437,3 +437,31 @@ func TestEventToForgetfulBrokerRegistersFirst(t *testing.T) {
 		t.Errorf("registrations %+v, want a second one reporting the active session", regs)
 	}
 }
+
+// TestRetryAfterKeepsRegistrationPrompt: a broker that answers but cannot
+// serve (its site DB is down: 503 with Retry-After: 1) for 20 s is asked
+// again every second or so, not after a wait grown to MaxBackoff, so that
+// the machine registers within about a second of the broker serving
+// again (a Local Host Cache's takeover, for one).
+func TestRetryAfterKeepsRegistrationPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := newBubbleBroker(t, time.Second, "vda-1")
+		fb.mu.Lock()
+		fb.fail, fb.retryAfter = 1<<30, "1"
+		fb.mu.Unlock()
+		startAgent(t, fb, "vda-1", func(c *vda.MachineConfig) {
+			c.MinBackoff, c.MaxBackoff = 500*time.Millisecond, 30*time.Second
+		})
+		settle(20 * time.Second)
+		if fb.registeredCount() != 0 {
+			t.Fatal("registered with a broker answering 503")
+		}
+		fb.mu.Lock()
+		fb.fail = 0
+		fb.mu.Unlock()
+		settle(1500 * time.Millisecond)
+		if fb.registeredCount() != 1 {
+			t.Fatal("not registered 1.5 s after the broker served again; the wait grew past its Retry-After")
+		}
+	})
+}
