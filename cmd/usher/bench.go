@@ -56,6 +56,12 @@ Experiments:
   writecache   the PVS RAM-cache paper: targets through every PVS write-cache mode, with
                the disk operations under each (internal/blockbench).
   nbd          usher's NBD server beside nbdkit under fio.
+  lhc          the Local Host Cache (seed 000): 400 applications enumerated
+               over NFuse by wrk at each --concurrency with the site DB up
+               and cut; then --cuts cuts of the PostgreSQL site DB (close,
+               silent, crash in turn) under steady launches, logoffs and
+               enumerations: takeover times, a per-second timeline and a
+               history check of the site DB (nothing lost or doubled).
 
 Every report lists its headlines (report.json "headlines": each figure with
 its yardstick, client and the client's ceiling); 'usher bench figures
@@ -68,7 +74,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
 		if len(args) == 0 {
-			return usageError{"which experiment? launch, logon-storm, enumerate, writecache or nbd"}
+			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd or lhc"}
 		}
 		return flag.ErrHelp
 	}
@@ -83,12 +89,14 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchWritecache(ctx, args[1:])
 	case "nbd":
 		return m.benchNBD(ctx, args[1:])
+	case "lhc":
+		return m.benchLHC(ctx, args[1:])
 	case "figures":
 		return m.benchFigures(ctx, args[1:])
 	case "coldstart-client":
 		return m.benchColdStartClient(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache or nbd", args[0])}
+	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache, nbd or lhc", args[0])}
 }
 
 // benchColdStartClient is the client of enumerate's cold start, which
@@ -150,7 +158,8 @@ func (m *Main) benchEnv(b benchFlags) (bench.Env, func(), error) {
 		return bench.Env{}, nil, err
 	}
 	progress := m.progressLine()
-	env := bench.Env{Start: m.benchStarter(root, log), StartDB: m.benchDBStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout,
+	env := bench.Env{Start: m.benchStarter(root, log), StartDB: m.benchDBStarter(root, log),
+		StartLHC: m.benchLHCStarter(root, log), Log: log, Stdout: m.Stdout, Timeout: b.timeout,
 		Progress: progress.update, Self: m.self()}
 	return env, sync.OnceFunc(func() { stopProfile(); progress.clear(); cleanup() }), nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,6 +303,57 @@ func TestBenchEnumerateWrk(t *testing.T) {
 	}
 }
 
+// TestBenchLHC runs usher bench lhc in small: enumeration with the site
+// DB up and cut, then a cut that closes the connections and a crash of
+// the site DB's server under launches and enumerations. Each cut is taken
+// over (a launch brokered from the local copy) within seconds, nothing
+// fails after the takeover, every outage's sessions are written back,
+// and the history check passes.
+func TestBenchLHC(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	out := t.TempDir()
+	code, stdout, stderr := run(t, "", "bench", "lhc", "--db", dsn, "--concurrency", "10", "--step-duration", "1s", "--cuts", "2", "--kinds", "close,crash",
+		"--hold", "1s", "--outage-after", "1s", "--recover-after", "1s", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	rep := readReport(t, out)
+	tables := map[string]loadgen.Table{}
+	for _, tb := range rep.Tables {
+		tables[strings.Fields(tb.Title)[0]] = tb
+	}
+	if _, err := os.Stat(bench.DefaultWrk); err == nil {
+		if en := tables["Enumerating"]; len(en.Rows) != 1 || en.Rows[0][0] != "10" || en.Rows[0][3] == "0" || en.Rows[0][6] != "0" {
+			t.Errorf("enumeration table: %v %v", en.Header, en.Rows)
+		}
+	}
+	cuts := tables["Each"]
+	if len(cuts.Rows) != 2 || cuts.Rows[0][1] != "close" || cuts.Rows[1][1] != "crash" {
+		t.Fatalf("cuts table: %v", cuts.Rows)
+	}
+	for _, r := range cuts.Rows {
+		first, err := strconv.ParseFloat(r[3], 64)
+		if err != nil || first <= 0 || first > 5 {
+			t.Errorf("cut %s: first launch from the copy after %q s; want within 5 s", r[0], r[3])
+		}
+		if r[5] != "0" || r[6] != "0" {
+			t.Errorf("cut %s: errors after the takeover %q, enumeration errors %q; want none", r[0], r[5], r[6])
+		}
+		if r[8] == "0" {
+			t.Errorf("cut %s: no session written back", r[0])
+		}
+	}
+	if v := tables["History"]; len(v.Rows) == 0 || !strings.HasPrefix(v.Rows[0][1], "pass") {
+		t.Errorf("history check: %v", v.Rows)
+	}
+	if tl := tables["Per"]; len(tl.Rows) < 10 {
+		t.Errorf("timeline of %d seconds", len(tl.Rows))
+	}
+	if len(rep.Headlines) < 2 || !strings.HasPrefix(rep.Headlines[len(rep.Headlines)-2].What, "Takeover") {
+		t.Errorf("headlines: %+v", rep.Headlines)
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -320,6 +372,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"launch", "--concurrency", "0:6:12"}, "starts below 1"},
 		{[]string{"logon-storm", "--ramp", "10,-1"}, `--ramp "10,-1" is not a list of positive rates`},
 		{[]string{"enumerate", "--url", "localhost:1"}, "not an http://"},
+		{[]string{"lhc", "--kinds", "close,unplug"}, `--kinds: "unplug" is not close, silent or crash`},
+		{[]string{"lhc", "--users", "2", "--clients", "4"}, "--users must be between --clients (4) and 500"},
+		{[]string{"lhc", "--cuts", "-1"}, "--cuts must not be negative"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"bench"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -99,8 +99,11 @@ type Env struct {
 	// StartDB starts a site on a PostgreSQL site DB, for the experiments
 	// that need one (LaunchOverLatency).
 	StartDB DBStartFunc
-	Log     *slog.Logger
-	Stdout  io.Writer // tables and notes as they come
+	// StartLHC starts the demo site on a PostgreSQL site DB with a broker
+	// that keeps a Local Host Cache, for the lhc experiment.
+	StartLHC LHCStartFunc
+	Log      *slog.Logger
+	Stdout   io.Writer // tables and notes as they come
 	// Progress, when set, gets each run's live figures.
 	Progress func(loadgen.Progress)
 	// Timeout bounds each transaction (default loadgen.DefaultTimeout).

@@ -2,15 +2,10 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,141 +114,13 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 	}
 }
 
-// history records what brokers acknowledged, as a Jepsen-style checker
-// reads it: every launch and logoff a client was told succeeded.
-type history struct {
-	mu        sync.Mutex
-	launched  map[string]time.Time // session ID → last acknowledged launch
-	loggedOff map[string]time.Time
-	users     map[string]string // session ID → user
-	unknown   map[string]bool   // sessions whose last operation's outcome the client did not learn
-	// indeterminate counts launches whose outcome the client did not
-	// learn: each may have made a session no client knows.
-	indeterminate int
-	// staleOK tolerates acknowledged sessions doubled by a launch that
-	// missed the user's session: where a leader died with its records.
-	staleOK bool
-	errors  map[string]int // error kind → count
-	firstOK time.Time      // the first launch acknowledged after cutAt
-	cutAt   time.Time
-}
+// newHistory is a history of the demo's users launching the office
+// desktop.
+func newHistory() *bench.History { return bench.NewHistory(lhcPassword, demo.OfficeDesktop) }
 
-func newHistory() *history {
-	return &history{launched: map[string]time.Time{}, loggedOff: map[string]time.Time{}, users: map[string]string{}, errors: map[string]int{},
-		unknown: map[string]bool{}}
-}
-
-func (h *history) cut(at time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.cutAt, h.firstOK = at, time.Time{}
-}
-
-// client plays users against a broker until ctx ends: each logs on,
-// launches the office desktop (a new session, or back to its own), and
-// now and then logs off.
-func (h *history) client(ctx context.Context, t *testing.T, url func() string, users []string, seed int) {
-	hc := &http.Client{Timeout: 10 * time.Second}
-	do := func(method, path, token string, body any, out any) (int, string) {
-		var r io.Reader
-		if body != nil {
-			raw, _ := json.Marshal(body)
-			r = strings.NewReader(string(raw))
-		}
-		req, _ := http.NewRequestWithContext(ctx, method, url()+"/api/v1"+path, r)
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			if ctx.Err() == nil {
-				return 0, "transport: " + err.Error()
-			}
-			return 0, "stopped"
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode >= 300 {
-			var e struct {
-				Error struct{ Code string } `json:"error"`
-			}
-			json.Unmarshal(b, &e)
-			return resp.StatusCode, fmt.Sprintf("%d %s", resp.StatusCode, e.Error.Code)
-		}
-		if out != nil {
-			json.Unmarshal(b, out)
-		}
-		return resp.StatusCode, ""
-	}
-	tokens := map[string]string{}
-	for i := 0; ctx.Err() == nil; i++ {
-		user := users[i%len(users)]
-		if tokens[user] == "" {
-			var out struct{ Token string }
-			if _, kind := do("POST", "/login", "", map[string]string{"username": user, "password": lhcPassword}, &out); kind != "" {
-				h.fail("login " + kind)
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			tokens[user] = out.Token
-		}
-		var l struct {
-			SessionID string `json:"session_id"`
-		}
-		_, kind := do("POST", "/resources/"+url2(demo.OfficeDesktop)+"/launch", tokens[user], nil, &l)
-		if kind != "" {
-			h.fail("launch " + kind)
-			if kind == "stopped" || strings.HasPrefix(kind, "transport") || strings.Contains(kind, site.EUnavailable) {
-				// The session may have been made without the client
-				// being told: an indeterminate launch, as Jepsen says.
-				h.mu.Lock()
-				h.indeterminate++
-				h.mu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		now := time.Now()
-		h.mu.Lock()
-		h.launched[l.SessionID], h.users[l.SessionID] = now, user
-		if !h.cutAt.IsZero() && h.firstOK.IsZero() && now.After(h.cutAt) {
-			h.firstOK = now
-		}
-		h.mu.Unlock()
-		if i%3 == 0 {
-			if code, kind := do("POST", "/sessions/"+l.SessionID+"/logoff", tokens[user], nil, nil); kind != "" {
-				h.fail("logoff " + kind)
-				// A logoff that failed with a 5xx, or whose answer never
-				// came, may have happened in part (the VDA was told first).
-				if code == 0 || code >= 500 {
-					h.mu.Lock()
-					h.unknown[l.SessionID] = true // the logoff may or may not have happened
-					h.mu.Unlock()
-				}
-				continue
-			}
-			h.mu.Lock()
-			h.loggedOff[l.SessionID] = time.Now()
-			h.mu.Unlock()
-		}
-	}
-}
-
-func url2(s string) string { return url.PathEscape(s) }
-
-func (h *history) fail(kind string) {
-	h.mu.Lock()
-	h.errors[kind]++
-	h.mu.Unlock()
-}
-
-// check compares the site DB's sessions with the history: every
-// acknowledged launch's session is there (none lost), live unless a
-// logoff was acknowledged after its last launch; no live session that no
-// client was given (none unexpected); no user with two live sessions of
-// the desktop (none duplicated); no machine over its session limit.
-func (h *history) check(t *testing.T, dsn string) {
+// checkHistory checks h against the site DB that dsn names, failing t
+// with each problem found.
+func checkHistory(t *testing.T, h *bench.History, dsn string) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := pgstore.Open(ctx, dsn, pgstore.Options{})
@@ -261,107 +128,26 @@ func (h *history) check(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var all []site.Session
-	var machines []site.Machine
-	err = db.View(ctx, func(tx site.Tx) error {
-		p, err := tx.Sessions().List(ctx, site.SessionFilter{}, site.ListOptions{})
-		all = p.Items
-		if err == nil {
-			var m site.Page[site.Machine]
-			m, err = tx.Machines().List(ctx, site.ListOptions{})
-			machines = m.Items
-		}
-		return err
-	})
+	v, err := h.Check(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	byID := map[string]site.Session{}
-	for _, s := range all {
-		byID[s.ID] = s
+	t.Logf("history: %d sessions launched, %d logoffs; site DB: %d sessions; errors %v", v.Launched, v.LoggedOff, v.Sessions, v.Errors)
+	for _, n := range v.Notes {
+		t.Log(n)
 	}
-	var lost, unexpected, stale []string
-	for id, at := range h.launched {
-		s, ok := byID[id]
-		switch {
-		case ok && h.unknown[id]:
-		case !ok:
-			lost = append(lost, id)
-		case h.loggedOff[id].After(at) && s.State != site.SessionLoggedOff:
-			stale = append(stale, id+" (logged off, "+string(s.State)+" in the site DB)")
-		case !h.loggedOff[id].After(at) && s.State == site.SessionLoggedOff:
-			lost = append(lost, fmt.Sprintf("%s (live, logged off in the site DB; launched %s, created %s, ended %s after the cut; logoff %s)", id,
-				at.Sub(h.cutAt), s.CreatedAt.Sub(h.cutAt), s.EndedAt.Sub(h.cutAt), h.loggedOff[id].Sub(h.cutAt)))
-		}
-	}
-	live := map[string]int{}
-	perMachine := map[string]int{}
-	for _, s := range all {
-		if s.State == site.SessionLoggedOff {
-			continue
-		}
-		if _, ok := h.launched[s.ID]; !ok {
-			unexpected = append(unexpected, s.ID)
-		}
-		if _, acked := h.launched[s.ID]; acked && s.Resource == demo.OfficeDesktop {
-			// Two acknowledged live sessions of the desktop, whose
-			// policy is to reconnect always: a launch missed the
-			// user's session (a stale read). A session no client was
-			// told of counts as unexpected above.
-			live[s.User]++
-		}
-		perMachine[s.Machine]++
-	}
-	var dup []string
-	for u, n := range live {
-		if n > 1 { // the office desktop's policy is to reconnect always
-			dup = append(dup, fmt.Sprintf("%s has %d", u, n))
-		}
-	}
-	for u, n := range live {
-		if n > 1 {
-			for _, x := range all {
-				if x.User == u && x.Resource == demo.OfficeDesktop {
-					t.Logf("%s: %s %s on %s created %s updated %s ended %s; launched %s logoff %s", u, x.ID, x.State, x.Machine,
-						x.CreatedAt.Sub(h.cutAt), x.UpdatedAt.Sub(h.cutAt), x.EndedAt.Sub(h.cutAt), h.launched[x.ID].Sub(h.cutAt), h.loggedOff[x.ID].Sub(h.cutAt))
-				}
-			}
-		}
-	}
-	var over []string
-	for _, m := range machines {
-		if m.MaxSessions > 0 && perMachine[m.Name] > m.MaxSessions {
-			over = append(over, fmt.Sprintf("%s: %d > %d", m.Name, perMachine[m.Name], m.MaxSessions))
-		}
-	}
-	t.Logf("history: %d sessions launched, %d logoffs; site DB: %d sessions; errors %v", len(h.launched), len(h.loggedOff), len(all), h.errors)
-	if len(unexpected) <= h.indeterminate {
-		if len(unexpected) > 0 {
-			t.Logf("%d sessions no client was told of, from %d launches of unknown outcome: %v", len(unexpected), h.indeterminate, unexpected)
-		}
-		unexpected = nil
-	}
-	if h.staleOK && len(dup) > 0 {
-		t.Logf("%d users given a second session instead of theirs after the leader died (tolerated: its records died with it): %v", len(dup), dup)
-		dup = nil
-	}
-	for name, list := range map[string][]string{"lost": lost, "unexpected": unexpected, "stale": stale, "duplicated": dup, "over their limit": over} {
-		if len(list) > 0 {
-			slices.Sort(list)
-			t.Errorf("%d sessions %s: %v", len(list), name, list[:min(len(list), 10)])
-		}
+	for _, p := range v.Problems() {
+		t.Error(p)
 	}
 }
 
 // finish stops the clients, lets their last reports land, and checks the
 // history against the site DB that dsn names.
-func (h *history) finish(t *testing.T, stop func(), dsn string) {
+func finish(t *testing.T, h *bench.History, stop func(), dsn string) {
 	t.Helper()
 	stop()
 	time.Sleep(time.Second)
-	h.check(t, dsn)
+	checkHistory(t, h, dsn)
 }
 
 // settle waits until the site DB's live sessions stop changing: the
@@ -372,26 +158,17 @@ func settle(t *testing.T, s *server.Server) {
 	time.Sleep(2 * time.Second) // heartbeats re-register every VDA (300 ms) and its reports land
 }
 
-// startClients starts n clients, each with users of its own, so that
-// one user's operations never overlap.
-func startClients(t *testing.T, h *history, url func() string, n int) (stop func()) {
-	return startClientsFrom(t, h, url, n, 0)
+// startClients starts n clients, each with users of its own (the first
+// 60 demo users, shared among them), so that one user's operations never
+// overlap.
+func startClients(h *bench.History, url func() string, n int) (stop func()) {
+	return startClientsFrom(h, url, n, 0)
 }
 
-// startClientsFrom is startClients with the users after the first skip,
-// for clients of another broker.
-func startClientsFrom(t *testing.T, h *history, url func() string, n, skip int) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range n {
-		var users []string
-		for u := skip + i + 1; u <= skip+60; u += n {
-			users = append(users, demo.UserName(u))
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); h.client(ctx, t, url, users, i) }()
-	}
-	return func() { cancel(); wg.Wait() }
+// startClientsFrom is startClients with the 60 users after the first
+// skip, for clients of another broker.
+func startClientsFrom(h *bench.History, url func() string, n, skip int) (stop func()) {
+	return h.Start(url, n, skip+1, skip+60, demo.UserName)
 }
 
 // TestOutageKeepsBrokering: a broker of a PostgreSQL site under steady
@@ -404,22 +181,18 @@ func TestOutageKeepsBrokering(t *testing.T) {
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 4)
+	stop := startClients(h, s.URL, 4)
 	defer stop()
 	time.Sleep(time.Second)
 
 	cutAt := time.Now()
-	h.cut(cutAt)
+	h.Mark(cutAt)
 	cs.wan.Cut()
 	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
 	waitFor(t, 10*time.Second, "a launch after the cut", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return !h.firstOK.IsZero()
+		return !h.FirstOK().IsZero()
 	})
-	h.mu.Lock()
-	takeover := h.firstOK.Sub(cutAt)
-	h.mu.Unlock()
+	takeover := h.FirstOK().Sub(cutAt)
 	t.Logf("first launch %s after the cut (outage after 1 s)", takeover.Round(time.Millisecond))
 
 	// What only the site DB may do is refused, clearly.
@@ -444,7 +217,7 @@ func TestOutageKeepsBrokering(t *testing.T) {
 		t.Errorf("no session written back: %+v", st)
 	}
 	t.Logf("status after recovery: %+v", st)
-	h.check(t, cs.direct)
+	checkHistory(t, h, cs.direct)
 }
 
 // TestForcedOutage: an admin forces outage mode with the site DB up, the
@@ -453,11 +226,11 @@ func TestForcedOutage(t *testing.T) {
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 3)
+	stop := startClients(h, s.URL, 3)
 	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	auth := "Basic " + basicAuth("admin", lhcPassword)
-	h.cut(time.Now())
+	h.Mark(time.Now())
 	code, body, _ := call(t, "PUT", s.URL()+"/api/v1/admin/outage", map[string]bool{"forced": true}, "Authorization", auth)
 	if code != http.StatusOK || !strings.Contains(string(body), `"mode": "outage"`) {
 		t.Fatalf("force: %d %s", code, body)
@@ -468,7 +241,7 @@ func TestForcedOutage(t *testing.T) {
 		t.Fatalf("unforce: %d %s", code, body)
 	}
 	settle(t, s)
-	h.finish(t, stop, cs.direct)
+	finish(t, h, stop, cs.direct)
 }
 
 // TestRestartDuringOutage: a broker restarted while its site DB is cut
@@ -480,7 +253,7 @@ func TestRestartDuringOutage(t *testing.T) {
 	cfg := cs.lhcConfig(t, t.TempDir())
 	s := openLHC(t, cfg)
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 3)
+	stop := startClients(h, s.URL, 3)
 	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	cs.wan.Cut()
@@ -525,11 +298,10 @@ func TestRestartDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	launched := h.Launched()
 	missing := 0
 	err = db.View(context.Background(), func(tx site.Tx) error {
-		for id := range h.launched {
+		for _, id := range launched {
 			if _, err := tx.Sessions().Get(context.Background(), id); site.ErrorCode(err) == site.ENotFound {
 				missing++
 			} else if err != nil {
@@ -542,7 +314,7 @@ func TestRestartDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if missing > 0 {
-		t.Errorf("%d of %d acknowledged sessions missing from the site DB", missing, len(h.launched))
+		t.Errorf("%d of %d acknowledged sessions missing from the site DB", missing, len(launched))
 	}
 }
 
@@ -607,12 +379,12 @@ func newZoneOfTwo(t *testing.T) *zoneOfTwo {
 func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 	z := newZoneOfTwo(t)
 	h := newHistory()
-	stopA := startClients(t, h, z.a.URL, 2)
+	stopA := startClients(h, z.a.URL, 2)
 	defer stopA()
-	stopB := startClientsFrom(t, h, z.b.URL, 2, 60)
+	stopB := startClientsFrom(h, z.b.URL, 2, 60)
 	defer stopB()
 	time.Sleep(time.Second)
-	h.cut(time.Now())
+	h.Mark(time.Now())
 	z.cs.wan.Cut()
 	for _, s := range []*server.Server{z.a, z.b} {
 		waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
@@ -628,7 +400,7 @@ func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 	stopA()
 	stopB()
 	time.Sleep(time.Second)
-	h.check(t, z.cs.direct)
+	checkHistory(t, h, z.cs.direct)
 }
 
 // TestZoneLeaderKilled: the zone's leader stops during an outage; the
@@ -642,9 +414,9 @@ func TestZoneLeaderKilled(t *testing.T) {
 	var mu sync.Mutex
 	aURL := z.a.URL()
 	urlA := func() string { mu.Lock(); defer mu.Unlock(); return aURL }
-	stopA := startClients(t, h, urlA, 2)
+	stopA := startClients(h, urlA, 2)
 	defer stopA()
-	stopB := startClientsFrom(t, h, z.b.URL, 2, 60)
+	stopB := startClientsFrom(h, z.b.URL, 2, 60)
 	defer stopB()
 	time.Sleep(time.Second)
 	z.cs.wan.Cut()
@@ -663,17 +435,15 @@ func TestZoneLeaderKilled(t *testing.T) {
 	mu.Lock()
 	aURL = z.b.URL()
 	mu.Unlock()
-	h.cut(killedAt)
+	h.Mark(killedAt)
 	waitFor(t, 10*time.Second, "broker b leading the zone", func() bool {
 		_, elsewhere := z.b.Broker().Delegate()
 		return !elsewhere
 	})
 	waitFor(t, 15*time.Second, "a launch at the new leader", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return !h.firstOK.IsZero()
+		return !h.FirstOK().IsZero()
 	})
-	t.Logf("first launch %s after the leader stopped", h.firstOK.Sub(killedAt).Round(time.Millisecond))
+	t.Logf("first launch %s after the leader stopped", h.FirstOK().Sub(killedAt).Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 
 	z.cs.restore(t)
@@ -692,8 +462,8 @@ func TestZoneLeaderKilled(t *testing.T) {
 		t.Errorf("restarted leader: %+v, want the outage's journal written back", got)
 	}
 	settle(t, z.b)
-	h.staleOK = true
-	h.check(t, z.cs.direct)
+	h.StaleOK = true
+	checkHistory(t, h, z.cs.direct)
 }
 
 // TestFlappingSiteDB: the site DB comes back for less than
@@ -704,7 +474,7 @@ func TestFlappingSiteDB(t *testing.T) {
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 3)
+	stop := startClients(h, s.URL, 3)
 	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	cs.wan.Cut()
@@ -724,7 +494,7 @@ func TestFlappingSiteDB(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	cs.restore(t)
 	settle(t, s)
-	h.finish(t, stop, cs.direct)
+	finish(t, h, stop, cs.direct)
 }
 
 // TestTakeoverTimes measures, with the default settings (outage after
@@ -743,7 +513,7 @@ func TestTakeoverTimes(t *testing.T) {
 	cfg.HeartbeatInterval, cfg.HeartbeatTimeout = 0, 0
 	s := openLHC(t, cfg)
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 4)
+	stop := startClients(h, s.URL, 4)
 	defer stop()
 	for i := range 5 {
 		time.Sleep(time.Second)
@@ -751,17 +521,15 @@ func TestTakeoverTimes(t *testing.T) {
 		cs.wan.Cut()
 		waitFor(t, 20*time.Second, "outage mode", s.LHC().InOutage)
 		entered := time.Now()
-		h.cut(entered)
-		waitFor(t, 20*time.Second, "a launch in outage mode", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return !h.firstOK.IsZero() })
-		h.mu.Lock()
+		h.Mark(entered)
+		waitFor(t, 20*time.Second, "a launch in outage mode", func() bool { return !h.FirstOK().IsZero() })
 		t.Logf("cut %d: outage mode %s after the cut, first launch from the copy %s after the cut", i+1,
-			entered.Sub(cut).Round(time.Millisecond), h.firstOK.Sub(cut).Round(time.Millisecond))
-		h.mu.Unlock()
+			entered.Sub(cut).Round(time.Millisecond), h.FirstOK().Sub(cut).Round(time.Millisecond))
 		time.Sleep(time.Second)
 		cs.restore(t)
 		settle(t, s)
 	}
-	h.finish(t, stop, cs.direct)
+	finish(t, h, stop, cs.direct)
 }
 
 // TestUnansweringSiteDB: the site DB stops answering without closing
@@ -774,7 +542,7 @@ func TestUnansweringSiteDB(t *testing.T) {
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 4)
+	stop := startClients(h, s.URL, 4)
 	defer stop()
 	time.Sleep(time.Second)
 	if err := cs.wan.Blackhole(); err != nil {
@@ -789,14 +557,12 @@ func TestUnansweringSiteDB(t *testing.T) {
 	settle(t, s)
 	stop()
 	time.Sleep(time.Second)
-	h.mu.Lock()
-	for kind, n := range h.errors {
+	for kind, n := range h.Errors() {
 		if !strings.Contains(kind, site.EUnavailable) && !strings.HasSuffix(kind, "stopped") {
 			t.Errorf("%d %s: want only fast 503s (retry-required) while the site DB is silent", n, kind)
 		}
 	}
-	h.mu.Unlock()
-	h.check(t, cs.direct)
+	checkHistory(t, h, cs.direct)
 }
 
 // TestSiteDBCrashes: the site DB's server crashes under load (pg_ctl stop
@@ -811,7 +577,7 @@ func TestSiteDBCrashes(t *testing.T) {
 		OutageAfter: time.Second, RecoverAfter: time.Second, LHCProbeInterval: 100 * time.Millisecond, Logger: testLogger()}
 	s := openLHC(t, cfg)
 	h := newHistory()
-	stop := startClients(t, h, s.URL, 4)
+	stop := startClients(h, s.URL, 4)
 	defer stop()
 	time.Sleep(time.Second)
 	if err := cluster.Crash(); err != nil {
@@ -828,5 +594,5 @@ func TestSiteDBCrashes(t *testing.T) {
 	if got := s.LHC().Status().WrittenBack; got == 0 {
 		t.Error("no session written back after the crash")
 	}
-	h.check(t, cluster.DSN())
+	checkHistory(t, h, cluster.DSN())
 }
