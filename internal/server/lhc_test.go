@@ -497,41 +497,6 @@ func TestFlappingSiteDB(t *testing.T) {
 	finish(t, h, stop, cs.direct)
 }
 
-// TestTakeoverTimes measures, with the default settings (outage after
-// 5 s, probes every 500 ms), the time from five cuts of the site DB under
-// steady launches to outage mode and to the first launch brokered from
-// the copy, and checks the history across all five. It takes about 100 s,
-// so it runs only with USHER_LHC_TAKEOVER=1, until usher bench lhc reports
-// the same.
-func TestTakeoverTimes(t *testing.T) {
-	if os.Getenv("USHER_LHC_TAKEOVER") == "" {
-		t.Skip("a measurement of about 100 s: set USHER_LHC_TAKEOVER=1")
-	}
-	cs := newCutSite(t)
-	cfg := cs.lhcConfig(t, t.TempDir())
-	cfg.OutageAfter, cfg.RecoverAfter, cfg.LHCProbeInterval = 0, 0, 0 // the defaults
-	cfg.HeartbeatInterval, cfg.HeartbeatTimeout = 0, 0
-	s := openLHC(t, cfg)
-	h := newHistory()
-	stop := startClients(h, s.URL, 4)
-	defer stop()
-	for i := range 5 {
-		time.Sleep(time.Second)
-		cut := time.Now()
-		cs.wan.Cut()
-		waitFor(t, 20*time.Second, "outage mode", s.LHC().InOutage)
-		entered := time.Now()
-		h.Mark(entered)
-		waitFor(t, 20*time.Second, "a launch in outage mode", func() bool { return !h.FirstOK().IsZero() })
-		t.Logf("cut %d: outage mode %s after the cut, first launch from the copy %s after the cut", i+1,
-			entered.Sub(cut).Round(time.Millisecond), h.FirstOK().Sub(cut).Round(time.Millisecond))
-		time.Sleep(time.Second)
-		cs.restore(t)
-		settle(t, s)
-	}
-	finish(t, h, stop, cs.direct)
-}
-
 // TestUnansweringSiteDB: the site DB stops answering without closing
 // anything (a network that drops every packet). Calls to it under way are
 // cut off when a probe finds it silent, so that no client waits out a
