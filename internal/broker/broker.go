@@ -39,7 +39,8 @@ const (
 // VDAControl reaches VDAs at the Control they registered. Implementations
 // must honour ctx and return an error when the VDA did not accept the
 // request (or could not be reached); the broker then treats the machine
-// as unable to serve the session.
+// as unable to serve the session. An error that wraps ErrNoSuchSession
+// says the VDA answered that it holds no such session.
 type VDAControl interface {
 	// Prepare tells a VDA that a session is coming.
 	Prepare(ctx context.Context, c Control, p Prepare) error
@@ -48,6 +49,12 @@ type VDAControl interface {
 	// Disconnect asks a VDA to disconnect a session.
 	Disconnect(ctx context.Context, c Control, sessionID string) error
 }
+
+// ErrNoSuchSession is what a VDAControl's error wraps when the VDA
+// answered that it holds no session of that ID: for a reconnection, the
+// site's record of the session outlived it (its logoff's report was lost
+// with a site DB, say), and the broker ends it.
+var ErrNoSuchSession = errors.New("the VDA holds no such session")
 
 // Prepare tells a VDA that a session is coming: a new one, or a
 // reconnection to an existing one.
@@ -760,6 +767,13 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 	}
 	if reconnect {
 		b.log.Warn("reconnect: VDA refused", "machine", sess.Machine, "session", sess.ID, "err", err)
+		if errors.Is(err, ErrNoSuchSession) {
+			// The record outlived the session: end it, so that the user,
+			// given a new session instead, does not hold two.
+			if err := b.endSession(context.WithoutCancel(ctx), sess.ID, sess.Machine, nil); err != nil {
+				b.log.Error("end a session its VDA does not hold", "session", sess.ID, "err", err)
+			}
+		}
 		return nil
 	}
 	b.log.Warn("VDA refused a session; trying another machine", "machine", sess.Machine, "session", sess.ID, "err", err)

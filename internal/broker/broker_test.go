@@ -323,6 +323,44 @@ func TestReconnection(t *testing.T) {
 	})
 }
 
+// TestReconnectionToALostSession: the site holds a live session its VDA
+// no longer has (its logoff's report was lost): a launch that would go
+// back to it gets a new session instead, and the lost one is ended, so
+// that the user does not hold two.
+func TestReconnectionToALostSession(t *testing.T) {
+	h := newHarness(t, 3, 250, nil)
+	ctx := context.Background()
+	first, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "calc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.SessionEvent(ctx, broker.SessionEvent{Machine: first.Session.Machine, SessionID: first.Session.ID, Change: broker.ChangeLogon}); err != nil {
+		t.Fatal(err)
+	}
+	h.control.Lose(first.Session.ID)
+	again, err := h.b.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: "calc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Reconnected || again.Session.ID == first.Session.ID {
+		t.Fatalf("launch went back to the lost session %s (reconnected %v)", again.Session.ID, again.Reconnected)
+	}
+	var live []string
+	err = h.store.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: "u0001", Live: true}, site.ListOptions{})
+		for _, s := range p.Items {
+			live = append(live, s.ID)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 1 || live[0] != again.Session.ID {
+		t.Fatalf("u0001's live sessions: %v; want only %s", live, again.Session.ID)
+	}
+}
+
 func TestAssignedDesktop(t *testing.T) {
 	h := newHarness(t, 5, 250, nil)
 	ctx := context.Background()

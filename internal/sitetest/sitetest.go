@@ -287,6 +287,7 @@ type Control struct {
 	prepared    map[string][]broker.Prepare
 	order       []broker.Prepare // every accepted prepare, in order
 	refuse      map[string]bool
+	gone        map[string]bool // sessions the VDAs no longer hold
 	logoffs     []string
 	disconnects []string
 }
@@ -295,7 +296,7 @@ var _ broker.VDAControl = (*Control)(nil)
 
 // NewControl returns a fleet that accepts everything.
 func NewControl() *Control {
-	return &Control{prepared: map[string][]broker.Prepare{}, refuse: map[string]bool{}}
+	return &Control{prepared: map[string][]broker.Prepare{}, refuse: map[string]bool{}, gone: map[string]bool{}}
 }
 
 // Prepare records req, or fails when the machine refuses.
@@ -305,6 +306,9 @@ func (f *Control) Prepare(_ context.Context, c broker.Control, req broker.Prepar
 	m := MachineOf(c)
 	if f.refuse[m] {
 		return fmt.Errorf("machine %s refuses", m)
+	}
+	if req.Reconnect && f.gone[req.SessionID] {
+		return fmt.Errorf("machine %s: %w", m, broker.ErrNoSuchSession)
 	}
 	f.prepared[m] = append(f.prepared[m], req)
 	f.order = append(f.order, req)
@@ -325,6 +329,14 @@ func (f *Control) Disconnect(_ context.Context, _ broker.Control, id string) err
 	defer f.mu.Unlock()
 	f.disconnects = append(f.disconnects, id)
 	return nil
+}
+
+// Lose makes the VDAs answer that they hold no session id when asked
+// to reconnect it, as after a logoff whose report was lost.
+func (f *Control) Lose(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gone[id] = true
 }
 
 // Refuse makes machine refuse prepares from now on.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
@@ -75,5 +76,8 @@ func (c *Client) post(ctx context.Context, to broker.Control, path string, body 
 	}
 	var e vdaproto.ErrorBody
 	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
+	if resp.StatusCode == http.StatusNotFound && e.Error.Code == site.ENotFound {
+		return fmt.Errorf("vda control %s: %s: %s: %w", path, resp.Status, e.Error.Message, broker.ErrNoSuchSession)
+	}
 	return fmt.Errorf("vda control %s: %s: %s", path, resp.Status, e.Error.Message)
 }

@@ -3,6 +3,7 @@ package vdacontrol_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,5 +61,27 @@ func TestRefusalIsAnError(t *testing.T) {
 	}
 	if err := vdacontrol.New().Disconnect(context.Background(), broker.Control{}, "s1"); err == nil {
 		t.Fatal("Disconnect without a control URL succeeded")
+	}
+}
+
+// TestNoSuchSession: a VDA's 404 not_found is broker.ErrNoSuchSession; a
+// 404 without that code (a wrong control URL, say) is not.
+func TestNoSuchSession(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"error":{"code":"not_found","message":"no session \"s1\" to reconnect to"}}`, true},
+		{`404 page not found`, false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(tc.body))
+		}))
+		err := vdacontrol.New().Prepare(context.Background(), broker.Control{URL: srv.URL, Token: "tok"}, broker.Prepare{SessionID: "s1", Reconnect: true})
+		srv.Close()
+		if err == nil || errors.Is(err, broker.ErrNoSuchSession) != tc.want {
+			t.Errorf("404 %q: %v; want ErrNoSuchSession %v", tc.body, err, tc.want)
+		}
 	}
 }
