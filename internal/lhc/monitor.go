@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
@@ -26,11 +27,19 @@ const (
 func (s *Store) Run(ctx context.Context) {
 	s.running.Store(true)
 	defer close(s.done)
+	// A probe runs in a goroutine of its own, one at a time, so that a
+	// site DB that answers nothing (a probe waits out its timeout) does
+	// not hold back the deadline below.
+	pctx, cancel := context.WithCancel(ctx)
+	var probing sync.WaitGroup
+	defer func() { cancel(); probing.Wait() }()
+	results := make(chan probeResult, 1)
+	inFlight := false
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
 	// deadline fires when OutageAfter has passed since the site DB's last
-	// answer, between probes, so that outage mode begins on time rather
-	// than at the next probe.
+	// answer, between probes and while one waits, so that outage mode
+	// begins on time rather than when a probe gives up.
 	deadline := time.NewTimer(time.Hour)
 	deadline.Stop()
 	defer deadline.Stop()
@@ -41,7 +50,20 @@ func (s *Store) Run(ctx context.Context) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.tick(ctx)
+			if inFlight {
+				continue
+			}
+			inFlight = true
+			probing.Go(func() {
+				v, err := s.probe(pctx)
+				results <- probeResult{v, err}
+			})
+		case r := <-results:
+			inFlight = false
+			if ctx.Err() != nil {
+				return
+			}
+			s.observe(ctx, r.version, r.err)
 			if at, ok := s.outageDue(); ok {
 				deadline.Reset(max(time.Until(at), 0))
 			}
@@ -49,6 +71,13 @@ func (s *Store) Run(ctx context.Context) {
 			s.observe(ctx, 0, errors.New("no answer since the last probe"))
 		}
 	}
+}
+
+// probeResult is what one probe found: the site DB's configuration
+// version, or why it did not say.
+type probeResult struct {
+	version int64
+	err     error
 }
 
 // outageDue returns when outage mode is due, if the site DB does not
@@ -69,16 +98,16 @@ func (s *Store) outageDue() (time.Time, bool) {
 // probeTimeout bounds one probe of the site DB.
 func (s *Store) probeTimeout() time.Duration { return max(2*s.opts.ProbeInterval, time.Second) }
 
-// tick probes the site DB once and acts on the answer.
-func (s *Store) tick(ctx context.Context) {
+// probe asks the site DB for its configuration version once, opening
+// it first when it has not been yet.
+func (s *Store) probe(ctx context.Context) (int64, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.probeTimeout())
 	defer cancel()
 	p := s.primary.Load()
 	if p == nil {
 		db, err := s.opts.Open(pctx)
 		if err != nil {
-			s.observe(ctx, 0, err)
-			return
+			return 0, err
 		}
 		s.log.Info("site DB opened")
 		p = &primaryDB{db}
@@ -89,7 +118,7 @@ func (s *Store) tick(ctx context.Context) {
 		version, err = tx.ConfigVersion(pctx)
 		return err
 	})
-	s.observe(ctx, version, err)
+	return version, err
 }
 
 // observe acts on a probe's outcome: err is nil when the site DB answered
@@ -175,6 +204,7 @@ func (s *Store) Force(ctx context.Context, on bool) (Status, error) {
 // enterOutage opens the copy, seeds it with the broker's own machines and
 // serves from it. The caller holds trans.
 func (s *Store) enterOutage(ctx context.Context, cause string) error {
+	start := time.Now()
 	s.copyMu.Lock() // no copy replaces the file while it is opened
 	defer s.copyMu.Unlock()
 	local, info, err := openCopy(ctx, s.path, s.log, true)
@@ -185,6 +215,7 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 		s.mu.Unlock()
 		return site.Errorf(site.EUnavailable, "cannot broker from the local copy: %v", err)
 	}
+	opened := time.Now()
 	// Calls that come from now on wait, then go to the copy; calls to the
 	// site DB under way get a moment to finish (and what they wrote is
 	// recorded), the site DB having cut them off if it stopped answering.
@@ -201,6 +232,7 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	}
 	var applied int
 	var expected map[string]bool
+	seeded := s.opts.Now().UTC()
 	err = local.Update(ctx, func(tx site.Tx) error {
 		var err error
 		if applied, err = s.recent.applyTo(ctx, tx); err != nil {
@@ -220,6 +252,12 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 			}
 			if o, ok := own[name]; ok {
 				st = o
+				if st.Registration == site.Registered {
+					// The heartbeats this broker refused while the site
+					// DB did not answer were not missed: each machine gets
+					// a whole heartbeat timeout from now to come back.
+					st.LastHeartbeat = seeded
+				}
 			} else if st.Registration == site.Registered {
 				st.Registration = site.Unregistered
 			} else {
@@ -247,7 +285,8 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.expected, s.rebuildUntil = expected, time.Time{}
 	s.mu.Unlock()
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
-		"own_machines", len(own), "recent_sessions", applied)
+		"own_machines", len(own), "recent_sessions", applied, "opened_copy_in", opened.Sub(start).Round(time.Millisecond),
+		"took", time.Since(start).Round(time.Millisecond))
 	if b != nil {
 		go func() {
 			// After the gate opens: the read goes through the Store.
