@@ -339,8 +339,11 @@ func TestBenchLHC(t *testing.T) {
 		if r[5] != "0" || r[6] != "0" {
 			t.Errorf("cut %s: errors after the takeover %q, enumeration errors %q; want none", r[0], r[5], r[6])
 		}
-		if r[8] == "0" {
+		if r[9] == "0" {
 			t.Errorf("cut %s: no session written back", r[0])
+		}
+		if slowest, err := strconv.ParseFloat(r[7], 64); err != nil || slowest > 3000 {
+			t.Errorf("cut %s: a call took %s ms to fail; want fast failures, never a timeout", r[0], r[7])
 		}
 	}
 	if v := tables["History"]; len(v.Rows) == 0 || !strings.HasPrefix(v.Rows[0][1], "pass") {

@@ -358,7 +358,20 @@ func (h *History) Check(ctx context.Context, store site.Store) (Verdict, error) 
 	}
 	for u, ids := range live {
 		if len(ids) > 1 {
-			v.Duplicated = append(v.Duplicated, fmt.Sprintf("%s has %d (%s)", u, len(ids), strings.Join(ids, " ")))
+			var what []string
+			for _, id := range ids {
+				x := byID[id]
+				w := fmt.Sprintf("%s %s on %s, created %s, updated %s, launched %s", id, x.State, x.Machine,
+					x.CreatedAt.Format(time.TimeOnly+".000"), x.UpdatedAt.Format(time.TimeOnly+".000"), h.launched[id].UTC().Format(time.TimeOnly+".000"))
+				if at, ok := h.loggedOff[id]; ok {
+					w += ", logoff acknowledged " + at.UTC().Format(time.TimeOnly+".000")
+				}
+				if h.unknown[id] {
+					w += ", a logoff of unknown outcome"
+				}
+				what = append(what, w)
+			}
+			v.Duplicated = append(v.Duplicated, fmt.Sprintf("%s has %d (%s)", u, len(ids), strings.Join(what, "; ")))
 		}
 	}
 	if h.StaleOK && len(v.Duplicated) > 0 {

@@ -105,7 +105,10 @@ type lhcCut struct {
 	// before counts the failed calls between the cut and the first
 	// launch from the copy, after those from then to the restore.
 	before, after map[string]int
-	enumErrors    int
+	// slowestFailure is the longest a call took to fail, from the cut
+	// to the return.
+	slowestFailure time.Duration
+	enumErrors     int
 	// recovery is from the restore to the broker's return to the site
 	// DB; writtenBack the sessions that return wrote back.
 	recovery    time.Duration
@@ -402,6 +405,7 @@ func lhcOneCut(ctx context.Context, n int, kind string, cut func(string) (func()
 	}
 	c.before = lhcOnly(tl.Errors(at, first), "launch", "logoff", "logon")
 	c.after = lhcOnly(tl.Errors(first.Add(time.Second), back), "launch", "logoff", "logon")
+	c.slowestFailure = tl.SlowestError(at, normal)
 	for _, n := range lhcOnly(tl.Errors(at, normal.Add(time.Second)), "enumerate") {
 		c.enumErrors += n
 	}
@@ -591,11 +595,11 @@ func lhcCutsTable(cuts []lhcCut) loadgen.Table {
 	t := loadgen.Table{
 		Title: "Each cut of the site DB under load: takeover, errors, recovery",
 		Header: []string{"cut", "kind", "outage mode after s", "first launch from the copy after s", "errors before it", "errors after it, to the return",
-			"enumeration errors", "return to the site DB after s", "sessions written back"},
+			"enumeration errors", "slowest failed call ms", "return to the site DB after s", "sessions written back"},
 	}
 	for i, c := range cuts {
 		t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), c.kind, fmtF(c.outage.Seconds(), 2), fmtF(c.firstLaunch.Seconds(), 2), fmtErrs(c.before), fmtErrs(c.after),
-			strconv.Itoa(c.enumErrors), fmtF(c.recovery.Seconds(), 2), strconv.FormatInt(c.writtenBack, 10)})
+			strconv.Itoa(c.enumErrors), fmtF(float64(c.slowestFailure)/1e6, 1), fmtF(c.recovery.Seconds(), 2), strconv.FormatInt(c.writtenBack, 10)})
 	}
 	return t
 }

@@ -23,10 +23,12 @@ type Timeline struct {
 }
 
 type second struct {
-	ok     map[string]int
-	lat    map[string][]time.Duration
-	errs   map[string]int // "op kind" → count
-	events []string
+	ok   map[string]int
+	lat  map[string][]time.Duration
+	errs map[string]int // "op kind" → count
+	// slowestErr is the longest a failed call took to fail.
+	slowestErr time.Duration
+	events     []string
 }
 
 // NewTimeline returns an empty timeline starting at start.
@@ -56,6 +58,7 @@ func (t *Timeline) Record(op string, start time.Time, took time.Duration, kind s
 	}
 	if kind != "" {
 		s.errs[op+" "+kind]++
+		s.slowestErr = max(s.slowestErr, took)
 		return
 	}
 	s.ok[op]++
@@ -84,6 +87,19 @@ func (t *Timeline) Errors(from, to time.Time) map[string]int {
 		}
 	}
 	return out
+}
+
+// SlowestError returns the longest a call that started in [from, to)
+// took to fail, counting every second the interval touches in full.
+func (t *Timeline) SlowestError(from, to time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var d time.Duration
+	first := max(int(from.Sub(t.start)/time.Second), 0)
+	for i := first; i < len(t.secs) && t.start.Add(time.Duration(i)*time.Second).Before(to); i++ {
+		d = max(d, t.secs[i].slowestErr)
+	}
+	return d
 }
 
 // Table tabulates the timeline: a row per second, with each of ops'

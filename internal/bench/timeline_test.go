@@ -38,4 +38,7 @@ func TestTimeline(t *testing.T) {
 	if got := tl.Errors(start.Add(2*time.Second), start.Add(3*time.Second)); len(got) != 0 {
 		t.Errorf("errors from 2 s: %v; want none", got)
 	}
+	if got := tl.SlowestError(start, start.Add(3*time.Second)); got != time.Millisecond {
+		t.Errorf("slowest failure %s, want 1ms", got)
+	}
 }
