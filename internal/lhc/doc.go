@@ -12,7 +12,8 @@
 // and fails the next ones at once (EUnavailable: clients retry), so that
 // none waits out a driver's timeout. When it has not answered for
 // OutageAfter since its last answer (or an admin forces an outage), the
-// Store enters outage mode: it opens the copy, seeds it with the statuses
+// Store is in outage mode (entering it, which takes tens of milliseconds,
+// begins a tenth of OutageAfter or 250 ms before, whichever is less): it opens the copy, seeds it with the statuses
 // of the machines registered with this broker (Broker.OwnStatuses) and
 // the sessions it wrote since the copy was read, and serves every call
 // from it. Runtime writes (registrations, enrolments, heartbeats,

@@ -20,6 +20,9 @@ import (
 const (
 	writeBackChunk = 500
 	drainWait      = time.Second
+	// enterAhead is how much before OutageAfter entering outage mode
+	// begins (enterAt), at most.
+	enterAhead = 250 * time.Millisecond
 )
 
 // Run probes the site DB every ProbeInterval, enters and leaves outage
@@ -92,7 +95,16 @@ func (s *Store) outageDue() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	// Now is the Store's clock; the timer runs on the machine's.
-	return time.Now().Add(s.status.LastAnswer.Add(s.opts.OutageAfter).Sub(s.opts.Now())), true
+	return time.Now().Add(s.status.LastAnswer.Add(s.enterAt()).Sub(s.opts.Now())), true
+}
+
+// enterAt is how long after the site DB's last answer the Store begins
+// to enter outage mode: a little before OutageAfter, as entering takes
+// tens of milliseconds (opening the copy, seeding it, the calls under
+// way ending), so that brokering from the copy has begun once OutageAfter
+// has passed.
+func (s *Store) enterAt() time.Duration {
+	return s.opts.OutageAfter - min(enterAhead, s.opts.OutageAfter/10)
 }
 
 // probeTimeout bounds one probe of the site DB.
@@ -154,7 +166,7 @@ func (s *Store) observe(ctx context.Context, version int64, err error) {
 	switch {
 	case !s.outage.Load() && forced:
 		s.enterOutage(ctx, "forced by an admin")
-	case !s.outage.Load() && err != nil && now.Sub(last) >= s.opts.OutageAfter:
+	case !s.outage.Load() && err != nil && now.Sub(last) >= s.enterAt():
 		s.enterOutage(ctx, fmt.Sprintf("the site DB has not answered for %s: %v", now.Sub(last).Round(time.Millisecond), err))
 	case !s.outage.Load() && err == nil:
 		s.maybeCopy(version, false)

@@ -56,8 +56,9 @@ type Options struct {
 	Open func(ctx context.Context) (site.Store, error)
 	// Dir is the directory of the local copy (CopyFile).
 	Dir string
-	// OutageAfter is how long the site DB must fail to answer before the
-	// Store brokers from its copy; RecoverAfter, how long it must answer
+	// OutageAfter is how long after the site DB's last answer the Store
+	// brokers from its copy (it begins to enter outage mode up to 250 ms
+	// before, so as to be done by then); RecoverAfter, how long it must answer
 	// again before the Store writes back and returns to it.
 	OutageAfter, RecoverAfter time.Duration
 	// ProbeInterval is how often the Store tries the site DB.
