@@ -22,6 +22,7 @@ func (m *Main) benchLHC(ctx context.Context, args []string) error {
 	fs := m.flagSet("bench lhc", "[flags]\n\nThe Local Host Cache (seed 000): enumeration of 400 applications over NFuse in a site-DB outage beside the DB up, then cuts of the PostgreSQL site DB under load, with takeover times, a per-second timeline and a history check.")
 	conc := fs.String("concurrency", "10,20,40,60,100", "enumeration levels, driven by wrk with the site DB up and in an outage (\"\" to skip the enumeration part)")
 	fs.DurationVar(&cfg.StepDuration, "step-duration", cfg.StepDuration, "how long each enumeration level lasts")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the enumeration part this many times, the site DB up and cut in turn, and report each level's median round")
 	fs.StringVar(&cfg.Wrk, "wrk", cfg.Wrk, "wrk binary for the enumeration part (skipped with a note when missing)")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary whose padding answer calibrates wrk's ceiling (\"\": no ceiling)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "PostgreSQL server (a user who may create schemas) for a run without crash cuts; the run makes a schema of its own there")
@@ -56,6 +57,8 @@ func (m *Main) benchLHC(ctx context.Context, args []string) error {
 	switch {
 	case cfg.StepDuration < time.Second && len(cfg.Concurrency) > 0:
 		return usageError{"--step-duration must be at least 1s"}
+	case cfg.Rounds < 1:
+		return usageError{"--rounds must be at least 1"}
 	case cfg.Cuts < 0:
 		return usageError{"--cuts must not be negative"}
 	case cfg.Hold < 0:
