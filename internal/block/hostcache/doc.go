@@ -1,0 +1,35 @@
+// Package hostcache is a host's persistent read cache of image blocks on
+// local disk (XenServer's IntelliCache, seed 003): every export of every
+// image on a host reads through one Cache, which keeps each block it
+// fetched from upstream so that the central storage serves it once per
+// host, and keeps it across restarts.
+//
+// A Cache is a directory holding three files:
+//
+//   - blocks: Slots × BlockSize bytes, one block per slot;
+//   - index: an append-only log of commit records, each naming a slot,
+//     the block's key, its length and a CRC-32C of its bytes, after a
+//     header that fixes the block size;
+//   - lock: held with flock while a Cache is open, so that a second
+//     process on the same directory refuses to start.
+//
+// A block is written to its slot first and committed by its record
+// after; at open the index is replayed (a torn last record is dropped),
+// so the cache comes back without reading upstream. Every read of a slot
+// is checked against its record's CRC: a block torn by a crash, or
+// corrupted on disk, is never served; it counts as corrupt and is fetched
+// again. No fsync is needed for that guarantee, and none is made on the
+// read path.
+//
+// Blocks are found by Key: a content digest where the upstream offers
+// one (identical blocks of different images or versions are then stored
+// once), or PositionKey(image, index) otherwise, where image must name
+// the content (a new version, a new name). Concurrent misses of one key
+// cost one fetch (single flight). Eviction within the size is CLOCK
+// (second chance): a slot read since the hand last passed is spared once;
+// slots being read are never taken.
+//
+// Wrap makes a read-only block.Device of an upstream device through the
+// Cache, keyed by position; the write overlay of a VM composes above it
+// (package writecache).
+package hostcache
