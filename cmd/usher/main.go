@@ -84,6 +84,7 @@ func commands() []command {
 		{"load", "drive load at an NFuse, REST or HTTP endpoint and report per step (--target, --executor)", (*Main).load},
 		{"stream", "serve disk images over NBD with versions, a RAM cache and server-side write caches", (*Main).stream},
 		{"target", "device-side NBD proxy with a write cache (RAM, RAM+overflow, disk) in front of a stream", (*Main).target},
+		{"hostcache", "a host's persistent read cache (IntelliCache): every VM of the host reads its image through it", (*Main).hostcacheCmd},
 		{"image", "manage the image store: import, version, promote, merge, list, inspect", (*Main).imageCmd},
 		{"version", "print the version and the VCS revision it was built from", (*Main).version},
 	}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// blockOps reads usher_block_ops_total{layer,op} from a metrics endpoint.
+func blockOps(t *testing.T, addr, layer, op string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	want := `usher_block_ops_total{layer="` + layer + `",op="` + op + `"} `
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(f)
+		}
+	}
+	return 0
+}
+
+// TestHostcache: two VMs of one host read an image streamed by usher
+// stream through usher hostcache, checked by qemu's tools: the bytes are
+// the image's; the second VM's reads cost the stream nothing; a VM's
+// writes stay in its overlay and are gone at its next connection; after
+// a restart the cache serves the image without the stream; a second
+// daemon on the directory is refused.
+func TestHostcache(t *testing.T) {
+	needTool(t, "qemu-img", "qemu-utils")
+	needTool(t, "qemu-io", "qemu-utils")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "base.raw")
+	img := make([]byte, 4<<20)
+	for i := range img {
+		img[i] = byte(i*7 + i/4096)
+	}
+	if err := os.WriteFile(raw, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "store")
+	if code, out, stderr := run(t, "", "image", "import", "golden", raw, "--store", store); code != 0 {
+		t.Fatalf("image import: exit %d\n%s%s", code, out, stderr)
+	}
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
+	cacheDir := filepath.Join(dir, "host")
+	sock := filepath.Join(dir, "hc.sock")
+	args := []string{"hostcache", "--upstream", "nbd://" + addr, "--dir", cacheDir, "--size", "64MiB",
+		"--vm", "vm1=golden", "--vm", "vm2=golden", "--listen", "unix:" + sock, "--metrics-listen", "127.0.0.1:0", "--log-level", "error"}
+	metrics, stop, _ := startRoleStop(t, "metrics", args...)
+	vm := func(name string) string { return "nbd+unix:///" + name + "?socket=" + sock }
+
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm1"), raw)
+	first := blockOps(t, metrics, layerHostUpstream, "read")
+	if first == 0 {
+		t.Fatal("no reads from the stream")
+	}
+	t.Logf("the first VM's boot: %d reads from the stream", first)
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm2"), raw)
+	if got := blockOps(t, metrics, layerHostUpstream, "read"); got != first {
+		t.Errorf("the second VM's reads cost the stream %d reads; want none", got-first)
+	}
+	out := runTool(t, "qemu-io", "-f", "raw", vm("vm1"), "-c", "write -P 0x5a 1M 64k", "-c", "read -P 0x5a 1M 64k")
+	if strings.Contains(out, "Pattern verification failed") {
+		t.Fatalf("a VM's write: %s", out)
+	}
+	// A new connection is a new boot: the write is gone.
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm1"), raw)
+	if code, _, stderr := run(t, "", args...); code == 0 || !strings.Contains(stderr, "in use by another process") {
+		t.Errorf("a second daemon on the directory: exit %d, %q; want it refused", code, stderr)
+	}
+	stop()
+
+	metrics, _, _ = startRoleStop(t, "metrics", args...)
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm2"), raw)
+	// Reaching the image samples 16 blocks of it; the image itself comes
+	// from the cache.
+	got := blockOps(t, metrics, layerHostUpstream, "read")
+	t.Logf("after the restart: %d reads from the stream", got)
+	if got > 16 {
+		t.Errorf("after a restart, %d reads from the stream; want the cache to serve the image", got)
+	}
+	if code, _, stderr := run(t, "", "hostcache", "--upstream", "nbd://"+addr+"/golden", "--dir", cacheDir, "--vm", "a=b"); code != 2 || !strings.Contains(stderr, "without an export") {
+		t.Errorf("--upstream with an export: exit %d, %q", code, stderr)
+	}
+}
