@@ -101,7 +101,7 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 	log := env.logger()
 	out := env.out()
 
-	network, upstream, err := pgadmin.Server(cfg.DB)
+	_, upstream, err := pgadmin.Server(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
@@ -127,16 +127,7 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 		return nil, err
 	}
 	where := upstream
-	if network != "tcp" {
-		// toxiproxy dials TCP: a relay takes it to the server's socket.
-		fwd, err := StartDBTap(network, upstream, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer fwd.Close()
-		upstream = fwd.Addr()
-	}
-	wan, err := StartWAN(upstream)
+	wan, err := StartDBWAN(direct)
 	if err != nil {
 		return nil, err
 	}

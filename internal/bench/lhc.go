@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -172,27 +171,12 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 		}
 		where = "schema " + schema.Name()
 	}
-	network, upstream, err := pgadmin.Server(direct)
-	if err != nil {
-		return nil, err
-	}
-	if network != "tcp" {
-		fwd, err := StartDBTap(network, upstream, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer fwd.Close()
-		upstream = fwd.Addr()
-	}
-	wan, err := StartWAN(upstream)
+	wan, err := StartDBWAN(direct)
 	if err != nil {
 		return nil, err
 	}
 	defer wan.Close()
-	serve, err := pgadmin.Via(direct, wan.Addr())
-	if err == nil && !pgadmin.Sets(serve, "sslmode") {
-		serve, err = pgadmin.With(serve, "sslmode", "disable")
-	}
+	serve, err := wan.Via(direct)
 	if err != nil {
 		return nil, err
 	}
@@ -205,37 +189,9 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 		return nil, fmt.Errorf("start the site: %w", err)
 	}
 	defer s.Close()
-	outageAfter := cmp.Or(cfg.OutageAfter, defaultOutageAfter)
-	recoverAfter := cmp.Or(cfg.RecoverAfter, defaultRecoverAfter)
-
-	// cut takes the site DB away as kind says; the function it returns
-	// brings it back.
-	cut := func(kind string) (restore func() error, err error) {
-		switch kind {
-		case CutClose:
-			wan.Cut()
-			return wan.Restore, nil
-		case CutSilent:
-			return wan.Unhole, wan.Blackhole()
-		case CutCrash:
-			return cluster.Start, cluster.Crash()
-		}
-		return nil, fmt.Errorf("no cut of kind %q", kind)
-	}
-	waitMode := func(ctx context.Context, outage bool, limit time.Duration) (time.Duration, error) {
-		start := time.Now()
-		for s.InOutage() != outage {
-			if time.Since(start) > limit {
-				return 0, fmt.Errorf("the broker did not %s within %s", map[bool]string{true: "enter outage mode", false: "return to the site DB"}[outage], limit)
-			}
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		return time.Since(start), nil
-	}
+	r := &lhcRun{s: s, wan: wan, cluster: cluster, cfg: cfg, out: out,
+		outageAfter: cmp.Or(cfg.OutageAfter, defaultOutageAfter), recoverAfter: cmp.Or(cfg.RecoverAfter, defaultRecoverAfter)}
+	outageAfter, recoverAfter := r.outageAfter, r.recoverAfter
 
 	rep := loadgen.NewReport("usher bench lhc (the Local Host Cache: brokering through a site-DB outage, seed 000)", "")
 	user := loadgen.Credential{User: demo.UserName(demo.Users), Password: password, Domain: "DEMO"}
@@ -249,11 +205,11 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 	// Part 1: enumeration with the site DB up, then in an outage.
 	if len(cfg.Concurrency) > 0 {
 		t, notes, heads, err := lhcEnumerate(ctx, env, cfg, nfuseURL, answer, user, func(ctx context.Context) (func() error, error) {
-			restore, err := cut(CutClose)
+			restore, err := r.cut(CutClose)
 			if err != nil {
 				return nil, err
 			}
-			d, err := waitMode(ctx, true, outageAfter+30*time.Second)
+			d, err := r.waitMode(ctx, true, outageAfter+30*time.Second)
 			if err != nil {
 				return nil, errors.Join(err, restore())
 			}
@@ -262,7 +218,7 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 				if err := restore(); err != nil {
 					return err
 				}
-				_, err := waitMode(ctx, false, recoverAfter+time.Minute)
+				_, err := r.waitMode(ctx, false, recoverAfter+time.Minute)
 				return err
 			}, nil
 		})
@@ -310,7 +266,7 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 	}
 	for i := range cfg.Cuts {
 		kind := cfg.Kinds[i%len(cfg.Kinds)]
-		c, err := lhcOneCut(ctx, i+1, kind, cut, waitMode, s, h, tl, cfg, outageAfter, recoverAfter, out)
+		c, err := r.oneCut(ctx, i+1, kind, h, tl)
 		cuts = append(cuts, c)
 		if err != nil {
 			runErr = err
@@ -355,22 +311,62 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 	return rep, runErr
 }
 
-// lhcOneCut takes the site DB away once, as kind says, waits for outage
+// lhcRun is the site under test and how its site DB is taken away.
+type lhcRun struct {
+	s                         LHCSite
+	wan                       *WAN
+	cluster                   *pgadmin.Cluster // crash cuts only
+	cfg                       LHCConfig
+	outageAfter, recoverAfter time.Duration
+	out                       io.Writer
+}
+
+// cut takes the site DB away as kind says; the function it returns
+// brings it back.
+func (r *lhcRun) cut(kind string) (restore func() error, err error) {
+	switch kind {
+	case CutClose:
+		r.wan.Cut()
+		return r.wan.Restore, nil
+	case CutSilent:
+		return r.wan.Unhole, r.wan.Blackhole()
+	case CutCrash:
+		return r.cluster.Start, r.cluster.Crash()
+	}
+	return nil, fmt.Errorf("no cut of kind %q", kind)
+}
+
+// waitMode waits up to limit for the broker to be in outage mode (or out
+// of it), and returns how long that took.
+func (r *lhcRun) waitMode(ctx context.Context, outage bool, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for r.s.InOutage() != outage {
+		if time.Since(start) > limit {
+			return 0, fmt.Errorf("the broker did not %s within %s", map[bool]string{true: "enter outage mode", false: "return to the site DB"}[outage], limit)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return time.Since(start), nil
+}
+
+// oneCut takes the site DB away once, as kind says, waits for outage
 // mode and for the first launch brokered from the copy, holds the outage,
 // brings the DB back and waits for the broker's return.
-func lhcOneCut(ctx context.Context, n int, kind string, cut func(string) (func() error, error),
-	waitMode func(context.Context, bool, time.Duration) (time.Duration, error), s LHCSite, h *History, tl *Timeline,
-	cfg LHCConfig, outageAfter, recoverAfter time.Duration, out io.Writer) (lhcCut, error) {
+func (r *lhcRun) oneCut(ctx context.Context, n int, kind string, h *History, tl *Timeline) (lhcCut, error) {
 	c := lhcCut{kind: kind}
-	wb0 := s.WrittenBack()
+	wb0 := r.s.WrittenBack()
 	at := time.Now()
 	tl.Event(at, fmt.Sprintf("cut %d (%s)", n, kind))
-	restore, err := cut(kind)
+	restore, err := r.cut(kind)
 	if err != nil {
 		return c, fmt.Errorf("cut %d (%s): %w", n, kind, err)
 	}
 	var waitErr error
-	if c.outage, waitErr = waitMode(ctx, true, outageAfter+30*time.Second); waitErr == nil {
+	if c.outage, waitErr = r.waitMode(ctx, true, r.outageAfter+30*time.Second); waitErr == nil {
 		entered := time.Now()
 		c.outage = entered.Sub(at)
 		tl.Event(entered, "outage mode")
@@ -383,7 +379,7 @@ func lhcOneCut(ctx context.Context, n int, kind string, cut func(string) (func()
 			tl.Event(first, "first launch from the copy")
 			select {
 			case <-ctx.Done():
-			case <-time.After(cfg.Hold):
+			case <-time.After(r.cfg.Hold):
 			}
 		} else {
 			waitErr = errors.New("no launch brokered from the local copy within 30 s of outage mode")
@@ -394,14 +390,14 @@ func lhcOneCut(ctx context.Context, n int, kind string, cut func(string) (func()
 	if err := restore(); err != nil {
 		return c, errors.Join(waitErr, fmt.Errorf("cut %d (%s): bring the site DB back: %w", n, kind, err))
 	}
-	d, err := waitMode(context.WithoutCancel(ctx), false, recoverAfter+time.Minute)
+	d, err := r.waitMode(context.WithoutCancel(ctx), false, r.recoverAfter+time.Minute)
 	if err != nil {
 		return c, errors.Join(waitErr, err)
 	}
 	normal := back.Add(d)
 	c.recovery = d
 	tl.Event(normal, "back to the site DB")
-	c.writtenBack = s.WrittenBack() - wb0
+	c.writtenBack = r.s.WrittenBack() - wb0
 	first := at.Add(c.firstLaunch)
 	if c.firstLaunch == 0 {
 		first = back
@@ -412,7 +408,7 @@ func lhcOneCut(ctx context.Context, n int, kind string, cut func(string) (func()
 	for _, n := range lhcOnly(tl.Errors(at, normal.Add(time.Second)), "enumerate") {
 		c.enumErrors += n
 	}
-	fmt.Fprintf(out, "cut %d (%s): outage mode after %s, first launch from the copy after %s; errors before it %v, after it %v; back to the site DB %s after its return, %d sessions written back\n",
+	fmt.Fprintf(r.out, "cut %d (%s): outage mode after %s, first launch from the copy after %s; errors before it %v, after it %v; back to the site DB %s after its return, %d sessions written back\n",
 		n, kind, fmtSeconds(c.outage), fmtSeconds(c.firstLaunch), c.before, c.after, fmtSeconds(c.recovery), c.writtenBack)
 	return c, waitErr
 }
@@ -634,15 +630,12 @@ func lhcCutsTable(cuts []lhcCut) loadgen.Table {
 	return t
 }
 
+// fmtErrs is joinCounts, "0" for none.
 func fmtErrs(m map[string]int) string {
 	if len(m) == 0 {
 		return "0"
 	}
-	var s []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		s = append(s, fmt.Sprintf("%s: %d", k, m[k]))
-	}
-	return strings.Join(s, "; ")
+	return joinCounts(m)
 }
 
 // verdictTable is the history check's findings.

@@ -80,9 +80,8 @@ func (t *Timeline) Errors(from, to time.Time) map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]int{}
-	first := max(int(from.Sub(t.start)/time.Second), 0)
-	for i := first; i < len(t.secs) && t.start.Add(time.Duration(i)*time.Second).Before(to); i++ {
-		for k, n := range t.secs[i].errs {
+	for _, s := range t.between(from, to) {
+		for k, n := range s.errs {
 			out[k] += n
 		}
 	}
@@ -95,11 +94,21 @@ func (t *Timeline) SlowestError(from, to time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var d time.Duration
-	first := max(int(from.Sub(t.start)/time.Second), 0)
-	for i := first; i < len(t.secs) && t.start.Add(time.Duration(i)*time.Second).Before(to); i++ {
-		d = max(d, t.secs[i].slowestErr)
+	for _, s := range t.between(from, to) {
+		d = max(d, s.slowestErr)
 	}
 	return d
+}
+
+// between returns the seconds that [from, to) touches. The caller holds
+// mu.
+func (t *Timeline) between(from, to time.Time) []*second {
+	first := min(max(int(from.Sub(t.start)/time.Second), 0), len(t.secs))
+	last := first
+	for last < len(t.secs) && t.start.Add(time.Duration(last)*time.Second).Before(to) {
+		last++
+	}
+	return t.secs[first:last]
 }
 
 // Table tabulates the timeline: a row per second, with each of ops'
@@ -121,14 +130,19 @@ func (t *Timeline) Table(title string, ops ...string) loadgen.Table {
 			}
 			row = append(row, strconv.Itoa(s.ok[op]), p99)
 		}
-		var errs []string
-		for _, k := range slices.Sorted(maps.Keys(s.errs)) {
-			errs = append(errs, fmt.Sprintf("%s: %d", k, s.errs[k]))
-		}
-		row = append(row, strings.Join(errs, "; "), strings.Join(s.events, "; "))
+		row = append(row, joinCounts(s.errs), strings.Join(s.events, "; "))
 		tb.Rows = append(tb.Rows, row)
 	}
 	return tb
+}
+
+// joinCounts lists counts by key, in key order: "a: 1; b: 2".
+func joinCounts(m map[string]int) string {
+	var s []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		s = append(s, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(s, "; ")
 }
 
 // quantile returns the q quantile of l (nearest rank), sorting l.

@@ -10,6 +10,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/usher-vdi/usher/internal/pgadmin"
 )
 
 // A PostgreSQL site DB across a simulated WAN: a schema of its own for
@@ -22,6 +24,7 @@ import (
 type WAN struct {
 	proxy *toxiproxy.Proxy
 	rtt   time.Duration
+	relay *DBTap // to a server on a unix socket, when StartDBWAN made one
 }
 
 // Names of WAN's toxics.
@@ -38,6 +41,42 @@ func StartWAN(upstream string) (*WAN, error) {
 		return nil, fmt.Errorf("toxiproxy: %w", err)
 	}
 	return &WAN{proxy: p}, nil
+}
+
+// StartDBWAN starts a WAN in front of the PostgreSQL server that dsn
+// names; toxiproxy dials TCP, so a server on a unix socket is reached
+// through a relay, which Close closes too.
+func StartDBWAN(dsn string) (*WAN, error) {
+	network, addr, err := pgadmin.Server(dsn)
+	if err != nil {
+		return nil, err
+	}
+	var relay *DBTap
+	if network != "tcp" {
+		if relay, err = StartDBTap(network, addr, 0); err != nil {
+			return nil, err
+		}
+		addr = relay.Addr()
+	}
+	w, err := StartWAN(addr)
+	if err != nil {
+		if relay != nil {
+			relay.Close()
+		}
+		return nil, err
+	}
+	w.relay = relay
+	return w, nil
+}
+
+// Via returns dsn reaching its server through the WAN, without TLS unless
+// dsn sets sslmode (the benches read and cut what goes through).
+func (w *WAN) Via(dsn string) (string, error) {
+	via, err := pgadmin.Via(dsn, w.Addr())
+	if err == nil && !pgadmin.Sets(via, "sslmode") {
+		via, err = pgadmin.With(via, "sslmode", "disable")
+	}
+	return via, err
 }
 
 // Addr is where the proxy listens, host:port.
@@ -89,8 +128,13 @@ func (w *WAN) SetRTT(rtt time.Duration) error {
 	return nil
 }
 
-// Close stops the proxy and closes its connections.
-func (w *WAN) Close() { w.proxy.Stop() }
+// Close stops the proxy and closes its connections, and the relay.
+func (w *WAN) Close() {
+	w.proxy.Stop()
+	if w.relay != nil {
+		w.relay.Close()
+	}
+}
 
 // Cut closes the proxy's listener and every connection through it, as a
 // site DB cut off from the network; Restore opens it again on the same

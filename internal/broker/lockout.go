@@ -109,7 +109,7 @@ func (b *Broker) checkSiteWide(ctx context.Context, kind, name, source string, v
 		return false, &auth.LockedError{Left: left}, true
 	}
 	if err == nil && b.cfg.LockoutRecheck > 0 {
-		b.siteClear.set(key, b.cfg.Now().Add(b.cfg.LockoutRecheck))
+		b.siteClear.set(key, b.cfg.Now(), b.cfg.LockoutRecheck)
 	}
 	return true, nil, true
 }
@@ -131,20 +131,20 @@ func (c *siteClear) fresh(key string, now time.Time) bool {
 	return now.Before(c.until[key])
 }
 
-func (c *siteClear) set(key string, until time.Time) {
+// set takes the site DB's word for key from now for ttl.
+func (c *siteClear) set(key string, now time.Time, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.until == nil {
 		c.until = map[string]time.Time{}
 	}
 	if len(c.until) >= maxSiteClear {
-		now := time.Now()
 		maps.DeleteFunc(c.until, func(_ string, t time.Time) bool { return !now.Before(t) })
 		if len(c.until) >= maxSiteClear {
 			clear(c.until)
 		}
 	}
-	c.until[key] = until
+	c.until[key] = now.Add(ttl)
 }
 
 func (c *siteClear) forget(key string) {

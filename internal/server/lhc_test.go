@@ -14,7 +14,6 @@ import (
 	"github.com/usher-vdi/usher/internal/bench"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/lhc"
-	"github.com/usher-vdi/usher/internal/pgadmin"
 	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
@@ -34,31 +33,14 @@ type cutSite struct {
 func newCutSite(t *testing.T) *cutSite {
 	t.Helper()
 	direct := pgtest.DSN(t)
-	network, addr, err := pgadmin.Server(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if network != "tcp" {
-		tap, err := bench.StartDBTap(network, addr, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tap.Close() })
-		addr = tap.Addr()
-	}
-	wan, err := bench.StartWAN(addr)
+	wan, err := bench.StartDBWAN(direct)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(wan.Close)
-	via, err := pgadmin.Via(direct, wan.Addr())
+	via, err := wan.Via(direct)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if !pgadmin.Sets(via, "sslmode") {
-		if via, err = pgadmin.With(via, "sslmode", "disable"); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return &cutSite{direct: direct, viaProxy: via, wan: wan}
 }
