@@ -103,7 +103,8 @@ type Cache struct {
 	slots   []slot
 	byKey   map[Key]int
 	hand    int
-	records int // in the index, for compaction
+	free    []int // empty slots, taken before the hand evicts
+	records int   // in the index, for compaction
 	flights map[Key]*flight
 	closed  bool
 	warned  bool // a write error was logged
@@ -167,6 +168,7 @@ func Open(dir string, opts Options) (*Cache, error) {
 	if err := c.replay(); err != nil {
 		return nil, err
 	}
+	c.freeSlots()
 	ok = true
 	return c, nil
 }
@@ -250,6 +252,17 @@ func (c *Cache) replay() error {
 	}
 	c.recovered = len(c.byKey)
 	return c.compact()
+}
+
+// freeSlots lists the empty slots, the last first so that they are taken
+// in order; the caller is Open.
+func (c *Cache) freeSlots() {
+	c.free = c.free[:0]
+	for i := len(c.slots) - 1; i >= 0; i-- {
+		if c.slots[i].state == empty {
+			c.free = append(c.free, i)
+		}
+	}
 }
 
 // compact writes the index afresh from the slots and makes it the index;
@@ -380,6 +393,7 @@ func (c *Cache) read(key Key, dst []byte) bool {
 		// Torn by a crash, or damaged on disk: never served; dropped,
 		// and fetched again by the caller.
 		s.state = empty
+		c.free = append(c.free, i)
 		delete(c.byKey, key)
 		c.corrupt.Add(1)
 		c.log.Warn("host cache block does not match its record; fetching it again", "slot", i, "err", err)
@@ -420,6 +434,7 @@ func (c *Cache) keep(key Key, data []byte) {
 	}
 	if err != nil || c.closed {
 		s.state = empty
+		c.free = append(c.free, i)
 		if err != nil {
 			c.writeErrs.Add(1)
 			if !c.warned {
@@ -443,6 +458,13 @@ func (c *Cache) keep(key Key, data []byte) {
 // valid one not read since the hand last passed it. Slots being read or
 // filled are passed over. The caller holds mu.
 func (c *Cache) victim() (int, bool) {
+	for len(c.free) > 0 {
+		i := c.free[len(c.free)-1]
+		c.free = c.free[:len(c.free)-1]
+		if s := c.slots[i]; s.state == empty && s.pins == 0 {
+			return i, true
+		}
+	}
 	n := len(c.slots)
 	for range 2*n + 1 {
 		i := c.hand
