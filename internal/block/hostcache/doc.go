@@ -25,11 +25,25 @@
 // one (identical blocks of different images or versions are then stored
 // once), or PositionKey(image, index) otherwise, where image must name
 // the content (a new version, a new name). Concurrent misses of one key
-// cost one fetch (single flight). Eviction within the size is CLOCK
-// (second chance): a slot read since the hand last passed is spared once;
-// slots being read are never taken.
+// cost one fetch (single flight).
 //
-// Wrap makes a read-only block.Device of an upstream device through the
-// Cache, keyed by position; the write overlay of a VM composes above it
-// (package writecache).
+// WrapDigests makes a read-only Device of an upstream through the Cache,
+// keyed by the digests of the upstream's version (package digest, served
+// by the stream): a new version fetches only the blocks that changed,
+// blocks that several images hold are fetched and kept once, zero blocks
+// are made without a fetch, and each fetched block is checked against
+// its digest (fetched again once on a mismatch, never kept unless it
+// matches). Wrap does the same keyed by position, for an upstream
+// without digests. A VM's write overlay composes above either (package
+// writecache).
+//
+// Eviction within the size: empty slots are taken first, then CLOCK
+// (second chance): a slot read since the hand last passed is spared
+// once; slots being read or filled are never taken.
+//
+// Upstream is the connection under a Device: reads are bounded by a
+// timeout rather than by their caller (one VM going away must not drop
+// the connection every VM shares), and a lost connection is dialled
+// again with backoff while cached blocks go on being served and misses
+// fail at once with ErrUpstreamDown.
 package hostcache

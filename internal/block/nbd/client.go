@@ -683,6 +683,10 @@ func (c *Client) Flush(ctx context.Context) error {
 	return c.do(ctx, cmdFlush, 0, 0, 0, nil, nil)
 }
 
+// Done is closed once the connection is dead: closed, lost, or given up
+// after a request's context ended. Every call fails after it.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
 // Close sends NBD_CMD_DISC and closes the connection.
 func (c *Client) Close() error {
 	var h [requestSize]byte
