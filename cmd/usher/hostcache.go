@@ -2,28 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"flag"
 	"fmt"
-	"log/slog"
-	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
+	"time"
 
-	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/hostcache"
+	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
-	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/bytesize"
-)
-
-// Layer names of the host cache's meter.
-const (
-	layerHostUpstream = "hostcache_upstream"
-	layerHostWrites   = "hostcache_writes"
 )
 
 // vmFlag is --vm NAME=IMAGE, repeated.
@@ -36,6 +28,8 @@ func (v vmFlag) Set(s string) error {
 	switch {
 	case !ok || name == "" || image == "":
 		return fmt.Errorf("%q is not NAME=IMAGE", s)
+	case strings.Contains(name, "/"):
+		return fmt.Errorf("VM name %q has a '/'", name)
 	case v[name] != "":
 		return fmt.Errorf("VM %q named twice", name)
 	}
@@ -43,23 +37,77 @@ func (v vmFlag) Set(s string) error {
 	return nil
 }
 
+// upstreamTLSFlags are the flags of a client of the stream over TLS.
+type upstreamTLSFlags struct {
+	ca, serverName, cert, key *string
+}
+
+func (f *upstreamTLSFlags) register(fs *flag.FlagSet) {
+	f.ca = fs.String("tls-ca", "", "PEM CA certificates that sign the upstream's certificate (implies TLS; default for nbds://: the system's roots)")
+	f.serverName = fs.String("tls-server-name", "", "name to verify in the upstream's certificate (default: the upstream host)")
+	f.cert = fs.String("tls-cert", "", "PEM client certificate (chain) presented to the upstream (implies TLS); with --tls-key")
+	f.key = fs.String("tls-key", "", "PEM private key of --tls-cert")
+}
+
+// dialer returns an NBD dialer with the flags' TLS configuration.
+func (f *upstreamTLSFlags) dialer() (nbd.Dialer, error) {
+	var d nbd.Dialer
+	if (*f.cert == "") != (*f.key == "") {
+		return d, usageError{"--tls-cert and --tls-key go together"}
+	}
+	if *f.ca == "" && *f.serverName == "" && *f.cert == "" {
+		return d, nil
+	}
+	d.TLS = &tls.Config{ServerName: *f.serverName, MinVersion: tls.VersionTLS12}
+	if *f.ca != "" {
+		var err error
+		if d.TLS.RootCAs, err = loadCAs("--tls-ca", *f.ca); err != nil {
+			return d, err
+		}
+	}
+	if *f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(*f.cert, *f.key)
+		if err != nil {
+			return d, fmt.Errorf("--tls-cert: %w", err)
+		}
+		d.TLS.Certificates = []tls.Certificate{pair}
+	}
+	return d, nil
+}
+
 // hostcacheCmd runs a host's cache: every VM of the host reads its image
 // through one persistent read cache on local disk, and writes to an
 // overlay of its own.
 func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
-	fs := m.flagSet("hostcache", "--upstream nbd://HOST:PORT --dir DIR --vm NAME=IMAGE [--vm ...] [flags]\n\n"+
+	if len(args) > 0 && args[0] == "warm" {
+		return m.hostcacheWarm(ctx, args[1:])
+	}
+	fs := m.flagSet("hostcache", "--upstream nbd://HOST:PORT --dir DIR --vm NAME=IMAGE [--vm ...] [flags]\n"+
+		"       usher hostcache warm IMAGE [--trace FILE] [flags]\n\n"+
 		"A host's read cache (IntelliCache): every VM of the host is an export of this\n"+
 		"daemon, named as the VM, serving its image from --upstream through one cache of\n"+
-		"blocks in --dir, kept across restarts; each VM's writes go to an overlay file of its\n"+
-		"own under --dir, discarded when the VM connects again (a new boot).")
+		"blocks in --dir, kept across restarts. A VM's connection is a new boot: of the\n"+
+		"image's version in production at that moment, with its writes in an overlay file\n"+
+		"of its own under --dir, discarded at its next boot (--writes local), or kept by\n"+
+		"the stream's server-side write cache (--writes upstream).\n\n"+
+		"Blocks are keyed by the digests the stream serves for each version\n"+
+		"(IMAGE@N/digests): a new version fetches only the blocks it changed, and images\n"+
+		"share the blocks they hold in common. In front of an upstream without digests\n"+
+		"(nbdkit, qemu-nbd) blocks are keyed by position under the version's identity.\n"+
+		"While upstream is unreachable, cached blocks are served, misses fail with EIO,\n"+
+		"and it is dialled again with backoff.")
 	var lf logFlags
 	lf.register(fs)
-	upstream := fs.String("upstream", "", "the stream: nbd://HOST[:PORT] or nbd+unix:///?socket=PATH; each image is its export (required)")
+	upstream := fs.String("upstream", "", "the stream: nbd://HOST[:PORT] or nbd+unix:///?socket=PATH (nbds:// for TLS); each image is its export (required)")
+	var tf upstreamTLSFlags
+	tf.register(fs)
 	dir := fs.String("dir", "", "the cache directory on local disk (required); a second daemon on it is refused")
-	size := fs.String("size", "10GiB", "bytes of blocks the cache keeps")
-	blockSize := fs.String("block-size", "64KiB", "the unit fetched from upstream and kept")
+	size := fs.String("size", "10GiB", "bytes of blocks the cache keeps; past it, blocks are evicted (empty slots first, then CLOCK)")
+	blockSize := fs.String("block-size", "64KiB", "the unit fetched from upstream and kept; digests are used only when it is the stream's (64KiB)")
 	vms := vmFlag{}
-	fs.Var(vms, "vm", "NAME=IMAGE: export NAME serves IMAGE (IMAGE or IMAGE@VERSION, the upstream's export name); repeat for each VM")
+	fs.Var(vms, "vm", "NAME=IMAGE: export NAME serves IMAGE (IMAGE, its production version at each boot, or IMAGE@VERSION); repeat for each VM")
+	writes := fs.String("writes", hostexport.WritesLocal, "where VM writes go: local (an overlay under --dir, discarded at each boot) or upstream (the stream's server-side write cache: usher stream --write-cache)")
+	timeout := fs.Duration("upstream-timeout", 30*time.Second, "give up an upstream read after this long and dial again")
 	listen := fs.String("listen", "unix:/run/usher/hostcache.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
 	if err := parse(fs, args, 0); err != nil {
@@ -72,10 +120,14 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 		return usageError{"--dir is required"}
 	case len(vms) == 0:
 		return usageError{"--vm NAME=IMAGE is required, once per VM"}
+	case *writes != hostexport.WritesLocal && *writes != hostexport.WritesUpstream:
+		return usageError{fmt.Sprintf("--writes %q is not local or upstream", *writes)}
+	case *timeout <= 0:
+		return usageError{"--upstream-timeout must be positive"}
 	}
 	u, err := url.Parse(*upstream)
-	if err != nil || (u.Scheme != "nbd" && u.Scheme != "nbd+unix") || strings.Trim(u.Path, "/") != "" {
-		return usageError{fmt.Sprintf("--upstream %q: want nbd://HOST[:PORT] or nbd+unix:///?socket=PATH, without an export: each --vm names its image", *upstream)}
+	if err != nil || !strings.HasPrefix(u.Scheme, "nbd") || strings.Trim(u.Path, "/") != "" {
+		return usageError{fmt.Sprintf("--upstream %q: want nbd://HOST[:PORT] or nbd+unix:///?socket=PATH (or nbds), without an export: each --vm names its image", *upstream)}
 	}
 	capacity, err := bytesize.Parse(*size)
 	if err != nil {
@@ -84,6 +136,10 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	bs, err := bytesize.Parse(*blockSize)
 	if err != nil {
 		return usageError{"--block-size: " + err.Error()}
+	}
+	dialer, err := tf.dialer()
+	if err != nil {
+		return err
 	}
 	log, err := lf.logger(m.Stderr)
 	if err != nil {
@@ -94,152 +150,33 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	defer cache.Close()
-	writes := filepath.Join(*dir, "writes")
-	if err := os.MkdirAll(writes, 0o700); err != nil {
-		return fmt.Errorf("--dir: %w", err)
+	writesDir := filepath.Join(*dir, "writes")
+	if *writes == hostexport.WritesLocal {
+		if err := os.MkdirAll(writesDir, 0o700); err != nil {
+			return fmt.Errorf("--dir: %w", err)
+		}
 	}
 	var reg meter.Registry
-	hx := &hostExports{log: log, upstream: u, vms: vms, cache: cache, writes: writes,
-		images: map[string]*hostImage{}, busy: map[string]bool{}, upLayer: reg.Layer(layerHostUpstream), wLayer: reg.Layer(layerHostWrites)}
-	defer hx.close()
-	// Each image is reached, and named for the cache, before serving:
-	// a wrong image name fails now, not at a VM's boot.
-	for _, image := range slices.Compact(slices.Sorted(maps.Values(vms))) {
-		if _, err := hx.image(ctx, image); err != nil {
-			return err
-		}
+	hx, err := hostexport.New(hostexport.Config{
+		Dial: func(ctx context.Context, export string) (*nbd.Client, error) {
+			eu := *u
+			eu.Path = "/" + export
+			return dialer.DialURI(ctx, eu.String())
+		},
+		Cache: cache, VMs: vms, Writes: *writes, WritesDir: writesDir,
+		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, Meters: &reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer hx.Close()
+	// Each image is reached before serving: a wrong image name fails
+	// now, not at a VM's boot.
+	if err := hx.Prepare(ctx); err != nil {
+		return err
 	}
 	st := cache.Stats()
-	log.Info("host cache ready", "dir", *dir, "blocks", st.Slots, "block_size", cache.BlockSize(), "recovered", st.Recovered, "vms", len(vms))
-	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: hx, Logger: log}, &reg)
-}
-
-// hostImage is an image the host cache reads from upstream.
-type hostImage struct {
-	client *nbd.Client
-	dev    block.Device // through the cache
-}
-
-// hostExports serves each VM its image through the cache and an overlay
-// of its own.
-type hostExports struct {
-	log      *slog.Logger
-	upstream *url.URL
-	vms      map[string]string
-	cache    *hostcache.Cache
-	writes   string
-	upLayer  *meter.Counters
-	wLayer   *meter.Counters
-
-	mu     sync.Mutex
-	images map[string]*hostImage
-	busy   map[string]bool
-}
-
-// image returns image's device through the cache, reaching upstream
-// the first time.
-func (h *hostExports) image(ctx context.Context, image string) (*hostImage, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if im := h.images[image]; im != nil {
-		return im, nil
-	}
-	u := *h.upstream
-	u.Path = "/" + image
-	uri := u.String()
-	var d nbd.Dialer
-	client, err := d.DialURI(ctx, uri)
-	if err != nil {
-		return nil, fmt.Errorf("upstream %s: %w", image, err)
-	}
-	// The cache's blocks are named by what the image is, not only what
-	// it is called: its version and a fingerprint of its content.
-	ident, err := upstreamIdentity(ctx, uri, client)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("upstream %s: %w", image, err)
-	}
-	base := meter.Wrap(block.ReadOnly(client), h.upLayer)
-	im := &hostImage{client: client, dev: h.cache.Wrap(base, ident)}
-	h.images[image] = im
-	h.log.Info("image reached", "image", image, "size", client.Size(), "identity", ident)
-	return im, nil
-}
-
-// Info implements nbd.Exporter.
-func (h *hostExports) Info(ctx context.Context, name string) (nbd.ExportInfo, error) {
-	image, ok := h.vms[name]
-	if !ok {
-		return nbd.ExportInfo{}, fmt.Errorf("%w %q", nbd.ErrUnknownExport, name)
-	}
-	im, err := h.image(ctx, image)
-	if err != nil {
-		return nbd.ExportInfo{}, err
-	}
-	return nbd.ExportInfo{Name: name, Description: "VM " + name + ", image " + image, Size: im.dev.Size()}, nil
-}
-
-// Open implements nbd.Exporter: a VM's connection is a new boot, with an
-// empty overlay; one connection per VM at a time.
-func (h *hostExports) Open(ctx context.Context, name, _ string) (block.Device, nbd.ExportInfo, error) {
-	info, err := h.Info(ctx, name)
-	if err != nil {
-		return nil, info, err
-	}
-	im, _ := h.image(ctx, h.vms[name])
-	h.mu.Lock()
-	if h.busy[name] {
-		h.mu.Unlock()
-		return nil, info, fmt.Errorf("%w: VM %q is connected already", nbd.ErrExportBusy, name)
-	}
-	h.busy[name] = true
-	h.mu.Unlock()
-	o, err := writecache.OpenOverlayWith(im.dev, filepath.Join(h.writes, name+".overlay"), writecache.OverlayOptions{})
-	if err != nil {
-		h.release(name)
-		return nil, info, fmt.Errorf("VM %s: overlay: %w", name, err)
-	}
-	return &vmDevice{Device: meter.Wrap(o, h.wLayer), release: func() { h.release(name) }}, info, nil
-}
-
-func (h *hostExports) release(name string) {
-	h.mu.Lock()
-	delete(h.busy, name)
-	h.mu.Unlock()
-}
-
-// List implements nbd.Exporter.
-func (h *hostExports) List(ctx context.Context) ([]nbd.ExportInfo, error) {
-	var out []nbd.ExportInfo
-	for _, name := range slices.Sorted(maps.Keys(h.vms)) {
-		info, err := h.Info(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
-	}
-	return out, nil
-}
-
-func (h *hostExports) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, im := range h.images {
-		im.client.Close()
-	}
-}
-
-// vmDevice is a VM's overlay, which releases the VM when its connection
-// ends.
-type vmDevice struct {
-	block.Device
-	release func()
-}
-
-func (v *vmDevice) Unwrap() block.Device { return v.Device }
-
-func (v *vmDevice) Close() error {
-	err := v.Device.Close()
-	v.release()
-	return err
+	log.Info("host cache ready", "dir", *dir, "blocks", st.Slots, "block_size", cache.BlockSize(), "recovered", st.Recovered,
+		"vms", len(vms), "writes", *writes)
+	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: hx, Logger: log}, &reg, hx)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/usher-vdi/usher/internal/block/hostexport"
 )
 
 // blockOps reads usher_block_ops_total{layer,op} from a metrics endpoint.
@@ -63,13 +65,13 @@ func TestHostcache(t *testing.T) {
 	vm := func(name string) string { return "nbd+unix:///" + name + "?socket=" + sock }
 
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm1"), raw)
-	first := blockOps(t, metrics, layerHostUpstream, "read")
+	first := blockOps(t, metrics, hostexport.LayerUpstream, "read")
 	if first == 0 {
 		t.Fatal("no reads from the stream")
 	}
 	t.Logf("the first VM's boot: %d reads from the stream", first)
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm2"), raw)
-	if got := blockOps(t, metrics, layerHostUpstream, "read"); got != first {
+	if got := blockOps(t, metrics, hostexport.LayerUpstream, "read"); got != first {
 		t.Errorf("the second VM's reads cost the stream %d reads; want none", got-first)
 	}
 	out := runTool(t, "qemu-io", "-f", "raw", vm("vm1"), "-c", "write -P 0x5a 1M 64k", "-c", "read -P 0x5a 1M 64k")
@@ -87,7 +89,7 @@ func TestHostcache(t *testing.T) {
 	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", vm("vm2"), raw)
 	// Reaching the image samples 16 blocks of it; the image itself comes
 	// from the cache.
-	got := blockOps(t, metrics, layerHostUpstream, "read")
+	got := blockOps(t, metrics, hostexport.LayerUpstream, "read")
 	t.Logf("after the restart: %d reads from the stream", got)
 	if got > 16 {
 		t.Errorf("after a restart, %d reads from the stream; want the cache to serve the image", got)

@@ -211,7 +211,7 @@ func serverTLS(cert, key, mode string) (*tls.Config, bool, error) {
 
 // serveNBD runs srv on listen (and /metrics on metricsListen)
 // until ctx is done.
-func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, srv *nbd.Server, reg *meter.Registry) error {
+func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, srv *nbd.Server, reg *meter.Registry, extra ...prometheus.Collector) error {
 	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
 		// A socket in a missing directory (/run/usher): make it, open to
 		// the local NBD clients (QEMU) that connect as other users.
@@ -241,6 +241,7 @@ func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsLi
 				func() float64 { return float64(srv.InFlight()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_nbd_connections", Help: "NBD connections being served."},
 				func() float64 { return float64(srv.Conns()) }))
+		pr.MustRegister(extra...)
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

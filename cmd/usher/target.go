@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -12,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -33,10 +32,8 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	var lf logFlags
 	lf.register(fs)
 	upstream := fs.String("upstream", "", "upstream export: nbd://HOST[:PORT]/IMAGE or nbd+unix:///IMAGE?socket=PATH, nbds:// or nbds+unix:// for TLS (required)")
-	tlsCA := fs.String("tls-ca", "", "PEM CA certificates that sign the upstream's certificate (implies TLS; default for nbds://: the system's roots)")
-	tlsServerName := fs.String("tls-server-name", "", "name to verify in the upstream's certificate (default: the upstream host)")
-	tlsCert := fs.String("tls-cert", "", "PEM client certificate (chain) presented to the upstream (implies TLS); with --tls-key")
-	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	var tf upstreamTLSFlags
+	tf.register(fs)
 	mode := fs.String("cache", "ram-overflow", "write cache: ram, ram-overflow or disk")
 	ramSize := fs.String("ram", "512MiB", "RAM budget of the write cache (ram, ram-overflow)")
 	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk); a missing directory is created (0700)")
@@ -72,24 +69,9 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var dialer nbd.Dialer
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return usageError{"--tls-cert and --tls-key go together"}
-	}
-	if *tlsCA != "" || *tlsServerName != "" || *tlsCert != "" {
-		dialer.TLS = &tls.Config{ServerName: *tlsServerName, MinVersion: tls.VersionTLS12}
-		if *tlsCA != "" {
-			if dialer.TLS.RootCAs, err = loadCAs("--tls-ca", *tlsCA); err != nil {
-				return err
-			}
-		}
-		if *tlsCert != "" {
-			pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
-			if err != nil {
-				return fmt.Errorf("--tls-cert: %w", err)
-			}
-			dialer.TLS.Certificates = []tls.Certificate{pair}
-		}
+	dialer, err := tf.dialer()
+	if err != nil {
+		return err
 	}
 	up, err := dialer.DialURI(ctx, *upstream)
 	if err != nil {
@@ -130,7 +112,11 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	case "disk":
 		opts := writecache.OverlayOptions{Persist: persist != "", Strict: persist == "strict"}
 		if opts.Persist {
-			if opts.Identity, err = upstreamIdentity(ctx, *upstream, up); err != nil {
+			export := *upstream
+			if u, err := url.Parse(*upstream); err == nil {
+				export = strings.TrimPrefix(u.Path, "/")
+			}
+			if opts.Identity, err = hostexport.Identity(ctx, export, up); err != nil {
 				return fmt.Errorf("upstream: %w", err)
 			}
 		}
@@ -169,35 +155,4 @@ func (p *persistFlag) Set(v string) error {
 		return fmt.Errorf("%q is not true, false or strict", v)
 	}
 	return nil
-}
-
-// upstreamIdentity names what a persistent cache is written over: the
-// export, its size, the image version the server describes
-// (NBD_INFO_DESCRIPTION "IMAGE version N (STATE)", without the state,
-// which changes at promotion) and a hash of blocks sampled across it.
-func upstreamIdentity(ctx context.Context, uri string, up *nbd.Client) (string, error) {
-	export := uri
-	if u, err := url.Parse(uri); err == nil {
-		export = strings.TrimPrefix(u.Path, "/")
-	}
-	version := up.Description()
-	if i := strings.LastIndex(version, " ("); i >= 0 {
-		version = version[:i]
-	}
-	const samples, blockSize = 16, 4096
-	h := sha256.New()
-	buf := make([]byte, blockSize)
-	size := up.Size()
-	nblocks := size / blockSize
-	for i := range int64(samples) {
-		if nblocks == 0 {
-			break
-		}
-		off := i * (nblocks - 1) / (samples - 1) * blockSize
-		if err := up.ReadAt(ctx, buf, off); err != nil {
-			return "", fmt.Errorf("sample block at %d: %w", off, err)
-		}
-		h.Write(buf)
-	}
-	return fmt.Sprintf("export=%q version=%q size=%d sample=%x", export, version, size, h.Sum(nil)[:16]), nil
 }
