@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,5 +284,44 @@ func TestSecondProcessRefused(t *testing.T) {
 	c2.Close()
 	if _, err := hostcache.Open(dir, hostcache.Options{Size: 1 << 20, BlockSize: 4096}); err == nil {
 		t.Fatal("a directory of 64 KiB blocks opened with 4 KiB blocks")
+	}
+}
+
+// TestUnwritableCache: when the cache's disk refuses writes, reads go
+// on from upstream with the right bytes, the cached blocks are still
+// served, and the failure is counted and logged once.
+func TestUnwritableCache(t *testing.T) {
+	content := randomContent(16 * 4096)
+	var logs bytes.Buffer
+	c, err := hostcache.Open(t.TempDir(), hostcache.Options{Size: 64 * 4096, BlockSize: 4096,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	up := upstream(t, content)
+	d := c.Wrap(up, "img")
+	p := make([]byte, 4*4096)
+	if err := d.ReadAt(context.Background(), p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := hostcache.BreakWrites(c); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, d, content, 1)
+	readAll(t, d, content, 2)
+	st := c.Stats()
+	if st.WriteErrors == 0 || st.Used != 4 {
+		t.Fatalf("stats %+v: want write errors counted and only the 4 blocks cached before", st)
+	}
+	if n := strings.Count(logs.String(), "cannot keep blocks"); n != 1 {
+		t.Fatalf("the failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	before := up.reads.Load()
+	if err := d.ReadAt(context.Background(), p, 0); err != nil || !bytes.Equal(p, content[:len(p)]) {
+		t.Fatalf("a cached block after the disk failed: %v", err)
+	}
+	if up.reads.Load() != before {
+		t.Fatal("blocks cached before the disk failed were fetched again")
 	}
 }
