@@ -108,6 +108,8 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	fs.Var(vms, "vm", "NAME=IMAGE: export NAME serves IMAGE (IMAGE, its production version at each boot, or IMAGE@VERSION); repeat for each VM")
 	writes := fs.String("writes", hostexport.WritesLocal, "where VM writes go: local (an overlay under --dir, discarded at each boot) or upstream (the stream's server-side write cache: usher stream --write-cache)")
 	timeout := fs.Duration("upstream-timeout", 30*time.Second, "give up an upstream read after this long and dial again")
+	record := fs.String("record-boots", "", "record each VM boot's reads of its image (its first --record-for) in DIR/VM.trace, for 'usher hostcache warm --trace' on other hosts")
+	recordFor := fs.Duration("record-for", 2*time.Minute, "how long of each boot --record-boots records")
 	listen := fs.String("listen", "unix:/run/usher/hostcache.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
 	if err := parse(fs, args, 0); err != nil {
@@ -156,6 +158,11 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("--dir: %w", err)
 		}
 	}
+	if *record != "" {
+		if err := os.MkdirAll(*record, 0o700); err != nil {
+			return fmt.Errorf("--record-boots: %w", err)
+		}
+	}
 	var reg meter.Registry
 	hx, err := hostexport.New(hostexport.Config{
 		Dial: func(ctx context.Context, export string) (*nbd.Client, error) {
@@ -164,7 +171,7 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 			return dialer.DialURI(ctx, eu.String())
 		},
 		Cache: cache, VMs: vms, Writes: *writes, WritesDir: writesDir,
-		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, Meters: &reg, Logger: log,
+		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, RecordDir: *record, RecordFor: *recordFor, Meters: &reg, Logger: log,
 	})
 	if err != nil {
 		return err

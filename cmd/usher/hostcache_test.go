@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -97,4 +98,91 @@ func TestHostcache(t *testing.T) {
 	if code, _, stderr := run(t, "", "hostcache", "--upstream", "nbd://"+addr+"/golden", "--dir", cacheDir, "--vm", "a=b"); code != 2 || !strings.Contains(stderr, "without an export") {
 		t.Errorf("--upstream with an export: exit %d, %q", code, stderr)
 	}
+}
+
+// TestHostcacheWarm: one host records a VM's boot; another host's cache,
+// warmed with that trace by usher hostcache warm, boots the VM without
+// reading the stream.
+func TestHostcacheWarm(t *testing.T) {
+	needTool(t, "qemu-img", "qemu-utils")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "base.raw")
+	img := make([]byte, 4<<20)
+	for i := range img {
+		img[i] = byte(i*13 + i/65536)
+	}
+	if err := os.WriteFile(raw, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "store")
+	if code, out, stderr := run(t, "", "image", "import", "golden", raw, "--store", store); code != 0 {
+		t.Fatalf("image import: exit %d\n%s%s", code, out, stderr)
+	}
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0")
+	host := func(name string, extra ...string) (sock, metrics string) {
+		sock = filepath.Join(dir, name+".sock")
+		args := append([]string{"hostcache", "--upstream", "nbd://" + addr, "--dir", filepath.Join(dir, name), "--size", "64MiB",
+			"--vm", "vm1=golden", "--listen", "unix:" + sock, "--metrics-listen", "127.0.0.1:0", "--log-level", "error"}, extra...)
+		metrics = startRole(t, "metrics", args...)
+		return sock, metrics
+	}
+	traces := filepath.Join(dir, "traces")
+	sock1, _ := host("h1", "--record-boots", traces)
+	// A boot that reads the first and the last MiB.
+	out := runTool(t, "qemu-io", "-f", "raw", "-r", "nbd+unix:///vm1?socket="+sock1, "-c", "read 0 1M", "-c", "read 3M 1M")
+	if strings.Contains(out, "error") {
+		t.Fatal(out)
+	}
+	trace := filepath.Join(traces, "vm1.trace")
+	if _, err := os.Stat(trace); err != nil {
+		t.Fatal(err)
+	}
+
+	sock2, metrics2 := host("h2")
+	code, stdout, stderr := run(t, "", "hostcache", "warm", "golden", "--trace", trace, "--connect", "unix:"+sock2, "--rate", "0")
+	if code != 0 || !strings.Contains(stdout, "warmed golden: 2.0 MiB") {
+		t.Fatalf("warm: exit %d\n%s%s", code, stdout, stderr)
+	}
+	warmed := blockOps(t, metrics2, hostexport.LayerUpstream, "read")
+	runTool(t, "qemu-io", "-f", "raw", "-r", "nbd+unix:///vm1?socket="+sock2, "-c", "read -P 0 0 0", "-c", "read 0 1M", "-c", "read 3M 1M")
+	if got := blockOps(t, metrics2, hostexport.LayerUpstream, "read"); got != warmed {
+		t.Fatalf("a boot after warming read %d blocks from the stream", got-warmed)
+	}
+	if code, _, stderr := run(t, "", "hostcache", "warm", "golden", "--trace", raw, "--connect", "unix:"+sock2); code == 0 || !strings.Contains(stderr, "line 1") {
+		t.Fatalf("a trace that is not one: exit %d, %q", code, stderr)
+	}
+}
+
+func TestParseTrace(t *testing.T) {
+	rs, err := parseTrace(strings.NewReader("# boot\n4096 4096\n0 4096\n\n100000 10 # late\n8192 100\n"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rs) != "[[0 8292] [100000 10]]" {
+		t.Fatalf("%v", rs)
+	}
+	for _, bad := range []string{"1", "a b", "0 0", "-1 5", "1048576 1", "1048000 1000", "0 1 2"} {
+		if _, err := parseTrace(strings.NewReader(bad), 1<<20); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}
+
+func FuzzParseTrace(f *testing.F) {
+	f.Add("0 4096\n8192 512 # x\n")
+	f.Add("# only\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		const size = 1 << 20
+		rs, err := parseTrace(strings.NewReader(s), size)
+		if err != nil {
+			return
+		}
+		end := int64(-1)
+		for _, r := range rs {
+			if r[0] <= end || r[1] <= 0 || r[0]+r[1] > size {
+				t.Fatalf("ranges %v are not sorted, disjoint and within the image", rs)
+			}
+			end = r[0] + r[1]
+		}
+	})
 }

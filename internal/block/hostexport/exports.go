@@ -56,8 +56,13 @@ type Config struct {
 	// upstream once, not once per VM.
 	Resolve  time.Duration
 	Upstream hostcache.UpstreamOptions
-	Meters   *meter.Registry // nil: not metered
-	Logger   *slog.Logger
+	// RecordDir, when set, receives VM.trace at each boot of a VM: the
+	// reads of its image in the first RecordFor (default 2 minutes), for
+	// `usher hostcache warm --trace`.
+	RecordDir string
+	RecordFor time.Duration
+	Meters    *meter.Registry // nil: not metered
+	Logger    *slog.Logger
 }
 
 // Exports is the nbd.Exporter of a host's VMs. It is safe for
@@ -131,6 +136,9 @@ func New(cfg Config) (*Exports, error) {
 	}
 	if cfg.Resolve <= 0 {
 		cfg.Resolve = 2 * time.Second
+	}
+	if cfg.RecordFor <= 0 {
+		cfg.RecordFor = 2 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -401,8 +409,18 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 	}
 	info := nbd.ExportInfo{Name: m.name, Description: "VM " + m.name + ", " + v.desc, Size: v.up.Size()}
 	cd := v.device(e.cfg.Cache)
+	var img block.Device = cd
+	var own []io.Closer
+	if e.cfg.RecordDir != "" {
+		tr, err := newTracer(cd, filepath.Join(e.cfg.RecordDir, m.name+".trace"), e.cfg.RecordFor)
+		if err != nil {
+			e.release(v)
+			return nil, info, err
+		}
+		img = tr
+		own = append(own, tr)
+	}
 	var top block.Device
-	var own io.Closer
 	switch e.cfg.Writes {
 	case WritesUpstream:
 		c, err := e.cfg.Dial(ctx, v.export)
@@ -411,14 +429,21 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 			err = errors.New("the stream serves it read-only: run usher stream with --write-cache to keep VM writes upstream")
 		}
 		if err != nil {
+			for _, c := range own {
+				c.Close()
+			}
 			e.release(v)
 			return nil, info, fmt.Errorf("VM %s: its upstream connection for writes: %w", m.name, err)
 		}
-		top, own = newWriteThrough(cd, c), c
+		top = newWriteThrough(img, c)
+		own = append(own, c)
 	default:
 		path := filepath.Join(e.cfg.WritesDir, m.name+".overlay")
-		o, err := writecache.OpenOverlayWith(cd, path, writecache.OverlayOptions{})
+		o, err := writecache.OpenOverlayWith(img, path, writecache.OverlayOptions{})
 		if err != nil {
+			for _, c := range own {
+				c.Close()
+			}
 			e.release(v)
 			return nil, info, fmt.Errorf("VM %s: overlay: %w", m.name, err)
 		}
@@ -430,9 +455,9 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 	e.mu.Unlock()
 	e.log.Debug("host cache: VM boots", "vm", m.name, "version", v.desc, "writes", e.cfg.Writes)
 	return &vmDevice{Device: meter.Wrap(top, e.wLayer), close: func() error {
-		var err error
-		if own != nil {
-			err = own.Close()
+		var errs []error
+		for _, c := range own {
+			errs = append(errs, c.Close())
 		}
 		e.mu.Lock()
 		m.busy = false
@@ -441,7 +466,7 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 		m.cur = nil
 		e.unref(v)
 		e.mu.Unlock()
-		return err
+		return errors.Join(errs...)
 	}}, info, nil
 }
 
