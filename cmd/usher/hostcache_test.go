@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/block/hostexport"
 )
@@ -185,4 +189,107 @@ func FuzzParseTrace(f *testing.F) {
 			end = r[0] + r[1]
 		}
 	})
+}
+
+// TestHostcacheKilledMidFill: the daemon, in a process of its own, is
+// killed (SIGKILL) while a cold fill runs; started again on the same
+// directory, it serves the image byte for byte, keeping blocks it had
+// committed; and a usher target in front of it serves it too.
+func TestHostcacheKilledMidFill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a daemon")
+	}
+	needTool(t, "qemu-img", "qemu-utils")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "base.raw")
+	img := make([]byte, 32<<20)
+	for i := range img {
+		img[i] = byte(i*29 + i/65536)
+	}
+	if err := os.WriteFile(raw, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "store")
+	if code, out, stderr := run(t, "", "image", "import", "golden", raw, "--store", store); code != 0 {
+		t.Fatalf("image import: exit %d\n%s%s", code, out, stderr)
+	}
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0")
+	sock := filepath.Join(dir, "hc.sock")
+	metrics := "127.0.0.1:" + freePort(t)
+	daemon := func() *exec.Cmd {
+		os.Remove(sock)
+		args := append(append([]string{}, testSelf[1:]...), "hostcache", "--upstream", "nbd://"+addr, "--dir", filepath.Join(dir, "host"),
+			"--size", "64MiB", "--vm", "vm1=golden", "--listen", "unix:"+sock, "--metrics-listen", metrics, "--log-level", "error")
+		cmd := exec.Command(testSelf[0], args...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if c, err := net.Dial("unix", sock); err == nil {
+				c.Close()
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatal("the host cache did not start")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	d := daemon()
+	// A paced cold fill, killed a third of the way.
+	fill := make(chan int, 1)
+	go func() {
+		code, _, _ := run(t, "", "hostcache", "warm", "golden", "--connect", "unix:"+sock, "--rate", "32MiB", "--chunk", "256KiB")
+		fill <- code
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for blockOps(t, metrics, hostexport.LayerUpstream, "read") < 150 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.Process.Signal(syscall.SIGKILL)
+	d.Wait()
+	if code := <-fill; code == 0 {
+		t.Fatal("the fill finished before the kill")
+	}
+
+	d = daemon()
+	defer func() { d.Process.Kill(); d.Wait() }()
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", "nbd+unix:///vm1?socket="+sock, raw)
+	recovered := metricValue(t, metrics, "usher_hostcache_recovered_blocks")
+	fetched := blockOps(t, metrics, hostexport.LayerUpstream, "read")
+	t.Logf("after the kill: %v blocks recovered, %d fetched to complete the image", recovered, fetched)
+	if recovered < 100 || fetched > 512-100 {
+		t.Fatalf("%v blocks recovered, %d fetched: the cache kept too little across the kill", recovered, fetched)
+	}
+
+	// stream → hostcache → usher target → qemu-img.
+	tsock := filepath.Join(dir, "target.sock")
+	startRole(t, "nbd", "target", "--upstream", "nbd+unix:///vm1?socket="+sock, "--cache", "ram", "--listen", "unix:"+tsock, "--log-level", "error")
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", "nbd+unix:///?socket="+tsock, raw)
+}
+
+// metricValue reads an unlabelled metric from a metrics endpoint.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s at %s", name, addr)
+	return 0
 }
