@@ -80,7 +80,10 @@ type slot struct {
 	crc    uint32
 	state  uint8 // empty, valid or filling
 	ref    bool  // read since the hand passed
-	pins   int32 // reads under way
+	// checked: the slot's bytes were written by this process or matched
+	// their CRC since Open, so a part of them may be read alone.
+	checked bool
+	pins    int32 // reads under way
 }
 
 const (
@@ -106,6 +109,7 @@ type Cache struct {
 	free    []int // empty slots, taken before the hand evicts
 	records int   // in the index, for compaction
 	flights map[Key]*flight
+	bufs    sync.Pool // *[]byte of blockSize, for reads of a part of a block
 	closed  bool
 	warned  bool // a write error was logged
 
@@ -139,6 +143,7 @@ func Open(dir string, opts Options) (*Cache, error) {
 		return nil, fmt.Errorf("hostcache: %w", err)
 	}
 	c := &Cache{dir: dir, blockSize: bs, log: opts.Logger, byKey: map[Key]int{}, flights: map[Key]*flight{}}
+	c.bufs.New = func() any { b := make([]byte, bs); return &b }
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -389,6 +394,9 @@ func (c *Cache) read(key Key, dst []byte) bool {
 	good := err == nil && crc32.Checksum(dst, castagnoli) == want
 	c.mu.Lock()
 	s.pins--
+	if good && s.state == valid && s.key == key {
+		s.checked = true
+	}
 	if !good && s.state == valid && s.key == key {
 		// Torn by a crash, or damaged on disk: never served; dropped,
 		// and fetched again by the caller.
@@ -400,6 +408,38 @@ func (c *Cache) read(key Key, dst []byte) bool {
 	}
 	c.mu.Unlock()
 	return good
+}
+
+// ReadPart fills dst with the bytes at off of key's block, which must be
+// length bytes long, when the cache holds it and has checked it whole
+// since Open (it wrote it, or a Get read it and it matched its CRC): a
+// small read of a large block then costs a small read of the disk. It
+// reports false, reading nothing, otherwise; the caller then Gets the
+// whole block.
+func (c *Cache) ReadPart(key Key, length int, dst []byte, off int) bool {
+	c.mu.Lock()
+	i, ok := c.byKey[key]
+	if !ok || off < 0 || off+len(dst) > length {
+		c.mu.Unlock()
+		return false
+	}
+	s := &c.slots[i]
+	if s.state != valid || !s.checked || int(s.length) != length {
+		c.mu.Unlock()
+		return false
+	}
+	s.pins++
+	s.ref = true
+	c.mu.Unlock()
+	_, err := c.blocks.ReadAt(dst, int64(i)*int64(c.blockSize)+int64(off))
+	c.mu.Lock()
+	s.pins--
+	c.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	c.hits.Add(1)
+	return true
 }
 
 // keep writes a fetched block to a slot and commits it.
@@ -445,6 +485,7 @@ func (c *Cache) keep(key Key, data []byte) {
 		return
 	}
 	s.state = valid
+	s.checked = true
 	c.byKey[key] = i
 	c.records++
 	if c.records > 4*len(c.slots)+1024 {

@@ -90,7 +90,12 @@ func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
 		return err
 	}
 	bs := int64(d.c.blockSize)
-	var buf []byte
+	var buf *[]byte
+	defer func() {
+		if buf != nil {
+			d.c.bufs.Put(buf)
+		}
+	}()
 	for len(p) > 0 {
 		idx := off / bs
 		start := idx * bs
@@ -99,10 +104,14 @@ func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
 		n := min(int64(len(p)), length-in)
 		dst := p[:n]
 		if in != 0 || n != length {
-			if buf == nil {
-				buf = make([]byte, bs)
+			if d.part(idx, int(length), p[:n], int(in)) {
+				p, off = p[n:], off+n
+				continue
 			}
-			dst = buf[:length]
+			if buf == nil {
+				buf = d.c.bufs.Get().(*[]byte)
+			}
+			dst = (*buf)[:length]
 		}
 		if err := d.block(ctx, idx, dst); err != nil {
 			return fmt.Errorf("hostcache: block %d: %w", idx, err)
@@ -115,25 +124,47 @@ func (d *Device) ReadAt(ctx context.Context, p []byte, off int64) error {
 	return nil
 }
 
+// key returns block idx's key, and whether it is a zero block (known by
+// its digest).
+func (d *Device) key(idx int64, length int) (Key, bool) {
+	if d.table == nil {
+		return PositionKey(d.image, d.c.blockSize, idx), false
+	}
+	sum := d.table.Sums[idx]
+	return Key(sum), digest.IsZero(sum, length)
+}
+
+// part reads a part of block idx from the cache alone, when it can.
+func (d *Device) part(idx int64, length int, dst []byte, in int) bool {
+	key, zero := d.key(idx, length)
+	switch {
+	case zero:
+		clear(dst)
+		d.zero.Add(1)
+		return true
+	case d.c.ReadPart(key, length, dst, in):
+		d.hits.Add(1)
+		return true
+	}
+	return false
+}
+
 // block fills dst with block idx.
 func (d *Device) block(ctx context.Context, idx int64, dst []byte) error {
 	start := idx * int64(d.c.blockSize)
-	var key Key
+	key, zero := d.key(idx, len(dst))
+	if zero {
+		clear(dst)
+		d.zero.Add(1)
+		return nil
+	}
 	fetch := func(ctx context.Context, b []byte) error {
 		d.fetches.Add(1)
 		d.fetched.Add(int64(len(b)))
 		return d.up.ReadAt(ctx, b, start)
 	}
-	if d.table == nil {
-		key = PositionKey(d.image, d.c.blockSize, idx)
-	} else {
+	if d.table != nil {
 		sum := d.table.Sums[idx]
-		if digest.IsZero(sum, len(dst)) {
-			clear(dst)
-			d.zero.Add(1)
-			return nil
-		}
-		key = Key(sum)
 		plain := fetch
 		fetch = func(ctx context.Context, b []byte) error {
 			for try := 0; ; try++ {

@@ -19,7 +19,10 @@
 // is checked against its record's CRC: a block torn by a crash, or
 // corrupted on disk, is never served; it counts as corrupt and is fetched
 // again. No fsync is needed for that guarantee, and none is made on the
-// read path.
+// read path. A block is checked whole once per Open (or not at all when
+// this process wrote it); after that a read of a part of it reads only
+// that part of the disk (ReadPart), so that 4 KiB reads of 64 KiB
+// blocks cost 4 KiB.
 //
 // Blocks are found by Key: a content digest where the upstream offers
 // one (identical blocks of different images or versions are then stored
