@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/usher-vdi/usher/internal/block/blocktest"
 	"net"
 	"net/http"
 	"os"
@@ -292,4 +293,30 @@ func metricValue(t *testing.T, addr, name string) float64 {
 	}
 	t.Fatalf("no %s at %s", name, addr)
 	return 0
+}
+
+// TestHostcacheOverTLS: against a stream that demands TLS and a client
+// certificate for every export, the host cache reaches it with nbds://
+// and its certificate, digests included; without the certificate it
+// refuses to start, saying why.
+func TestHostcacheOverTLS(t *testing.T) {
+	needTool(t, "qemu-img", "qemu-utils")
+	dir := t.TempDir()
+	certs := blocktest.WriteCerts(t)
+	img := make([]byte, 2<<20)
+	for i := range img {
+		img[i] = byte(i * 31)
+	}
+	store, raw := importImage(t, dir, "golden", img)
+	pem := func(name string) string { return filepath.Join(certs.Dir, name) }
+	addr := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--tls", "require", "--auth", "all",
+		"--tls-cert", pem("server-cert.pem"), "--tls-key", pem("server-key.pem"), "--tls-client-ca", pem("ca-cert.pem"))
+	sock := filepath.Join(dir, "hc.sock")
+	args := []string{"hostcache", "--upstream", "nbds://" + addr, "--tls-ca", pem("ca-cert.pem"), "--tls-server-name", "localhost",
+		"--dir", filepath.Join(dir, "host"), "--size", "16MiB", "--vm", "vm1=golden", "--listen", "unix:" + sock, "--log-level", "error"}
+	if code, _, stderr := run(t, "", args...); code == 0 || !strings.Contains(stderr, "authentication") {
+		t.Fatalf("without a client certificate: exit %d, %q", code, stderr)
+	}
+	startRole(t, "nbd", append(args, "--tls-cert", pem("client-cert.pem"), "--tls-key", pem("client-key.pem"))...)
+	runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", "nbd+unix:///vm1?socket="+sock, raw)
 }
