@@ -95,7 +95,8 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 		"share the blocks they hold in common. In front of an upstream without digests\n"+
 		"(nbdkit, qemu-nbd) blocks are keyed by position under the version's identity.\n"+
 		"While upstream is unreachable, cached blocks are served, misses fail with EIO,\n"+
-		"and it is dialled again with backoff.")
+		"and it is dialled again with backoff; a daemon started then serves the versions it\n"+
+		"last saw (kept in --dir) from the cache.")
 	var lf logFlags
 	lf.register(fs)
 	upstream := fs.String("upstream", "", "the stream: nbd://HOST[:PORT] or nbd+unix:///?socket=PATH (nbds:// for TLS); each image is its export (required)")
@@ -152,6 +153,10 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	defer cache.Close()
+	stateDir := filepath.Join(*dir, "versions")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("--dir: %w", err)
+	}
 	writesDir := filepath.Join(*dir, "writes")
 	if *writes == hostexport.WritesLocal {
 		if err := os.MkdirAll(writesDir, 0o700); err != nil {
@@ -171,7 +176,7 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 			return dialer.DialURI(ctx, eu.String())
 		},
 		Cache: cache, VMs: vms, Writes: *writes, WritesDir: writesDir,
-		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, RecordDir: *record, RecordFor: *recordFor, Meters: &reg, Logger: log,
+		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, RecordDir: *record, RecordFor: *recordFor, StateDir: stateDir, Meters: &reg, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -61,6 +61,27 @@ type Upstream struct {
 // NewUpstream returns an Upstream over first, dialling again with dial
 // (which must reach the same content) when it fails.
 func NewUpstream(first Conn, dial func(context.Context) (Conn, error), opt UpstreamOptions) *Upstream {
+	u := newUpstream(first.Size(), dial, opt)
+	u.conn = first
+	u.watch(first)
+	return u
+}
+
+// NewUpstreamDown returns an Upstream of size bytes that is not
+// connected yet: reads fail with ErrUpstreamDown until dial succeeds.
+// A host that starts while upstream is unreachable serves its cache so.
+func NewUpstreamDown(size int64, dial func(context.Context) (Conn, error), opt UpstreamOptions, why error) *Upstream {
+	u := newUpstream(size, dial, opt)
+	u.lastErr, u.since = why, time.Now()
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		u.redial()
+	}()
+	return u
+}
+
+func newUpstream(size int64, dial func(context.Context) (Conn, error), opt UpstreamOptions) *Upstream {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 30 * time.Second
 	}
@@ -73,9 +94,7 @@ func NewUpstream(first Conn, dial func(context.Context) (Conn, error), opt Upstr
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	u := &Upstream{dial: dial, size: first.Size(), opt: opt, conn: first, stop: make(chan struct{})}
-	u.watch(first)
-	return u
+	return &Upstream{dial: dial, size: size, opt: opt, stop: make(chan struct{})}
 }
 
 // watch redials when c dies.

@@ -61,8 +61,12 @@ type Config struct {
 	// `usher hostcache warm --trace`.
 	RecordDir string
 	RecordFor time.Duration
-	Meters    *meter.Registry // nil: not metered
-	Logger    *slog.Logger
+	// StateDir, when set, keeps what the host last knew of each image's
+	// version (its name, size, digests), so that a host started while
+	// upstream is unreachable still serves what its cache holds.
+	StateDir string
+	Meters   *meter.Registry // nil: not metered
+	Logger   *slog.Logger
 }
 
 // Exports is the nbd.Exporter of a host's VMs. It is safe for
@@ -194,13 +198,25 @@ func (e *Exports) resolve(ctx context.Context, im *image, force bool) (*version,
 	c, err := e.cfg.Dial(ctx, im.export)
 	if err != nil {
 		e.mu.Lock()
-		defer e.mu.Unlock()
 		if cur := im.cur; cur != nil {
 			e.log.Warn("host cache: upstream unreachable at a boot; serving the version known", "image", im.export, "version", cur.desc, "err", err)
 			cur.refs++
+			e.mu.Unlock()
 			return cur, nil
 		}
-		return nil, fmt.Errorf("upstream %s: %w", im.export, err)
+		e.mu.Unlock()
+		v, lerr := e.load(im, err)
+		if lerr != nil {
+			return nil, fmt.Errorf("upstream %s: %w", im.export, err)
+		}
+		e.log.Warn("host cache: upstream unreachable; serving the version saved when it was last reached, from the cache alone until it is back",
+			"image", im.export, "version", v.desc, "err", err)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		// Resolved long ago: the next boot tries upstream again.
+		im.cur = v
+		v.refs += 2
+		return v, nil
 	}
 	pinned, numbered := pin(im.export, c.Description())
 	e.mu.Lock()
@@ -216,6 +232,7 @@ func (e *Exports) resolve(ctx context.Context, im *image, force bool) (*version,
 	if err != nil {
 		return nil, err
 	}
+	e.save(im, v)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := im.cur

@@ -376,3 +376,68 @@ func TestRecordBoot(t *testing.T) {
 		t.Fatalf("trace %q", lines)
 	}
 }
+
+// TestStartWithoutUpstream: a host restarted while the stream is down
+// serves the version it last saw from its cache, and reaches the stream
+// when it is back.
+func TestStartWithoutUpstream(t *testing.T) {
+	img := content(7)
+	s := newStream(t, map[string][]byte{"golden": img})
+	cacheDir, state, writes := t.TempDir(), t.TempDir(), t.TempDir()
+	addr := s.addr
+	start := func() (*hostexport.Exports, *hostcache.Cache, error) {
+		c, err := hostcache.Open(cacheDir, hostcache.Options{Size: 16 << 20})
+		must(t, err)
+		x, err := hostexport.New(hostexport.Config{
+			Dial: func(ctx context.Context, exp string) (*nbd.Client, error) {
+				return nbd.Dial(ctx, "tcp", addr, exp)
+			},
+			Cache: c, VMs: map[string]string{"a": "golden"}, WritesDir: writes, StateDir: state,
+			Upstream: hostcache.UpstreamOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
+		})
+		must(t, err)
+		return x, c, x.Prepare(context.Background())
+	}
+	x, c, err := start()
+	must(t, err)
+	d, _, err := x.Open(context.Background(), "a", "")
+	must(t, err)
+	p := make([]byte, 20*digest.BlockSize)
+	must(t, d.ReadAt(context.Background(), p, 0))
+	d.Close()
+	x.Close()
+	c.Close()
+
+	s.stop()
+	x, c, err = start()
+	if err != nil {
+		t.Fatalf("a start with the stream down and a saved version: %v", err)
+	}
+	defer func() { x.Close(); c.Close() }()
+	d, _, err = x.Open(context.Background(), "a", "")
+	must(t, err)
+	defer d.Close()
+	q := make([]byte, len(p))
+	if err := d.ReadAt(context.Background(), q, 0); err != nil || !bytes.Equal(q, img[:len(q)]) {
+		t.Fatalf("the cached part of the image with the stream down: %v", err)
+	}
+	if err := d.ReadAt(context.Background(), q[:4096], 30*digest.BlockSize); err == nil {
+		t.Fatal("a miss succeeded with the stream down")
+	}
+	s.start(addr)
+	waitFor(t, func() bool { return d.ReadAt(context.Background(), q[:4096], 30*digest.BlockSize) == nil })
+	if !bytes.Equal(q[:4096], img[30*digest.BlockSize:30*digest.BlockSize+4096]) {
+		t.Fatal("wrong bytes once the stream is back")
+	}
+	// Without a saved version, a start with the stream down fails.
+	s.stop()
+	state = t.TempDir()
+	x2, c2, err := func() (*hostexport.Exports, *hostcache.Cache, error) {
+		cacheDir = t.TempDir()
+		return start()
+	}()
+	defer func() { x2.Close(); c2.Close() }()
+	if err == nil {
+		t.Fatal("a start with the stream down and nothing saved succeeded")
+	}
+}
