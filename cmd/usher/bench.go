@@ -62,6 +62,10 @@ Experiments:
                silent, crash in turn) under steady launches, logoffs and
                enumerations: takeover times, a per-second timeline and a
                history check of the site DB (nothing lost or doubled).
+  hostcache    seed 003 (IntelliCache): central storage IOPS of --hosts
+               usher hostcache daemons × --vms VMs booting at once and
+               working, against VMs straight at the stream, cold, warm
+               and after a restart, beside nbdkit's cache filter.
 
 Every report lists its headlines (report.json "headlines": each figure with
 its yardstick, client and the client's ceiling); 'usher bench figures
@@ -74,7 +78,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
 		if len(args) == 0 {
-			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd or lhc"}
+			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc or hostcache"}
 		}
 		return flag.ErrHelp
 	}
@@ -91,12 +95,16 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchNBD(ctx, args[1:])
 	case "lhc":
 		return m.benchLHC(ctx, args[1:])
+	case "hostcache":
+		return m.benchHostcache(ctx, args[1:])
+	case "hostcache-vms":
+		return m.benchHostcacheVMs(ctx, args[1:])
 	case "figures":
 		return m.benchFigures(ctx, args[1:])
 	case "coldstart-client":
 		return m.benchColdStartClient(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache, nbd or lhc", args[0])}
+	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache, nbd, lhc or hostcache", args[0])}
 }
 
 // benchColdStartClient is the client of enumerate's cold start, which
