@@ -29,12 +29,33 @@ func num(v float64) string {
 	return b.String()
 }
 
-// iops formats a rate: whole numbers from 100 on, one decimal below.
+// iops formats a rate: whole numbers from 100 on (and 0), one decimal
+// below.
 func iops(v float64) string {
-	if v >= 100 {
+	if v >= 100 || v == 0 {
 		return num(v)
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// plain is a table's copy with the thousands separators of its numbers
+// taken out, for CSV.
+func plain(t loadgen.Table) loadgen.Table {
+	out := t
+	out.Rows = nil
+	for _, r := range t.Rows {
+		row := make([]string, len(r))
+		for i, c := range r {
+			if d := strings.ReplaceAll(c, ",", ""); d != c {
+				if _, err := strconv.ParseFloat(d, 64); err == nil {
+					c = d
+				}
+			}
+			row[i] = c
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	return out
 }
 
 // pct formats a reduction as a percentage.
@@ -204,7 +225,8 @@ func (r *HostcacheResult) Report(command string) (*loadgen.Report, error) {
 	if t, ok := r.readsTable(); ok {
 		rep.Tables = append(rep.Tables, t)
 	}
-	rep.CSV = &central
+	csv := plain(central)
+	rep.CSV = &csv
 	rep.Headlines = r.headlines()
 	var series []loadgen.Series
 	for _, p := range r.Passes {

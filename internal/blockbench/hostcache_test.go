@@ -13,6 +13,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/nbd"
+	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
 func TestHostcacheBenchPattern(t *testing.T) {
@@ -296,5 +297,17 @@ func TestHostcacheBenchFigures(t *testing.T) {
 	b.res.Reads.NbdkitIOPS = 960
 	if f := b.figures()[3]; f.Status != "client-bound" {
 		t.Errorf("both at the ceiling: %+v", f)
+	}
+}
+
+func TestHostcacheBenchFormat(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 5.25: "5.2", 99.94: "99.9", 100: "100", 1234567: "1,234,567"} {
+		if got := iops(v); got != want {
+			t.Errorf("iops(%v) = %q; want %q", v, got, want)
+		}
+	}
+	tb := plain(loadgen.Table{Rows: [][]string{{"1,234", "a, b", "12.5", "99.933% fewer"}}})
+	if got := fmt.Sprint(tb.Rows[0]); got != "[1234 a, b 12.5 99.933% fewer]" {
+		t.Errorf("plain: %s", got)
 	}
 }
