@@ -7,10 +7,15 @@
 // them is block/export's job. Only Create (for Import) makes a store;
 // Open fails with ErrNoStore on a missing one.
 //
-// Layout: DIR/NAME/image.json describes the versions; vN.raw is a base,
-// vN.delta and vN.delta.map a delta over version N's parent.
+// Each version out of maintenance has a table of the SHA-256 digests of
+// its 64 KiB blocks (block/digest, Store.Digests), which the stream
+// serves to host caches so that they key blocks by content.
 //
-// image imports block and block/writecache (deltas are overlays), never
-// nbd or the other layers; cmd/usher, block/export and blockbench import
-// it.
+// Layout: DIR/NAME/image.json describes the versions; vN.raw is a base,
+// vN.delta and vN.delta.map a delta over version N's parent, vN.digests
+// version N's table of digests (digest.Table's wire form).
+//
+// image imports block, block/digest and block/writecache (deltas are
+// overlays), never nbd or the other layers; cmd/usher, block/export and
+// blockbench import it.
 package image

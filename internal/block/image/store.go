@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 )
 
@@ -106,6 +108,20 @@ type Store struct {
 	// writer attached. Such a version cannot be promoted: its writes are
 	// only complete once the writer has flushed and gone.
 	writers map[string]bool
+
+	fmu     sync.Mutex         // guards flights
+	flights map[string]*flight // tables being computed, by "NAME@N"
+
+	// Logger, when set before the store is used, hears of tables of
+	// digests computed again (missing or damaged) or not saved.
+	Logger *slog.Logger
+}
+
+func (s *Store) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
 }
 
 // ErrBusy is returned for a maintenance version that already has a writer,
@@ -263,9 +279,14 @@ func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
 	if err := os.MkdirAll(s.path(name), 0o700); err != nil {
 		return Image{}, err
 	}
-	if err := copySparse(ctx, in, s.path(name, "v0.raw")); err != nil {
+	t := &digest.Table{BlockSize: digest.BlockSize, Size: in.Size(), Sums: make([]digest.Sum, digest.Blocks(in.Size(), digest.BlockSize))}
+	if err := copySparse(ctx, in, s.path(name, baseFile(0)), t); err != nil {
 		os.RemoveAll(s.path(name))
 		return Image{}, err
+	}
+	if err := s.writeTable(name, 0, t); err != nil {
+		os.RemoveAll(s.path(name))
+		return Image{}, fmt.Errorf("import %s: %w", name, err)
 	}
 	im := Image{Name: name, Size: in.Size(), Versions: []Version{{Number: 0, Kind: "base", State: Production, Created: time.Now().UTC()}}}
 	if err := s.save(im); err != nil {
@@ -276,18 +297,24 @@ func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
 }
 
 // copySparse writes the content of d to a new file at path, skipping
-// zero blocks, and syncs it.
-func copySparse(ctx context.Context, d block.Device, path string) error {
+// zero blocks, and syncs it. When t is set (a table of d's size and
+// digest.BlockSize) it fills t's digests in the same pass.
+func copySparse(ctx context.Context, d block.Device, path string, t *digest.Table) error {
 	out, err := block.CreateFile(path, d.Size())
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, 1<<20) // a multiple of digest.BlockSize
 	for off := int64(0); off < d.Size(); {
 		n := min(int64(len(buf)), d.Size()-off)
 		if err := d.ReadAt(ctx, buf[:n], off); err != nil {
 			return err
+		}
+		if t != nil {
+			for i := int64(0); i < n; i += digest.BlockSize {
+				t.Sums[(off+i)/digest.BlockSize] = digest.Of(buf[i:min(n, i+digest.BlockSize)])
+			}
 		}
 		for i := int64(0); i < n; i += writecache.BlockSize {
 			c := buf[i:min(n, i+writecache.BlockSize)]
@@ -323,6 +350,9 @@ func (s *Store) NewVersion(_ context.Context, name, note string) (Version, error
 		return Version{}, err
 	}
 	f.Close()
+	// A table left by an operation that crashed before saving the image
+	// would not be of this version.
+	os.Remove(s.path(name, digestFile(v.Number)))
 	im.Versions = append(im.Versions, v)
 	return v, s.save(im)
 }
@@ -331,8 +361,10 @@ func deltaFile(n int) string { return fmt.Sprintf("v%d.delta", n) }
 func baseFile(n int) string  { return fmt.Sprintf("v%d.raw", n) }
 
 // Promote moves version n one step: maintenance → test → production. A
-// version promoted to production supersedes the one there before it.
-func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) {
+// version promoted to production supersedes the one there before it. A
+// version leaving maintenance gets its table of digests (see Digests):
+// its parent's, with the blocks its delta wrote computed again.
+func (s *Store) Promote(ctx context.Context, name string, n int) (Version, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	im, err := s.load(name)
@@ -347,6 +379,9 @@ func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) 
 		case Maintenance:
 			if s.writers[fmt.Sprintf("%s@%d", name, n)] {
 				return Version{}, errorf(ErrBusy, "version %d of image %q has a private-mode writer attached; disconnect it before promoting", n, name)
+			}
+			if err := s.promoteTable(ctx, im, v); err != nil {
+				return Version{}, fmt.Errorf("promote version %d of image %q: %w", n, name, err)
 			}
 			v.State = Test
 		case Test:
@@ -363,6 +398,21 @@ func (s *Store) Promote(_ context.Context, name string, n int) (Version, error) 
 		return v, s.save(im)
 	}
 	return Version{}, errorf(ErrNotFound, "image %q has no version %d", name, n)
+}
+
+// promoteTable computes and saves the table of delta v, leaving
+// maintenance.
+func (s *Store) promoteTable(ctx context.Context, im Image, v Version) error {
+	dev, err := s.chain(im, v.Number, false)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	t, err := s.deltaTable(ctx, im, v, dev)
+	if err != nil {
+		return fmt.Errorf("digests: %w", err)
+	}
+	return s.writeTable(im.Name, v.Number, t)
 }
 
 // chain opens version n read-only (writable if it is in maintenance and
@@ -476,10 +526,19 @@ func (s *Store) Merge(ctx context.Context, name string, n int, full bool) (Versi
 	defer dev.Close()
 	nv := Version{Number: im.Versions[len(im.Versions)-1].Number + 1, State: Test, Created: time.Now().UTC(),
 		Note: fmt.Sprintf("merge of version %d", n)}
+	// The new version's content is n's, and so is its table.
+	table, _ := s.readTable(im, n)
 	if full || src.Kind == "base" {
 		nv.Kind = "base"
-		if err := copySparse(ctx, dev, s.path(name, baseFile(nv.Number))); err != nil {
+		var fill *digest.Table
+		if table == nil {
+			fill = &digest.Table{BlockSize: digest.BlockSize, Size: im.Size, Sums: make([]digest.Sum, digest.Blocks(im.Size, digest.BlockSize))}
+		}
+		if err := copySparse(ctx, dev, s.path(name, baseFile(nv.Number)), fill); err != nil {
 			return Version{}, err
+		}
+		if fill != nil {
+			table = fill
 		}
 	} else {
 		// Collect the deltas down to the base.
@@ -527,6 +586,14 @@ func (s *Store) Merge(ctx context.Context, name string, n int, full bool) (Versi
 		}
 		o.Close()
 		nv.Kind = "delta"
+		if table == nil {
+			if table, err = s.table(ctx, im, n); err != nil {
+				return Version{}, err
+			}
+		}
+	}
+	if err := s.writeTable(name, nv.Number, table); err != nil {
+		return Version{}, err
 	}
 	im.Versions = append(im.Versions, nv)
 	return nv, s.save(im)
