@@ -4,7 +4,8 @@
 // version's chain, the I/O meters (block/meter), the server RAM cache
 // shared by every connection (block/ramcache) and, per connection, a
 // server-disk write cache (block/writecache) or, for a maintenance
-// version, its one private-mode writer.
+// version, its one private-mode writer; and each version's table of
+// block digests (block/digest) as IMAGE@VERSION/digests, for host caches.
 //
 // export imports block, its layers and block/nbd; cmd/usher and
 // blockbench import it.

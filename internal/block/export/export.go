@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
@@ -44,6 +45,20 @@ const (
 // authenticated client (nbd.Peer.Authenticated: a verified TLS client
 // certificate) may open it, unless AllowAnonymousWrites; others get
 // nbd.ErrUnauthenticated.
+//
+// Tables of digests: the export digest.ExportName(X) ("IMAGE@N/digests"
+// or "IMAGE/digests") serves the table of the version X names
+// (image.Store.Digests) in its wire form (digest.Table.MarshalBinary),
+// read-only and CAN_MULTI_CONN, to whoever may open X. IMAGE/digests is
+// the production version's at the time it is opened; its description,
+// "IMAGE version N digests" (DigestsDescription), names the version, as
+// X's "IMAGE version N (STATE)" does. A maintenance version has no
+// table: its export is refused with nbd.ErrUnknownExport. Tables are
+// read from the store once per version and kept in memory (32 bytes per
+// 64 KiB of image) until Close. They are not listed (List): they are
+// data about a disk, not disks, and a client that lists exports to
+// boot or inspect them should not find them there; a cache derives the
+// name from the export it reads.
 type Images struct {
 	Store         *image.Store
 	Cache         *ramcache.Cache // nil: no RAM cache
@@ -63,6 +78,7 @@ type Images struct {
 
 	mu     sync.Mutex
 	shared map[string]block.Device // "image@n" -> cached read-only chain
+	tables map[string]block.Device // "image@n" -> its table of digests, in memory
 	seq    atomic.Int64
 }
 
@@ -138,6 +154,10 @@ func (e *Images) Info(ctx context.Context, name string) (nbd.ExportInfo, error) 
 	if err := e.authorize(ctx, false); err != nil {
 		return nbd.ExportInfo{}, err
 	}
+	if export, ok := digest.ParseExportName(name); ok {
+		_, _, info, err := e.resolveDigests(ctx, name, export)
+		return info, err
+	}
 	im, v, err := e.resolve(ctx, name)
 	if err != nil {
 		return nbd.ExportInfo{}, err
@@ -145,7 +165,8 @@ func (e *Images) Info(ctx context.Context, name string) (nbd.ExportInfo, error) 
 	return e.info(name, im, v), nil
 }
 
-// List implements nbd.Exporter: each image and each of its versions.
+// List implements nbd.Exporter: each image and each of its versions (not
+// their tables of digests).
 func (e *Images) List(ctx context.Context) ([]nbd.ExportInfo, error) {
 	if err := e.authorize(ctx, false); err != nil {
 		return nil, err
@@ -171,6 +192,9 @@ func (e *Images) List(ctx context.Context) ([]nbd.ExportInfo, error) {
 func (e *Images) Open(ctx context.Context, name, remote string) (block.Device, nbd.ExportInfo, error) {
 	if err := e.authorize(ctx, false); err != nil {
 		return nil, nbd.ExportInfo{}, err
+	}
+	if export, ok := digest.ParseExportName(name); ok {
+		return e.openDigests(ctx, name, export)
 	}
 	im, v, err := e.resolve(ctx, name)
 	if err != nil {
@@ -234,7 +258,8 @@ func (e *Images) sharedVersion(ctx context.Context, im image.Image, n int, key s
 	return d, nil
 }
 
-// Close closes the shared versions. Connections must be closed first.
+// Close closes the shared versions and drops the tables of digests.
+// Connections must be closed first.
 func (e *Images) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -243,6 +268,7 @@ func (e *Images) Close() error {
 		errs = append(errs, d.Close())
 		delete(e.shared, k)
 	}
+	clear(e.tables)
 	return errors.Join(errs...)
 }
 
