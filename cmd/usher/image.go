@@ -25,7 +25,9 @@ Subcommands:
   promote NAME VERSION     maintenance -> test -> production
   merge NAME VERSION       new version with VERSION's content: one delta (default) or --full, a new base
   list                     list images and their production versions
-  inspect NAME [VERSION]   versions, states, changed blocks and disk use
+  inspect NAME [VERSION]   versions, states, changed blocks, disk use and digests: a version's
+                           64 KiB blocks, how many distinct and zero, and how many differ
+                           from its parent's (what a host cache fetches for it)
 
 Version states:
   maintenance  being changed: 'usher stream' serves it as IMAGE@N in private mode (below)
@@ -154,7 +156,7 @@ Modes ('usher stream' picks one from the version's state; there is no flag):
 		}
 		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "image %s, %d bytes\n", im.Name, im.Size)
-		fmt.Fprintln(tw, "VERSION\tKIND\tPARENT\tSTATE\tCHANGED BLOCKS\tDISK USE\tCREATED\tNOTE")
+		fmt.Fprintln(tw, "VERSION\tKIND\tPARENT\tSTATE\tCHANGED BLOCKS\tDISK USE\tDIGEST BLOCKS\tDISTINCT\tZERO\tDIFFER FROM PARENT\tCREATED\tNOTE")
 		for _, v := range im.Versions {
 			if only >= 0 && v.Number != only {
 				continue
@@ -167,7 +169,20 @@ Modes ('usher stream' picks one from the version's state; there is no flag):
 			if v.Kind == "delta" {
 				parent = strconv.Itoa(v.Parent)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", v.Number, v.Kind, parent, v.State, blocks, used, v.Created.Format("2006-01-02 15:04"), v.Note)
+			// A maintenance version has no digests until promoted.
+			digests := "-\t-\t-\t-"
+			if v.State != image.Maintenance {
+				ds, err := st.InspectDigests(ctx, im.Name, v.Number)
+				if err != nil {
+					return err
+				}
+				differ := "-"
+				if ds.Changed >= 0 {
+					differ = strconv.FormatInt(ds.Changed, 10)
+				}
+				digests = fmt.Sprintf("%d\t%d\t%d\t%s", ds.Blocks, ds.Distinct, ds.Zero, differ)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.Number, v.Kind, parent, v.State, blocks, used, digests, v.Created.Format("2006-01-02 15:04"), v.Note)
 		}
 		return tw.Flush()
 	}

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/usher-vdi/usher/internal/block/image"
 )
 
 // mustImage runs usher image with args and fails the test unless it
@@ -141,6 +146,63 @@ func TestImageStreamHelp(t *testing.T) {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("usher %s -h does not mention %q:\n%s", cmd, w, stderr)
 			}
+		}
+	}
+}
+
+// TestImageInspectDigests checks that inspect shows each version's
+// digests: its 64 KiB blocks, distinct and zero, and how many differ
+// from its parent's; a maintenance version has none.
+func TestImageInspectDigests(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	raw := filepath.Join(dir, "base.raw")
+	if err := os.WriteFile(raw, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustImage(t, "import", "golden", raw, "--store", store)
+	mustImage(t, "version", "golden", "--store", store)
+	st, err := image.Open(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.OpenVersion(ctx, "golden", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 5 << 16, 5<<16 + 100} { // two 64 KiB blocks
+		if err := d.WriteAt(ctx, []byte("changed"), off, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(d.Flush(ctx), d.Close()); err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`(?m)^(\d+)\s+\S+\s+\S+\s+(\S+)\s+\d+\s+\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s`)
+	digests := func() map[string][]string {
+		out := mustImage(t, "inspect", "golden", "--store", store)
+		if !strings.Contains(out, "DIGEST BLOCKS") {
+			t.Fatalf("inspect shows no digests:\n%s", out)
+		}
+		m := map[string][]string{}
+		for _, r := range row.FindAllStringSubmatch(out, -1) {
+			m[r[1]] = r[2:]
+		}
+		return m
+	}
+	got := digests()
+	if want := []string{"maintenance", "-", "-", "-", "-"}; !slices.Equal(got["1"], want) {
+		t.Fatalf("inspect a maintenance version: %q, want %q", got["1"], want)
+	}
+	mustImage(t, "promote", "golden", "1", "--store", store)
+	got = digests()
+	for v, want := range map[string][]string{
+		"0": {"production", "16", "1", "16", "-"},
+		"1": {"test", "16", "3", "14", "2"},
+	} {
+		if !slices.Equal(got[v], want) {
+			t.Errorf("inspect version %s: %q, want %q (state, digest blocks, distinct, zero, differ from parent)", v, got[v], want)
 		}
 	}
 }
