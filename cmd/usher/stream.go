@@ -130,6 +130,7 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	if err != nil {
 		return err
 	}
+	st.Logger = log
 	if *writeCache != "" {
 		if err := os.MkdirAll(*writeCache, 0o700); err != nil {
 			return fmt.Errorf("--write-cache: %w", err)

@@ -211,6 +211,10 @@ func TestBootStorm(t *testing.T) {
 	if got := h.upstreamReads(); got != want {
 		t.Fatalf("16 VMs booting at once: %d reads of the stream for %d distinct blocks", got, want)
 	}
+	// Central storage saw each distinct block once, too.
+	if got := s.reads(); got != want {
+		t.Fatalf("16 VMs booting at once: %d reads of the image store for %d distinct blocks", got, want)
+	}
 }
 
 // TestLocalWritesVanishAtBoot: a VM reads its writes back; at its next
