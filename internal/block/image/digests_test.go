@@ -1,6 +1,7 @@
 package image_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +162,30 @@ func TestPromoteComputesChangedBlocks(t *testing.T) {
 	if want := (image.DigestStats{Blocks: 8, Distinct: 8, Zero: 1, Changed: 5}); stats != want {
 		t.Fatalf("InspectDigests = %+v, want %+v", stats, want)
 	}
+}
+
+// A maintenance version's writer that disconnects without a last flush
+// loses nothing: the promoted version has the writes, and its table
+// their digests.
+func TestPromoteUnflushedWrites(t *testing.T) {
+	ctx := context.Background()
+	st, _ := digestStore(t, digestContent())
+	v, err := st.NewVersion(ctx, "img", "")
+	must(t, err)
+	d := openVersion(t, st, v.Number, true)
+	p := bytes.Repeat([]byte{9}, digest.BlockSize)
+	must(t, d.WriteAt(ctx, p, digest.BlockSize, 0))
+	must(t, d.Close())
+	_, err = st.Promote(ctx, "img", v.Number)
+	must(t, err)
+	r := openVersion(t, st, v.Number, false)
+	defer r.Close()
+	got := make([]byte, digest.BlockSize)
+	must(t, r.ReadAt(ctx, got, digest.BlockSize))
+	if !bytes.Equal(got, p) {
+		t.Fatal("a write not flushed before the writer closed was lost")
+	}
+	sameTable(t, "promoted", digestsOf(t, st, v.Number), computed(t, st, v.Number))
 }
 
 // A delta that rewrites a block with the bytes it had keeps the block's

@@ -140,3 +140,33 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseKeepsUnflushedWrites: a persistent overlay closed in order
+// (its client disconnected without a last flush) keeps every write.
+func TestCloseKeepsUnflushedWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "overlay")
+	o, err := writecache.OpenOverlay(zeroBase(), path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bytes.Repeat([]byte("unflushed"), 1000)
+	if err := o.WriteAt(ctx, w, 12345, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o, err = writecache.OpenOverlay(zeroBase(), path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	got := make([]byte, len(w))
+	if err := o.ReadAt(ctx, got, 12345); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, w) {
+		t.Fatal("writes not flushed before an orderly close were lost")
+	}
+}

@@ -35,6 +35,7 @@ type Overlay struct {
 	bits    []atomic.Uint64
 	locks   [256]sync.Mutex // per-block stripes for read-modify-write
 	mapMu   sync.Mutex      // serialises saving the bitmap
+	dirty   atomic.Bool     // blocks were marked since the bitmap was saved
 
 	quota *Quota       // shared bound, nil: none
 	max   int64        // this overlay's bound in bytes, 0: none
@@ -199,6 +200,9 @@ func (o *Overlay) mark(first, end, charged int64) {
 		if o.bits[b/64].Or(m)&m == 0 {
 			added += BlockSize
 		}
+	}
+	if added > 0 {
+		o.dirty.Store(true)
 	}
 	if o.bounded() && charged > added {
 		o.refund(charged - added)
@@ -427,14 +431,16 @@ func (o *Overlay) Trim(ctx context.Context, off, n int64, f block.Flags) error {
 // persistent, the bitmap is saved atomically after it.
 func (o *Overlay) Flush(context.Context) error {
 	o.Disk.Flushes.Add(1)
-	if err := unix.Fdatasync(int(o.f.Fd())); err != nil {
-		return err
-	}
 	if !o.persist {
-		return nil
+		return unix.Fdatasync(int(o.f.Fd()))
 	}
 	o.mapMu.Lock()
 	defer o.mapMu.Unlock()
+	// The bitmap is taken before the sync: a block is marked only after
+	// its bytes were written, so the sync makes every block of this
+	// bitmap durable. A block marked from here on sets dirty again and
+	// is saved by the next flush (or close).
+	o.dirty.Store(false)
 	var b []byte
 	if o.ident != "" {
 		b = append([]byte(mapMagic), 0, 0, 0, 0)
@@ -445,7 +451,15 @@ func (o *Overlay) Flush(context.Context) error {
 	for i := range o.bits {
 		b = binary.LittleEndian.AppendUint64(b, o.bits[i].Load())
 	}
-	return writeFileSync(o.path+".map", b)
+	if err := unix.Fdatasync(int(o.f.Fd())); err != nil {
+		o.dirty.Store(true)
+		return err
+	}
+	if err := writeFileSync(o.path+".map", b); err != nil {
+		o.dirty.Store(true)
+		return err
+	}
+	return nil
 }
 
 // writeFileSync replaces path with b atomically and durably.
@@ -480,7 +494,16 @@ func writeFileSync(path string, b []byte) error {
 // Close closes the overlay file (not the base). A non-persistent overlay
 // removes its file: a standard-mode target's writes vanish.
 func (o *Overlay) Close() error {
-	err := o.f.Close()
+	// A persistent overlay closed in order keeps every write it took,
+	// flushed or not: a client that disconnects without a last flush
+	// loses nothing.
+	var err error
+	if o.persist && o.dirty.Load() {
+		err = o.Flush(context.Background())
+	}
+	if cerr := o.f.Close(); err == nil {
+		err = cerr
+	}
 	if !o.persist {
 		os.Remove(o.path)
 		if o.quota != nil {
