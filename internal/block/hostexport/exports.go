@@ -120,6 +120,7 @@ func (v *version) device(c *hostcache.Cache) *hostcache.Device {
 type vm struct {
 	name, image string
 	busy        bool
+	idle        chan struct{}     // closed when busy is cleared
 	cur         *hostcache.Device // this boot's
 	past        hostcache.DeviceStats
 	boots       int64
@@ -401,21 +402,56 @@ func (e *Exports) Open(ctx context.Context, name, _ string) (block.Device, nbd.E
 	if m == nil {
 		return nil, nbd.ExportInfo{}, fmt.Errorf("%w %q", nbd.ErrUnknownExport, name)
 	}
-	e.mu.Lock()
-	if m.busy || e.closed {
-		e.mu.Unlock()
-		return nil, nbd.ExportInfo{}, fmt.Errorf("%w: VM %q is connected already", nbd.ErrExportBusy, name)
+	if err := e.take(ctx, m); err != nil {
+		return nil, nbd.ExportInfo{}, err
 	}
-	m.busy = true
-	e.mu.Unlock()
 	d, info, err := e.boot(ctx, m)
 	if err != nil {
 		e.mu.Lock()
-		m.busy = false
+		e.free(m)
 		e.mu.Unlock()
 		return nil, info, err
 	}
 	return d, info, nil
+}
+
+// reconnectGrace is how long a VM's new connection waits for its last
+// one to be torn down: a VM that reboots may connect again before the
+// server has noticed that its last connection ended.
+const reconnectGrace = 2 * time.Second
+
+// take marks VM m connected, waiting up to reconnectGrace for a
+// connection it has to end.
+func (e *Exports) take(ctx context.Context, m *vm) error {
+	timer := time.NewTimer(reconnectGrace)
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return fmt.Errorf("%w: the host cache is closing", nbd.ErrExportBusy)
+		}
+		if !m.busy {
+			m.busy, m.idle = true, make(chan struct{})
+			e.mu.Unlock()
+			return nil
+		}
+		idle := m.idle
+		e.mu.Unlock()
+		select {
+		case <-idle:
+		case <-timer.C:
+			return fmt.Errorf("%w: VM %q is connected already", nbd.ErrExportBusy, m.name)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// free marks VM m disconnected; e.mu is held.
+func (e *Exports) free(m *vm) {
+	m.busy = false
+	close(m.idle)
 }
 
 // boot opens a VM's device for a new boot.
@@ -477,7 +513,7 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 			errs = append(errs, c.Close())
 		}
 		e.mu.Lock()
-		m.busy = false
+		e.free(m)
 		st := cd.Stats()
 		m.past = add(m.past, st)
 		m.cur = nil

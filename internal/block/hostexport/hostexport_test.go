@@ -445,3 +445,83 @@ func TestStartWithoutUpstream(t *testing.T) {
 		t.Fatal("a start with the stream down and nothing saved succeeded")
 	}
 }
+
+// blockOf is block i of an image.
+func blockOf(p []byte, i int) []byte {
+	return p[i*digest.BlockSize : min(len(p), (i+1)*digest.BlockSize)]
+}
+
+// TestPromotedVersion: a version promoted to production is what the next
+// boot reads; its blocks that did not change stay cached, the changed
+// ones are read from the stream once, and a block written with the
+// content of another block is not read at all.
+func TestPromotedVersion(t *testing.T) {
+	ctx := context.Background()
+	v1 := content(3)
+	s := newStream(t, map[string][]byte{"golden": v1})
+	h := newHost(t, s, hostexport.WritesLocal, map[string]string{"a": "golden", "b": "golden"})
+	a := h.boot("a")
+	if !bytes.Equal(readAll(t, a), v1) {
+		t.Fatal("version 1 read wrong")
+	}
+	a.Close()
+	first := h.upstreamReads()
+	if first != int64(nonZero(v1)) {
+		t.Fatalf("version 1: %d reads of the stream for %d distinct blocks", first, nonZero(v1))
+	}
+
+	// Version 2 changes blocks 1 and 7, copies block 2 over block 9 and
+	// fills block 3, which was zero.
+	v, err := s.store.NewVersion(ctx, "golden", "patch")
+	must(t, err)
+	dev, err := s.store.OpenVersion(ctx, "golden", v.Number, true)
+	must(t, err)
+	v2 := bytes.Clone(v1)
+	other := content(4)
+	copy(blockOf(v2, 1), blockOf(other, 1))
+	copy(blockOf(v2, 7), blockOf(other, 7))
+	copy(blockOf(v2, 3), blockOf(other, 6))
+	copy(blockOf(v2, 9), blockOf(v1, 2))
+	for _, i := range []int{1, 7, 3, 9} {
+		must(t, dev.WriteAt(ctx, blockOf(v2, i), int64(i*digest.BlockSize), 0))
+	}
+	must(t, dev.Close())
+	for range 2 { // maintenance → test → production
+		_, err := s.store.Promote(ctx, "golden", v.Number)
+		must(t, err)
+	}
+
+	b := h.boot("b")
+	if !bytes.Equal(readAll(t, b), v2) {
+		t.Fatal("a boot after the promotion does not read version 2")
+	}
+	if got := h.upstreamReads() - first; got != 3 {
+		t.Fatalf("version 2 changed 3 blocks (and copied one): %d reads of the stream", got)
+	}
+}
+
+// TestImagesShareBlocks: two images that share most of their blocks; the
+// shared blocks are read from the stream and stored once.
+func TestImagesShareBlocks(t *testing.T) {
+	win := content(5)
+	office := bytes.Clone(win)
+	other := content(6)
+	for _, i := range []int{0, 11, 20} {
+		copy(blockOf(office, i), blockOf(other, i))
+	}
+	s := newStream(t, map[string][]byte{"win": win, "office": office})
+	h := newHost(t, s, hostexport.WritesLocal, map[string]string{"a": "win", "b": "office"})
+	if !bytes.Equal(readAll(t, h.boot("a")), win) || !bytes.Equal(readAll(t, h.boot("b")), office) {
+		t.Fatal("wrong bytes")
+	}
+	want := nonZero(win, office)
+	if want != nonZero(win)+3 {
+		t.Fatalf("test images share %d blocks", 2*nonZero(win)-want)
+	}
+	if got := h.upstreamReads(); got != int64(want) {
+		t.Fatalf("two images with %d distinct blocks between them: %d reads of the stream", want, got)
+	}
+	if got := h.c.Stats().Used; got != want {
+		t.Fatalf("the cache holds %d blocks for %d distinct blocks", got, want)
+	}
+}
