@@ -303,7 +303,7 @@ type HostcacheResult struct {
 	CacheSize int64           `json:"cache_size"`
 	Passes    []HostcachePass `json:"passes"`
 	// RestartReads are the central reads of the daemons' restart before
-	// persist (each reads samples of the image to name its version).
+	// persist (each reads its version's table of digests).
 	RestartReads int64             `json:"restart_central_reads"`
 	Reads        *NBDTest          `json:"warm_reads,omitempty"`
 	Figures      []HostcacheFigure `json:"figures"`

@@ -206,7 +206,7 @@ func (r *HostcacheResult) notes() []string {
 			"and a server-side write cache for each connection that writes (the baseline's VMs). Its /metrics are read every second.",
 		fmt.Sprintf("Hosts: usher hostcache, one per host (--size %d MiB, --block-size 64KiB, writes to local overlays discarded at each boot), serving its VMs over loopback TCP. "+
 			"persist is seed 003's third stage, \"Write Cache Persist\": a third Login VSI run on the read cache populated by the cold and warm runs; here the daemons are also "+
-			"stopped and started again on their cache directories first, so the cache must come back from disk (the restart read %d blocks of the stream: each daemon reads samples of the image to name its version).",
+			"stopped and started again on their cache directories first, so the cache must come back from disk (the restart read %d blocks of the image store: each daemon reads the version's table of digests, which the stream keeps in memory, and keys its blocks by them).",
 			r.CacheSize/mib, r.RestartReads),
 		fmt.Sprintf("Yardstick: nbdkit, per host its cache filter (cache-on-read=true, cache-min-block-size=64K, -t %d: usher's NBD server's requests in progress per connection) "+
 			"with its nbd plugin in front of the stream, and per VM its cow filter in front of that cache (nbdkit's cow overlay is shared by every connection of a process, so one process per VM keeps each VM's writes its own). "+
