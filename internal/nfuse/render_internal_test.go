@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/icon"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -65,7 +66,7 @@ func TestFragmentsAreWellFormed(t *testing.T) {
 }
 
 func TestDataIcons(t *testing.T) {
-	pngData := drawIcon("custom", 48)
+	pngData := icon.Draw("custom", 48)
 	uri := "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngData)
 	h := &Handler{}
 	p := &resourceParts{icon: uri}
@@ -86,15 +87,15 @@ func TestDataIcons(t *testing.T) {
 }
 
 func TestBuiltinIconsAreDeterministic(t *testing.T) {
-	a, b := drawIcon("mail", 32), drawIcon("mail", 32)
+	a, b := icon.Draw("mail", 32), icon.Draw("mail", 32)
 	if !bytes.Equal(a, b) {
 		t.Fatal("two drawings of one icon differ")
 	}
-	if bytes.Equal(a, drawIcon("chart", 32)) {
+	if bytes.Equal(a, icon.Draw("chart", 32)) {
 		t.Fatal("two icons look the same")
 	}
 	for _, size := range iconSizes {
-		img, err := png.Decode(bytes.NewReader(drawIcon("mail", size)))
+		img, err := png.Decode(bytes.NewReader(icon.Draw("mail", size)))
 		if err != nil || img.Bounds().Dx() != size {
 			t.Fatalf("size %d: %v %v", size, err, img.Bounds())
 		}
