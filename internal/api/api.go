@@ -264,6 +264,10 @@ func (s *Server) route(rt Route, h handler) {
 				s.log.WarnContext(r.Context(), "refresh the broker after an admin change", "err", err)
 			}
 		}
+		if c, ok := v.(withCookie); ok {
+			http.SetCookie(w, c.cookie)
+			v = c.v
+		}
 		switch v := v.(type) {
 		case nil:
 			w.WriteHeader(http.StatusNoContent)
@@ -290,6 +294,12 @@ var (
 	jsonType = []string{"application/json"}
 	noStore  = []string{"no-store"}
 )
+
+// withCookie is an answer v (nil: none) that sets a cookie.
+type withCookie struct {
+	v      any
+	cookie *http.Cookie
+}
 
 // file is an answer sent as a download.
 type file struct {

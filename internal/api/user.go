@@ -25,14 +25,30 @@ const UserAudience = "user"
 type LoginRequest struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
+	// SessionCookie asks for the token in an HttpOnly, SameSite=Strict
+	// cookie (SessionCookieName) instead of the answer, for the portal's
+	// pages: their scripts never hold it.
+	SessionCookie bool `json:"session_cookie,omitempty"`
 }
+
+// SessionCookieName is the cookie that carries a user's token for the
+// portal (LoginRequest.SessionCookie).
+const SessionCookieName = "usher_session"
 
 // LoginResponse carries the user's bearer token.
 type LoginResponse struct {
-	Token       string    `json:"token"`
+	Token       string    `json:"token,omitempty"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	User        string    `json:"user"`
 	DisplayName string    `json:"display_name,omitempty"`
+}
+
+// MeResponse says who the caller is.
+type MeResponse struct {
+	User        string `json:"user"`
+	DisplayName string `json:"display_name,omitempty"`
+	Domain      string `json:"domain"`
+	Site        string `json:"site"`
 }
 
 // ResourceView is a resource as its user sees it.
@@ -107,6 +123,10 @@ func (s *Server) registerUser() {
 	s.route(Route{Method: "POST", Pattern: "/api/v1/login", OperationID: "login", Tag: "user", Auth: AuthNone,
 		Summary: "Log a user on: user name and password to a short-lived bearer token",
 		Request: reflect.TypeFor[LoginRequest](), Response: reflect.TypeFor[LoginResponse]()}, s.admitted(s.login))
+	s.route(Route{Method: "POST", Pattern: "/api/v1/logout", OperationID: "logout", Tag: "user", Auth: AuthNone, Status: http.StatusNoContent,
+		Summary: "Log the portal off: clear the session cookie"}, s.logout)
+	s.route(Route{Method: "GET", Pattern: "/api/v1/me", OperationID: "whoAmI", Tag: "user", Auth: AuthUser,
+		Summary: "The user the token (or session cookie) is of, and the site", Response: reflect.TypeFor[MeResponse]()}, s.me)
 	s.route(Route{Method: "GET", Pattern: "/api/v1/resources", OperationID: "listResources", Tag: "user", Auth: AuthUser,
 		Summary:  "The applications and desktops the user may launch, with their folders",
 		Response: reflect.TypeFor[ResourcesResponse]()}, s.admitted(s.resources))
@@ -169,7 +189,27 @@ func (s *Server) login(r *http.Request) (any, error) {
 	}
 	tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: u.Name, Audience: UserAudience,
 		Expires: s.cfg.Signer.Now().Add(s.cfg.UserTokenTTL), Stamp: s.cfg.Signer.Stamp(u.PasswordHash)})
-	return LoginResponse{Token: tok, ExpiresAt: exp, User: u.Name, DisplayName: u.DisplayName}, nil
+	resp := LoginResponse{Token: tok, ExpiresAt: exp, User: u.Name, DisplayName: u.DisplayName}
+	if !req.SessionCookie {
+		return resp, nil
+	}
+	resp.Token = ""
+	return withCookie{v: resp, cookie: sessionCookie(r, tok, exp)}, nil
+}
+
+// logout clears the session cookie. The token it held stays valid until
+// it expires or the user's password changes; the browser no longer has it.
+func (s *Server) logout(r *http.Request) (any, error) {
+	c := sessionCookie(r, "", time.Time{})
+	c.MaxAge = -1
+	return withCookie{cookie: c}, nil
+}
+
+// sessionCookie is the portal's session cookie holding token until exp:
+// HttpOnly, SameSite=Strict, and Secure when the request came over TLS.
+func sessionCookie(r *http.Request, token string, exp time.Time) *http.Cookie {
+	return &http.Cookie{Name: SessionCookieName, Value: token, Path: "/", Expires: exp,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
 func (s *Server) loginUser(ctx context.Context, req LoginRequest, source string) (*site.User, error) {
@@ -183,9 +223,15 @@ func (s *Server) loginUser(ctx context.Context, req LoginRequest, source string)
 	return s.cfg.Broker.Authenticate(ctx, name, req.Password, source)
 }
 
-// authenticateUser accepts a user bearer token of an enabled user.
+// authenticateUser accepts a user token of an enabled user: a bearer
+// token, or the portal's session cookie.
 func (s *Server) authenticateUser(r *http.Request) (string, error) {
 	token := bearer(r)
+	if token == "" {
+		if c, err := r.Cookie(SessionCookieName); err == nil {
+			token = c.Value
+		}
+	}
 	if token == "" {
 		return "", errUnauthorized
 	}
@@ -199,6 +245,17 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 		return "", errUnauthorized
 	}
 	return u.Name, nil
+}
+
+func (s *Server) me(r *http.Request) (any, error) {
+	snap := s.cfg.Broker.Snapshot()
+	name := userFrom(r.Context())
+	u, _ := snap.User(name)
+	out := MeResponse{User: name, Domain: snap.Settings.Domain, Site: snap.Settings.Name}
+	if u != nil {
+		out.DisplayName = u.DisplayName
+	}
+	return out, nil
 }
 
 func (s *Server) resources(r *http.Request) (any, error) {

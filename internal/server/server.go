@@ -374,7 +374,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("GET /healthz", api.Healthz)
 	mux.Handle("GET /readyz", api.Readyz(store, log))
-	mux.Handle("GET /{$}", web.Index(brk.Snapshot))
+	portal := web.Portal()
+	mux.Handle("GET /{$}", portal)
+	mux.Handle("GET /portal/", portal)
+	mux.Handle("GET /site", web.Index(brk.Snapshot))
 	// The NFuse path is matched in any case, as Citrix clients spell it
 	// variously.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -46,7 +46,7 @@ func TestOpenDemoWithSimulator(t *testing.T) {
 		t.Fatalf("machines: got %d, want %d", got, want)
 	}
 	for path, want := range map[string]string{
-		"/healthz": "ok", "/readyz": "ready", "/": "configuration version",
+		"/healthz": "ok", "/readyz": "ready", "/site": "configuration version", "/": "/portal/portal.js",
 		"/metrics": `usher_machines{state="registered"} 57`,
 	} {
 		if code, body := get(t, s.URL()+path); code != 200 || !strings.Contains(body, want) {
