@@ -53,11 +53,19 @@ type AdminRequest struct {
 type TokenRequest struct {
 	// TTLSeconds is the token's lifetime; 0 means the server's default.
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// SessionCookie asks for the token in an HttpOnly, SameSite=Strict
+	// cookie (AdminCookieName) instead of the answer, for the console's
+	// pages: their scripts never hold it.
+	SessionCookie bool `json:"session_cookie,omitempty"`
 }
+
+// AdminCookieName is the cookie that carries an admin's token for the
+// console (TokenRequest.SessionCookie).
+const AdminCookieName = "usher_admin"
 
 // TokenResponse is a new admin bearer token. It is shown once.
 type TokenResponse struct {
-	Token     string    `json:"token"`
+	Token     string    `json:"token,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
 

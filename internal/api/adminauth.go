@@ -165,7 +165,13 @@ func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 		}
 		return adminCaller{name: name}, nil
 	}
-	if token := bearer(r); token != "" {
+	token := bearer(r)
+	if token == "" {
+		if c, err := r.Cookie(AdminCookieName); err == nil {
+			token = c.Value
+		}
+	}
+	if token != "" {
 		claims, err := s.cfg.Signer.Verify(token, AdminAudience)
 		if err != nil {
 			return adminCaller{}, errUnauthorized

@@ -266,6 +266,9 @@ func (s *Server) route(rt Route, h handler) {
 		}
 		if c, ok := v.(withCookie); ok {
 			http.SetCookie(w, c.cookie)
+			for _, more := range c.more {
+				http.SetCookie(w, more)
+			}
 			v = c.v
 		}
 		switch v := v.(type) {
@@ -299,6 +302,7 @@ var (
 type withCookie struct {
 	v      any
 	cookie *http.Cookie
+	more   []*http.Cookie
 }
 
 // file is an answer sent as a download.

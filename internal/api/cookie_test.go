@@ -129,3 +129,58 @@ func TestSessionCookie(t *testing.T) {
 		t.Fatalf("a cookie issued under the old password: %d", code)
 	}
 }
+
+// TestAdminCookie: the console's logon (an admin token in a cookie)
+// authenticates the admin API, not the user API; a user's cookie does not
+// authenticate the admin API; a cross-site change is refused.
+func TestAdminCookie(t *testing.T) {
+	f := newFixture(t)
+	c := newCookieClient(t, f.srv)
+	if code, _, body := c.do("POST", "/api/v1/login", api.LoginRequest{Username: "user0001", Password: userPassword, SessionCookie: true}); code != 200 {
+		t.Fatalf("user login: %d %s", code, body)
+	}
+	if code, _, _ := c.do("GET", "/api/v1/admin/machines?limit=1", nil); code != 401 {
+		t.Fatalf("a user's cookie on the admin API: %d", code)
+	}
+
+	a := newCookieClient(t, f.srv)
+	b, _ := json.Marshal(api.TokenRequest{SessionCookie: true})
+	req, _ := http.NewRequest("POST", f.srv.URL+"/api/v1/admin/tokens", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth("admin", adminPassword)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || strings.Contains(string(body), `"token"`) {
+		t.Fatalf("admin token as a cookie: %d %s", resp.StatusCode, body)
+	}
+	var ck *http.Cookie
+	for _, x := range resp.Cookies() {
+		if x.Name == api.AdminCookieName {
+			ck = x
+		}
+	}
+	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("admin cookie %+v: want HttpOnly, SameSite=Strict", ck)
+	}
+	if code, _, body := a.do("GET", "/api/v1/admin/machines?limit=1", nil); code != 200 {
+		t.Fatalf("the admin cookie on the admin API: %d %s", code, body)
+	}
+	if code, _, _ := a.do("GET", "/api/v1/me", nil); code != 401 {
+		t.Fatalf("the admin cookie on the user API: %d", code)
+	}
+	a.site = "cross-site"
+	if code, _, _ := a.do("DELETE", "/api/v1/admin/applications/notepad", nil); code != 403 {
+		t.Fatalf("a cross-site change with the admin cookie: %d", code)
+	}
+	a.site = "same-origin"
+	if code, _, _ := a.do("POST", "/api/v1/logout", nil); code != 204 {
+		t.Fatalf("logout: %d", code)
+	}
+	if code, _, _ := a.do("GET", "/api/v1/admin/machines?limit=1", nil); code != 401 {
+		t.Fatalf("the admin API after logout: %d", code)
+	}
+}

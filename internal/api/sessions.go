@@ -178,6 +178,9 @@ func (s *Server) registerAdmins() {
 			exp = limit
 		}
 		tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: name, Audience: AdminAudience, Expires: exp, Stamp: s.cfg.Signer.Stamp(hash)})
+		if req.SessionCookie {
+			return withCookie{v: TokenResponse{ExpiresAt: exp}, cookie: sessionCookie(r, AdminCookieName, tok, exp)}, nil
+		}
 		return TokenResponse{Token: tok, ExpiresAt: exp}, nil
 	})
 }

@@ -124,7 +124,7 @@ func (s *Server) registerUser() {
 		Summary: "Log a user on: user name and password to a short-lived bearer token",
 		Request: reflect.TypeFor[LoginRequest](), Response: reflect.TypeFor[LoginResponse]()}, s.admitted(s.login))
 	s.route(Route{Method: "POST", Pattern: "/api/v1/logout", OperationID: "logout", Tag: "user", Auth: AuthNone, Status: http.StatusNoContent,
-		Summary: "Log the portal off: clear the session cookie"}, s.logout)
+		Summary: "Log the portal or the console off: clear their session cookies"}, s.logout)
 	s.route(Route{Method: "GET", Pattern: "/api/v1/me", OperationID: "whoAmI", Tag: "user", Auth: AuthUser,
 		Summary: "The user the token (or session cookie) is of, and the site", Response: reflect.TypeFor[MeResponse]()}, s.me)
 	s.route(Route{Method: "GET", Pattern: "/api/v1/resources", OperationID: "listResources", Tag: "user", Auth: AuthUser,
@@ -194,21 +194,26 @@ func (s *Server) login(r *http.Request) (any, error) {
 		return resp, nil
 	}
 	resp.Token = ""
-	return withCookie{v: resp, cookie: sessionCookie(r, tok, exp)}, nil
+	return withCookie{v: resp, cookie: sessionCookie(r, SessionCookieName, tok, exp)}, nil
 }
 
-// logout clears the session cookie. The token it held stays valid until
-// it expires or the user's password changes; the browser no longer has it.
+// logout clears the session cookies (the portal's and the console's).
+// The tokens they held stay valid until they expire or the password
+// changes; the browser no longer has them.
 func (s *Server) logout(r *http.Request) (any, error) {
-	c := sessionCookie(r, "", time.Time{})
-	c.MaxAge = -1
-	return withCookie{cookie: c}, nil
+	var cookies []*http.Cookie
+	for _, name := range []string{SessionCookieName, AdminCookieName} {
+		c := sessionCookie(r, name, "", time.Time{})
+		c.MaxAge = -1
+		cookies = append(cookies, c)
+	}
+	return withCookie{cookie: cookies[0], more: cookies[1:]}, nil
 }
 
-// sessionCookie is the portal's session cookie holding token until exp:
-// HttpOnly, SameSite=Strict, and Secure when the request came over TLS.
-func sessionCookie(r *http.Request, token string, exp time.Time) *http.Cookie {
-	return &http.Cookie{Name: SessionCookieName, Value: token, Path: "/", Expires: exp,
+// sessionCookie is a session cookie holding token until exp: HttpOnly,
+// SameSite=Strict, and Secure when the request came over TLS.
+func sessionCookie(r *http.Request, name, token string, exp time.Time) *http.Cookie {
+	return &http.Cookie{Name: name, Value: token, Path: "/", Expires: exp,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
