@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"time"
@@ -49,6 +50,29 @@ func (s *Server) registerSessions() {
 		})
 		return out, err
 	})
+	if s.cfg.Broker != nil {
+		// What a user may do to their own session, an admin may do to
+		// anyone's: through the broker, so that the VDA hears of it.
+		for _, action := range []struct {
+			verb, op string
+			do       func(ctx context.Context, user, id string) error
+		}{{"logoff", "logoffAnySession", s.cfg.Broker.Logoff}, {"disconnect", "disconnectAnySession", s.cfg.Broker.Disconnect}} {
+			s.route(Route{Method: "POST", Pattern: base + "/{id}/" + action.verb, OperationID: action.op, Tag: "sessions", Status: http.StatusNoContent,
+				Summary: "Have the session's machine " + map[string]string{"logoff": "log it off", "disconnect": "disconnect it"}[action.verb]},
+				func(r *http.Request) (any, error) {
+					var sess site.Session
+					err := s.cfg.Store.View(r.Context(), func(tx site.Tx) (err error) {
+						sess, err = tx.Sessions().Get(r.Context(), r.PathValue("id"))
+						return err
+					})
+					if err != nil {
+						return nil, err
+					}
+					s.log.InfoContext(r.Context(), "admin session "+action.verb, "admin", adminFrom(r.Context()), "session", sess.ID, "user", sess.User)
+					return nil, action.do(r.Context(), sess.User, sess.ID)
+				})
+		}
+	}
 	s.route(Route{Method: "DELETE", Pattern: base + "/{id}", OperationID: "deleteSession", Tag: "sessions",
 		Summary: "Delete a session record", Status: http.StatusNoContent}, func(r *http.Request) (any, error) {
 		return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {

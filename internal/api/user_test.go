@@ -212,3 +212,27 @@ func TestVDAAPI(t *testing.T) {
 		f.want(f.do("POST", vdaproto.PathHeartbeat, vdaproto.Heartbeat{Machine: "office-vda-40"}, "Bearer "+cred), 401, site.EUnauthorized)
 	})
 }
+
+// TestAdminLogsSessionOff: an admin logs off any user's session through
+// the broker (the VDA hears of it), not only deletes its record; a user
+// cannot.
+func TestAdminLogsSessionOff(t *testing.T) {
+	f := newFixture(t)
+	f.registerAll()
+	tok, _ := f.login("user0001", userPassword)
+	r := f.do("POST", "/api/v1/resources/office-writer-001/launch", nil, "Bearer "+tok)
+	f.want(r, 200, "")
+	var l api.LaunchResponse
+	json.Unmarshal(r.body, &l)
+	f.want(f.do("POST", "/api/v1/admin/sessions/"+l.SessionID+"/logoff", nil, "Bearer "+tok), 401, site.EUnauthorized)
+	f.want(f.do("POST", "/api/v1/admin/sessions/nonexistent/logoff", nil), 404, site.ENotFound)
+	f.want(f.do("POST", "/api/v1/admin/sessions/"+l.SessionID+"/logoff", nil), 204, "")
+	var ss api.SessionsResponse
+	json.Unmarshal(f.do("GET", "/api/v1/sessions", nil, "Bearer "+tok).body, &ss)
+	if len(ss.Sessions) != 0 {
+		t.Fatalf("the user's sessions after an admin's logoff: %+v", ss.Sessions)
+	}
+	if got := f.control.Logoffs(); len(got) != 1 || got[0] != l.SessionID {
+		t.Fatalf("the VDA was asked to log off %v, want [%s]", got, l.SessionID)
+	}
+}
