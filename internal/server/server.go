@@ -377,6 +377,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	portal := web.Portal()
 	mux.Handle("GET /{$}", portal)
 	mux.Handle("GET /portal/", portal)
+	mux.Handle("GET /console", portal)
 	mux.Handle("GET /site", web.Index(brk.Snapshot))
 	// The NFuse path is matched in any case, as Citrix clients spell it
 	// variously.

@@ -36,8 +36,9 @@ func secure(h http.Header) {
 	h.Set("X-Frame-Options", "DENY")
 }
 
-// Portal returns the handler of the user portal: the page at "/" and its
-// assets and icons under "/portal/". Mount it on "GET /{$}" and
+// Portal returns the handler of the user portal and the console: the
+// portal's page at "/", the console's at "/console", and their assets and
+// icons under "/portal/". Mount it on "GET /{$}", "GET /console" and
 // "GET /portal/".
 func Portal() http.Handler {
 	sub, err := fs.Sub(portalFS, "portal")
@@ -45,6 +46,10 @@ func Portal() http.Handler {
 		panic("web: " + err.Error()) // the embedded tree is fixed at build time
 	}
 	page, err := fs.ReadFile(sub, "index.html")
+	if err != nil {
+		panic("web: " + err.Error())
+	}
+	console, err := fs.ReadFile(sub, "console.html")
 	if err != nil {
 		panic("web: " + err.Error())
 	}
@@ -58,9 +63,15 @@ func Portal() http.Handler {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Cache-Control", "no-cache")
 			http.ServeContent(w, r, "index.html", start, bytes.NewReader(page))
+		case r.URL.Path == "/console":
+			// The page is the same for everyone; what it shows comes
+			// from the admin API, which only admins can read.
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-cache")
+			http.ServeContent(w, r, "console.html", start, bytes.NewReader(console))
 		case strings.HasPrefix(r.URL.Path, "/portal/icons/"):
 			icons.serve(w, r, strings.TrimPrefix(r.URL.Path, "/portal/icons/"))
-		case r.URL.Path == "/portal/index.html":
+		case r.URL.Path == "/portal/index.html" || r.URL.Path == "/portal/console.html":
 			http.NotFound(w, r)
 		default:
 			w.Header().Set("Cache-Control", "no-cache")

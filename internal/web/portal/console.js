@@ -1,0 +1,389 @@
+// usher's console: a client of the admin API (/api/v1/admin) and of
+// /metrics. The admin's token is an HttpOnly cookie set by
+// POST /api/v1/admin/tokens {session_cookie: true}: this script never
+// sees it. Every text from the site is set with textContent.
+
+const $ = (id) => document.getElementById(id);
+
+const state = { admin: null, machines: [], sort: { key: "name", dir: 1 }, timer: null, prev: null, samples: [] };
+
+class APIError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+class SessionEnded extends Error {}
+
+async function call(method, path, body, headers = {}) {
+  const init = { method, credentials: "same-origin", headers: { ...headers } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let resp;
+  try { resp = await fetch(path, init); } catch (e) { throw new APIError(0, "network", "The site cannot be reached."); }
+  if (resp.status === 401 && !headers.Authorization) {
+    sessionEnded();
+  }
+  if (resp.status === 204) return null;
+  const text = await resp.text();
+  let doc = null;
+  try { doc = JSON.parse(text); } catch (e) { doc = text; }
+  if (!resp.ok) {
+    const err = (doc && doc.error) || {};
+    throw new APIError(resp.status, err.code || "", err.message || resp.statusText);
+  }
+  return doc;
+}
+
+function sessionEnded() {
+  sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
+  state.admin = null;
+  stopPolling();
+  showLogon("Your console session has ended. Log on again to go on.");
+  throw new SessionEnded();
+}
+
+const views = ["logon", "dashboard", "machines", "sessions"];
+
+function show(view) {
+  for (const v of views) $("view-" + v).hidden = v !== view;
+  const on = view !== "logon";
+  $("nav").hidden = !on;
+  $("who").hidden = !on;
+  for (const v of views.slice(1)) {
+    if (v === view) $("nav-" + v).setAttribute("aria-current", "page");
+    else $("nav-" + v).removeAttribute("aria-current");
+  }
+  document.body.dataset.view = view;
+  document.title = view[0].toUpperCase() + view.slice(1) + " · usher console";
+}
+
+function showLogon(note) {
+  $("result").hidden = true;
+  $("logon-note").textContent = note || "";
+  $("logon-note").hidden = !note;
+  show("logon");
+  $("username").focus();
+}
+
+function result(kind, text) {
+  const box = $("result");
+  box.className = "launch" + (kind === "failed" ? " failed" : "");
+  box.setAttribute("role", kind === "failed" ? "alert" : "status");
+  box.textContent = text;
+  box.hidden = false;
+}
+
+// ---- log on and off ----
+
+async function logon(ev) {
+  ev.preventDefault();
+  const name = $("username").value.trim();
+  const password = $("password").value;
+  const err = $("logon-error");
+  if (!name || !password) {
+    err.textContent = "Enter your admin name and password.";
+    return;
+  }
+  $("logon-submit").disabled = true;
+  err.textContent = "";
+  try {
+    const basic = "Basic " + btoa(String.fromCharCode(...new TextEncoder().encode(name + ":" + password)));
+    await call("POST", "/api/v1/admin/tokens", { session_cookie: true }, { Authorization: basic });
+    $("password").value = "";
+    await start();
+    const wanted = sessionStorage.getItem("usher.console.wanted") || "#/dashboard";
+    sessionStorage.removeItem("usher.console.wanted");
+    if (location.hash === wanted) route(); else location.hash = wanted;
+  } catch (e) {
+    if (e.status === 401) err.textContent = "Wrong admin name or password, or the account is locked for a while after too many failed attempts. Only the site's administrators can use the console.";
+    else if (e.status === 503 || e.status === 429) err.textContent = "Too many attempts from your computer. Wait a moment and try again.";
+    else err.textContent = e.message;
+  } finally {
+    $("logon-submit").disabled = false;
+  }
+}
+
+async function logoff() {
+  stopPolling();
+  try { await call("POST", "/api/v1/logout"); } catch (e) { /* the cookie expires anyway */ }
+  state.admin = null;
+  history.replaceState(null, "", location.pathname);
+  showLogon("You have logged off.");
+}
+
+async function start() {
+  const s = await call("GET", "/api/v1/admin/settings");
+  state.admin = true;
+  $("site-name").textContent = s.name || "";
+  $("admin-name").textContent = "Administrator";
+}
+
+// ---- the dashboard, from /metrics ----
+
+// parseMetrics reads the Prometheus text format into
+// [{name, labels: {k: v}, value}].
+function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split("\n")) {
+    if (!line || line[0] === "#") continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    if (m[3]) for (const l of m[3].matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
+    out.push({ name: m[1], labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+function sum(ms, name, match = {}) {
+  let s = 0;
+  for (const m of ms) if (m.name === name && Object.entries(match).every(([k, v]) => m.labels[k] === v)) s += m.value;
+  return s;
+}
+
+// p99 over a window: the le of the bucket where the window's 99th
+// percentile falls (an upper bound), from two scrapes' cumulative buckets.
+function p99(cur, prev, op) {
+  const name = "usher_broker_transaction_duration_seconds_bucket";
+  const buckets = cur.filter((m) => m.name === name && m.labels.operation === op)
+    .map((m) => ({ le: Number(m.labels.le), n: m.value - (prev ? sum(prev, name, { operation: op, le: m.labels.le }) : 0) }))
+    .sort((a, b) => a.le - b.le);
+  const total = buckets.length ? buckets[buckets.length - 1].n : 0;
+  if (total <= 0) return null;
+  for (const b of buckets) if (b.n >= 0.99 * total) return b.le;
+  return null;
+}
+
+function ms(seconds) {
+  if (seconds === null) return "-";
+  if (!isFinite(seconds)) return "> largest bucket";
+  return seconds < 1 ? "≤ " + +(seconds * 1000).toPrecision(3) + " ms" : "≤ " + seconds + " s";
+}
+
+async function poll() {
+  let text;
+  try {
+    const resp = await fetch("/metrics", { credentials: "same-origin" });
+    if (resp.status === 401) sessionEnded();
+    if (!resp.ok) throw new Error("HTTP " + resp.status);
+    text = await resp.text();
+    $("stale").textContent = "";
+  } catch (e) {
+    if (e instanceof SessionEnded) return;
+    $("stale").textContent = "The metrics could not be read (" + e.message + "); showing the last ones.";
+    return;
+  }
+  const now = performance.now();
+  const cur = parseMetrics(text);
+  state.samples.push({ t: now, m: cur });
+  while (state.samples.length > 16) state.samples.shift(); // 30 s at 2 s
+  const old = state.samples[0];
+  const dt = (now - old.t) / 1000;
+  const set = (id, v) => { $(id).textContent = v; };
+  set("m-registered", sum(cur, "usher_machines", { state: "registered" }));
+  set("m-unregistered", sum(cur, "usher_machines", { state: "unregistered" }));
+  set("m-maintenance", sum(cur, "usher_machines", { state: "maintenance" }));
+  set("s-active", sum(cur, "usher_sessions", { state: "active" }));
+  set("s-disconnected", sum(cur, "usher_sessions", { state: "disconnected" }));
+  set("s-pending", sum(cur, "usher_sessions", { state: "pending" }));
+  const rate = (op) => dt > 0 ? ((sum(cur, "usher_broker_transactions_total", { operation: op }) - sum(old.m, "usher_broker_transactions_total", { operation: op })) / dt).toFixed(1) : "-";
+  const delta = (name, match) => sum(cur, name, match) - sum(old.m, name, match);
+  set("window", dt > 0 ? Math.round(dt) + " s" : "-");
+  set("launch-rate", rate("launch"));
+  set("enum-rate", rate("enumerate"));
+  set("launch-p99", ms(dt > 0 ? p99(cur, old.m, "launch") : null));
+  set("enum-p99", ms(dt > 0 ? p99(cur, old.m, "enumerate") : null));
+  set("launch-nocap", delta("usher_broker_transactions_total", { operation: "launch", result: "no_capacity" }));
+  set("refused", delta("usher_broker_refused_transactions_total", {}));
+  document.body.dataset.rendered = "dashboard";
+}
+
+function startPolling() {
+  stopPolling();
+  state.samples = [];
+  poll();
+  state.timer = setInterval(poll, 2000);
+}
+
+function stopPolling() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+}
+
+// ---- machines ----
+
+async function loadMachines() {
+  const doc = await call("GET", "/api/v1/admin/machines?limit=1000");
+  state.machines = doc.items;
+  renderMachines();
+  document.body.dataset.rendered = "machines";
+}
+
+function machineValue(m, key) {
+  const v = m[key];
+  return v === undefined || v === null ? "" : v;
+}
+
+function renderMachines() {
+  const words = $("machine-filter").value.toLowerCase().split(/\s+/).filter(Boolean);
+  const { key, dir } = state.sort;
+  const list = state.machines
+    .filter((m) => words.every((w) => (m.name + " " + m.catalog + " " + m.registration + (m.maintenance ? " maintenance" : "")).toLowerCase().includes(w)))
+    .sort((a, b) => {
+      const x = machineValue(a, key), y = machineValue(b, key);
+      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir || a.name.localeCompare(b.name);
+    });
+  const rows = list.map((m) => {
+    const tr = document.createElement("tr");
+    tr.dataset.machine = m.name;
+    const cells = [
+      [m.name], [m.catalog], [m.registration], [m.load_index, true], [m.sessions || 0, true],
+      [Math.round(m.cpu_percent || 0) + " %", true], [Math.round(m.memory_percent || 0) + " %", true],
+      [m.last_heartbeat ? new Date(m.last_heartbeat).toLocaleTimeString() : "never"],
+    ];
+    for (const [text, num] of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (num) td.className = "num";
+      tr.append(td);
+    }
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = m.maintenance ? "In maintenance" : "In service";
+    b.setAttribute("aria-pressed", String(!!m.maintenance));
+    b.setAttribute("aria-label", "Maintenance of " + m.name);
+    b.addEventListener("click", () => setMaintenance(m, !m.maintenance, b));
+    td.append(b);
+    tr.append(td);
+    return tr;
+  });
+  $("machines").querySelector("tbody").replaceChildren(...rows);
+  $("machine-count").textContent = list.length === state.machines.length ? list.length + " machines" : list.length + " of " + state.machines.length + " machines";
+  for (const th of $("machines").querySelectorAll("th")) {
+    const btn = th.querySelector("button[data-sort]");
+    if (btn && btn.dataset.sort === key) th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  }
+}
+
+async function setMaintenance(m, on, button) {
+  button.disabled = true;
+  try {
+    const cur = await call("GET", "/api/v1/admin/machines/" + encodeURIComponent(m.name));
+    const body = { name: cur.name, catalog: cur.catalog, address: cur.address, maintenance: on };
+    if (cur.max_sessions) body.max_sessions = cur.max_sessions;
+    if (cur.assigned_user) body.assigned_user = cur.assigned_user;
+    await call("PUT", "/api/v1/admin/machines/" + encodeURIComponent(m.name), body);
+    result("ok", m.name + (on ? " is in maintenance: it takes no new session." : " is back in service."));
+    await loadMachines();
+  } catch (e) {
+    if (!(e instanceof SessionEnded)) result("failed", "Could not change " + m.name + ": " + e.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---- sessions ----
+
+async function searchSessions(ev) {
+  if (ev) ev.preventDefault();
+  const q = new URLSearchParams({ limit: "200" });
+  const user = $("q-user").value.trim(), machine = $("q-machine").value.trim();
+  if (user) q.set("user", user);
+  if (machine) q.set("machine", machine);
+  const doc = await call("GET", "/api/v1/admin/sessions?" + q);
+  const live = doc.items.filter((s) => s.state !== "logged-off");
+  const rows = live.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.session = s.id;
+    for (const text of [s.user, s.resource, s.machine, s.state, new Date(s.created_at).toLocaleString()]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    const td = document.createElement("td");
+    const box = document.createElement("div");
+    box.className = "buttons";
+    for (const [verb, label] of [["disconnect", "Disconnect"], ["logoff", "Log off"]]) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.setAttribute("aria-label", label + " " + s.user + " on " + s.machine);
+      if (verb === "logoff") b.className = "danger";
+      if (verb === "disconnect" && s.state !== "active") b.disabled = true;
+      b.addEventListener("click", () => confirmAction(s, verb, label));
+      box.append(b);
+    }
+    td.append(box);
+    tr.append(td);
+    return tr;
+  });
+  $("csessions").querySelector("tbody").replaceChildren(...rows);
+  $("session-count").textContent = live.length + " live sessions" + (doc.total > doc.items.length ? " among the first " + doc.items.length : "");
+  document.body.dataset.rendered = "sessions";
+}
+
+function confirmAction(s, verb, label) {
+  const dlg = $("confirm");
+  $("confirm-title").textContent = label + "?";
+  $("confirm-text").textContent = label + " " + s.user + "'s session of " + s.resource + " on " + s.machine + "?" + (verb === "logoff" ? " Unsaved work in it is lost." : "");
+  $("confirm-ok").textContent = label;
+  dlg.returnValue = "";
+  dlg.onclose = async () => {
+    if (dlg.returnValue !== "ok") return;
+    try {
+      await call("POST", "/api/v1/admin/sessions/" + encodeURIComponent(s.id) + "/" + verb);
+      result("ok", label + ": done for " + s.user + " on " + s.machine + ".");
+    } catch (e) {
+      if (!(e instanceof SessionEnded)) result("failed", label + " failed: " + e.message);
+    }
+    searchSessions().catch(() => {});
+  };
+  dlg.showModal();
+  $("confirm-cancel").focus();
+}
+
+// ---- routing ----
+
+async function route() {
+  stopPolling();
+  try {
+    if (!state.admin) await start();
+    const view = (location.hash || "#/dashboard").slice(2);
+    if (view === "machines") { show("machines"); await loadMachines(); }
+    else if (view === "sessions") { show("sessions"); await searchSessions(); }
+    else { show("dashboard"); startPolling(); }
+  } catch (e) {
+    if (!(e instanceof SessionEnded)) result("failed", e.message);
+  }
+}
+
+function init() {
+  $("logon").addEventListener("submit", logon);
+  $("logoff").addEventListener("click", logoff);
+  $("machine-filter").addEventListener("input", renderMachines);
+  $("session-search").addEventListener("submit", (ev) => searchSessions(ev).catch((e) => { if (!(e instanceof SessionEnded)) result("failed", e.message); }));
+  for (const b of document.querySelectorAll("th button[data-sort]")) {
+    b.addEventListener("click", () => {
+      const key = b.dataset.sort;
+      state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : 1 };
+      renderMachines();
+    });
+  }
+  window.addEventListener("hashchange", () => { $("result").hidden = true; if (state.admin) route(); });
+  (async () => {
+    try {
+      await start();
+    } catch (e) {
+      sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
+      if (!(e instanceof SessionEnded)) showLogon(e.status === 401 || e.status === 403 ? "" : e.message);
+      else showLogon("");
+      document.body.dataset.rendered = "logon";
+      return;
+    }
+    route();
+  })();
+}
+
+init();
