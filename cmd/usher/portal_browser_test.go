@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/auth"
+)
+
+// The browser test's tools: Debian's chromium, and the npm packages of
+// web/e2e (playwright-core, axe-core), which `npm ci` installs there.
+const (
+	chromiumPath    = "/usr/bin/chromium"
+	e2eDir          = "../../web/e2e"
+	e2eScript       = "portal.mjs"
+	e2eMinNode      = 20 // the oldest Node.js playwright-core supports
+	e2eTimeout      = 5 * time.Minute
+	e2eNpmTimeout   = 5 * time.Minute
+	e2eDemoPassword = "demo-pass-1"
+)
+
+// TestPortalInBrowser walks a user through the portal of a demo site in
+// Debian's chromium: web/e2e/portal.mjs (Playwright, axe-core) logs on,
+// searches, launches, logs a session off and logs off, on a desktop and a
+// phone screen, and saves a screenshot of every page. The tools missing,
+// the test is skipped, except under CI=true, where it fails: CI must run
+// it. scripts/test installs them.
+func TestPortalInBrowser(t *testing.T) {
+	dir, err := filepath.Abs(e2eDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := e2eTools(t, dir)
+
+	shots := os.Getenv("SCREENSHOT_DIR")
+	if shots == "" {
+		shots = filepath.Join(os.TempDir(), "usher-e2e-screenshots")
+	}
+	t.Logf("screenshots: %s", shots)
+
+	// Simulated VDAs, so that launches find a machine. Every logon comes
+	// from 127.0.0.1, and the lock-out step fails more of them than an
+	// address gets free: per-address throttling is off.
+	s := startServe(t, "--demo", "--demo-password", e2eDemoPassword, "--data", t.TempDir(),
+		"--sim-vdas", "-1", "--sim-logon-delay", "50ms", "--heartbeat-interval", "200ms", "--source-free", "0")
+	waitFor(t, "57 registered machines", func() bool {
+		return strings.Contains(metrics(t, s.url), `usher_machines{state="registered"} 57`)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, e2eScript)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"BASE_URL="+s.url,
+		"DEMO_PASSWORD="+e2eDemoPassword,
+		"SCREENSHOT_DIR="+shots,
+		"LOCKOUT_THRESHOLD="+strconv.Itoa(auth.DefaultLockoutThreshold),
+		"CHROMIUM="+chromiumPath,
+	)
+	// node and the browser it starts in a process group of their own, so
+	// that a test that runs out of time leaves no chromium behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	err = runLogged(t, cmd)
+	if ctx.Err() != nil {
+		t.Errorf("%s did not finish within %s", e2eScript, e2eTimeout)
+	}
+	if err != nil {
+		t.Logf("usher serve's log (end):\n%s", tail(s.stderr.String(), 6000))
+		t.Fatalf("%s failed (%v); screenshots in %s", e2eScript, err, shots)
+	}
+	if strings.Contains(s.stderr.String(), e2eDemoPassword) {
+		t.Fatal("the password appears in the logs")
+	}
+}
+
+// e2eTools returns node's path once node, chromium and web/e2e's npm
+// packages are there, running `npm ci` in dir when its packages are
+// missing and npm is there. Otherwise it skips the test, or under
+// CI=true fails it.
+func e2eTools(t *testing.T, dir string) string {
+	t.Helper()
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s; CI=true, where the browser test must run (scripts/test installs what it needs)", msg)
+		}
+		t.Skipf("%s (scripts/test installs what the browser test needs)", msg)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		unavailable("node is not installed")
+	}
+	out, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		unavailable("node --version: %v", err)
+	}
+	version := strings.TrimSpace(string(out))
+	major, _, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
+	if n, err := strconv.Atoi(major); err != nil || n < e2eMinNode {
+		unavailable("node is %s; playwright-core needs %d or later", version, e2eMinNode)
+	}
+	if _, err := os.Stat(chromiumPath); err != nil {
+		unavailable("chromium is not installed (%s)", chromiumPath)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
+		npm, err := exec.LookPath("npm")
+		if err != nil {
+			unavailable("%s/node_modules is missing, and npm is not installed to run npm ci", dir)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e2eNpmTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		t.Logf("npm ci in %s", dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			unavailable("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	for _, p := range []string{"playwright-core/package.json", "axe-core/axe.min.js"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
+			unavailable("%s/node_modules lacks %s: run npm ci there", dir, p)
+		}
+	}
+	return node
+}
+
+// runLogged runs cmd with its output, line by line, in the test's log.
+func runLogged(t *testing.T, cmd *exec.Cmd) error {
+	t.Helper()
+	r, w := io.Pipe()
+	cmd.Stdout, cmd.Stderr = w, w
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			t.Log(sc.Text())
+		}
+		io.Copy(io.Discard, r) // a line too long for the scanner
+	}()
+	err := cmd.Run()
+	w.Close()
+	<-done
+	return err
+}

@@ -1,0 +1,771 @@
+// End-to-end test of usher's user portal in a real browser: Playwright
+// (playwright-core, no test runner) drives Debian's chromium through the
+// portal of a demo site, checks every page with axe-core, and saves a
+// screenshot of each page.
+//
+// cmd/usher's TestPortalInBrowser runs it against an `usher serve --demo`
+// with simulated VDAs and per-address throttling off (every logon here
+// comes from 127.0.0.1, and the lock-out step alone fails more of them
+// than an address gets free). To run it by hand against such a site:
+//
+//	BASE_URL=http://127.0.0.1:8080 DEMO_PASSWORD=... node portal.mjs
+//
+// Environment:
+//
+//	BASE_URL            the site, e.g. http://127.0.0.1:8080 (required)
+//	DEMO_PASSWORD       the demo users' password (required)
+//	SCREENSHOT_DIR      where screenshots go (default: $TMPDIR/usher-e2e-screenshots)
+//	LOCKOUT_THRESHOLD   failed logons that lock an account out (default 10)
+//	RENDER_BUDGET_MS    the apps page's first render after logon must take less (default 300)
+//	CHROMIUM            the browser (default /usr/bin/chromium)
+//	TIMEOUT_MS          the bound of every wait (default 10000)
+//
+// It prints each step's name and outcome, and exits 1 at the first
+// failure, after a screenshot of the page as it was (failure.png).
+
+import assert from 'node:assert/strict';
+import { mkdir, readFile, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const require = createRequire(import.meta.url);
+
+const env = process.env;
+if (!env.BASE_URL || !env.DEMO_PASSWORD) {
+  console.error('portal.mjs: set BASE_URL and DEMO_PASSWORD (see the comment at the top)');
+  process.exit(2);
+}
+const base = new URL(env.BASE_URL);
+const origin = base.origin;
+const password = env.DEMO_PASSWORD;
+const shots = env.SCREENSHOT_DIR || path.join(os.tmpdir(), 'usher-e2e-screenshots');
+const lockoutThreshold = Number(env.LOCKOUT_THRESHOLD || 10);
+const renderBudget = Number(env.RENDER_BUDGET_MS || 300);
+const timeout = Number(env.TIMEOUT_MS || 10000);
+const executablePath = env.CHROMIUM || '/usr/bin/chromium';
+
+// Demo users: one for the happy path, one for a wrong password, one to
+// lock out (used nowhere else, as its lock lasts ten minutes).
+const user = 'user0001';
+const wrongPasswordUser = 'user0998';
+const lockedUser = 'user0999';
+const wrongPassword = 'not-the-password';
+
+const axeSource = await readFile(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+// ---- steps ----
+
+let passed = 0;
+let current = '';
+
+async function step(name, fn) {
+  current = name;
+  console.log(`-- ${name}`);
+  const start = Date.now();
+  await fn();
+  assertNothingExternal();
+  assertNoPageErrors();
+  passed++;
+  console.log(`   ok (${Date.now() - start} ms)`);
+}
+
+function info(msg) {
+  console.log(`   ${msg}`);
+}
+
+// ---- browser, contexts, pages ----
+
+// Requests to other hosts than the site's own, blocked: the portal must
+// fetch nothing from outside.
+const external = [];
+// Uncaught exceptions in the portal's scripts, and CSP violations.
+const pageErrors = [];
+// Set while axe-core is injected: a Content-Security-Policy that blocks
+// its inline script tag reports that, and the report is not the portal's.
+let injecting = false;
+
+function assertNothingExternal() {
+  assert.deepEqual(external, [], `the portal asked for resources of other hosts: ${external.join(', ')}`);
+}
+
+function assertNoPageErrors() {
+  assert.deepEqual(pageErrors, [], `the page reported errors:\n  ${pageErrors.join('\n  ')}`);
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  headless: true,
+  timeout: 3 * timeout,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+info(`chromium ${browser.version()} (${executablePath}); site ${origin}; screenshots in ${shots}`);
+await mkdir(shots, { recursive: true });
+await rm(path.join(shots, 'failure.png'), { force: true });
+
+let lastPage = null;
+
+// newPage opens a page in a new context (its own cookies) with the
+// external-request guard and the error listeners.
+async function newPage(options = {}) {
+  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 }, ...options });
+  context.setDefaultTimeout(timeout);
+  context.setDefaultNavigationTimeout(timeout);
+  await context.route('**/*', (route) => {
+    const url = new URL(route.request().url());
+    if ((url.protocol === 'http:' || url.protocol === 'https:' || url.protocol === 'ws:' || url.protocol === 'wss:') &&
+        url.host !== base.host) {
+      external.push(url.href);
+      return route.abort('blockedbyclient');
+    }
+    return route.fallback();
+  });
+  return watch(await context.newPage());
+}
+
+// watch adds the error listeners to a page.
+function watch(page) {
+  page.on('pageerror', (err) => pageErrors.push(`uncaught: ${err.message}`));
+  page.on('console', (msg) => {
+    if (msg.type() !== 'error') {
+      return;
+    }
+    const text = msg.text();
+    // The browser logs every answer of 4xx or 5xx (a 401 is how the portal
+    // learns that nobody is logged on); the steps check the ones they expect.
+    if (/^Failed to load resource: the server responded with a status of/.test(text)) {
+      return;
+    }
+    if (injecting && /Content Security Policy/i.test(text) && /inline script/i.test(text)) {
+      return;
+    }
+    if (/Content Security Policy/i.test(text)) {
+      pageErrors.push(`CSP: ${text}`);
+    } else {
+      info(`(console error: ${text})`);
+    }
+  });
+  lastPage = page; // the one a failure's screenshot shows
+  return page;
+}
+
+async function screenshot(page, name, fullPage = true) {
+  const file = path.join(shots, `${name}.png`);
+  await page.screenshot({ path: file, fullPage, timeout });
+  info(`screenshot ${file}`);
+}
+
+// axe injects axe-core and fails on violations of impact serious or
+// critical; it prints the others.
+async function axe(page, what) {
+  const hasAxe = () => page.evaluate(() => typeof window.axe === 'object');
+  if (!(await hasAxe())) {
+    injecting = true;
+    try {
+      // A Content-Security-Policy without 'unsafe-inline' blocks the tag
+      // (as it should); evaluating the source through the debugger is not
+      // subject to it.
+      const blocked = await page.addScriptTag({ content: axeSource }).then(() => null, (err) => err);
+      if (!(await hasAxe())) {
+        if (blocked && !/Content Security Policy/i.test(blocked.message)) {
+          info(`(axe: addScriptTag: ${blocked.message.split('\n')[0]})`);
+        }
+        await page.evaluate(axeSource);
+      }
+      await page.waitForTimeout(100); // for the blocked tag's console report
+    } finally {
+      injecting = false;
+    }
+  }
+  const violations = await within(3 * timeout, `axe.run on the ${what}`, page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => ({
+      id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl,
+      nodes: v.nodes.map((n) => `${n.target.join(' ')}: ${n.failureSummary?.replace(/\s+/g, ' ')}`),
+    }));
+  }));
+  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  for (const v of violations) {
+    info(`axe ${what}: ${v.impact} ${v.id}: ${v.help} (${v.helpUrl})`);
+    for (const n of v.nodes.slice(0, 5)) {
+      info(`    ${n}`);
+    }
+    if (v.nodes.length > 5) {
+      info(`    ... and ${v.nodes.length - 5} more`);
+    }
+  }
+  assert.equal(bad.length, 0, `axe found ${bad.length} serious or critical violations on the ${what}: ${bad.map((v) => v.id).join(', ')}`);
+  info(`axe ${what}: no serious or critical violations (${violations.length} minor or moderate)`);
+}
+
+// ---- the portal's parts (its DOM contract) ----
+
+const logonForm = (page) => page.locator('form#logon');
+const userNameInput = (page) => logonForm(page).getByLabel('User name', { exact: true });
+const passwordInput = (page) => logonForm(page).getByLabel('Password', { exact: true });
+const logonButton = (page) => logonForm(page).getByRole('button', { name: 'Log on', exact: true });
+const logonError = (page) => page.locator('#logon-error');
+const header = (page) => page.locator('header');
+const headerLogoff = (page) => header(page).getByRole('button', { name: 'Log off', exact: true });
+const nav = (page) => page.getByRole('navigation', { name: 'Portal' });
+const resources = (page) => page.locator('ul#resources > li.resource');
+const launchResult = (page) => page.locator('#launch-result');
+const sessionRows = (page) => page.locator('table#sessions tr[data-session]');
+const confirmDialog = (page) => page.locator('dialog#confirm');
+
+// loggedOut waits for the logon form, and for no logged-on header.
+async function loggedOut(page) {
+  await logonForm(page).waitFor({ state: 'visible' });
+  assert.equal(await headerLogoff(page).isVisible(), false, 'the header\'s Log off button shows while logged out');
+}
+
+// submitLogon fills the logon form and submits it, and waits for the
+// portal's answer to come back from the server.
+async function submitLogon(page, username, pw) {
+  await userNameInput(page).fill(username);
+  await passwordInput(page).fill(pw);
+  const answered = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname.endsWith('/login'));
+  await logonButton(page).click();
+  return answered;
+}
+
+// logonAlert waits until the logon error alert says what re matches.
+async function logonAlert(page, re) {
+  const alert = logonError(page);
+  await alert.waitFor({ state: 'visible' });
+  assert.equal(await alert.getAttribute('role'), 'alert', '#logon-error has no role="alert"');
+  await page.waitForFunction(([sel, src, flags]) => new RegExp(src, flags).test(document.querySelector(sel)?.textContent ?? ''),
+    ['#logon-error', re.source, re.flags], { timeout });
+  return (await alert.textContent()).trim();
+}
+
+// rendered waits until the portal says it rendered what (body's
+// data-rendered), and returns window.usherRenderMs.
+async function rendered(page, what) {
+  await page.waitForFunction((w) => document.body.dataset.rendered === w, what, { timeout });
+  return page.evaluate(() => window.usherRenderMs);
+}
+
+// forgetRendered clears body's data-rendered, so that the next render can
+// be waited for.
+function forgetRendered(page) {
+  return page.evaluate(() => document.body.removeAttribute('data-rendered'));
+}
+
+// logOn logs user on through the form and waits for the apps page.
+async function logOn(page, username = user) {
+  await forgetRendered(page);
+  const resp = await submitLogon(page, username, password);
+  assert.equal(resp.status(), 200, `logon of ${username} answered ${resp.status()}`);
+  await headerLogoff(page).waitFor({ state: 'visible' });
+}
+
+// api calls the user API from the page, as the portal does (the
+// HttpOnly cookie goes along; the script never sees it).
+function api(page, method, urlPath) {
+  return within(timeout, `${method} ${urlPath}`, page.evaluate(async ([m, u]) => {
+    const r = await fetch(u, { method: m, credentials: 'same-origin', headers: { Accept: 'application/json' } });
+    const text = await r.text();
+    let json = null;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      // not JSON
+    }
+    return { status: r.status, json, text: text.slice(0, 2000) };
+  }, [method, urlPath]));
+}
+
+// within bounds a promise that has no timeout of its own (page.evaluate).
+async function within(ms, what, promise) {
+  let timer;
+  const expired = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// sessionsShown waits for the sessions page: its table, or, when the user
+// has no session left, the portal's word that it rendered it.
+async function sessionsShown(page) {
+  await page.waitForFunction(() => location.hash === '#/sessions' &&
+    (document.querySelector('table#sessions')?.checkVisibility() || document.body.dataset.rendered === 'sessions'), null, { timeout });
+  assert.equal(await logonForm(page).isVisible(), false, 'the logon form still shows');
+}
+
+async function hash(page) {
+  return new URL(page.url()).hash;
+}
+
+// ---- the scenario ----
+
+const ctx = {}; // what later steps need from earlier ones
+
+async function scenario() {
+  const page = await newPage();
+
+  await step('logon page: the form, no inline scripts, screenshot, axe', async () => {
+    await page.goto(`${origin}/`);
+    await loggedOut(page);
+    assert.equal(await userNameInput(page).getAttribute('name'), 'username');
+    assert.equal(await passwordInput(page).getAttribute('name'), 'password');
+    assert.equal(await passwordInput(page).getAttribute('type'), 'password');
+    const scripts = await page.evaluate(() => [...document.scripts].map((s) => s.src || `inline: ${s.textContent.slice(0, 60)}`));
+    for (const s of scripts) {
+      assert.ok(!s.startsWith('inline'), `the portal page has an inline script (${s})`);
+      assert.ok(new URL(s).pathname.startsWith('/portal/'), `script ${s} is not under /portal/`);
+    }
+    info(`scripts: ${scripts.map((s) => new URL(s).pathname).join(', ') || 'none'}`);
+    await screenshot(page, 'logon');
+    await axe(page, 'logon page');
+  });
+
+  await step('wrong password: the alert says so, nobody is logged on', async () => {
+    const resp = await submitLogon(page, wrongPasswordUser, wrongPassword);
+    assert.equal(resp.status(), 401, `a wrong password answered ${resp.status()}`);
+    const text = await logonAlert(page, /Wrong user name or password/);
+    info(`alert: "${text}"`);
+    await loggedOut(page);
+    await screenshot(page, 'logon-wrong-password');
+  });
+
+  await step(`lock-out: ${lockoutThreshold} wrong passwords lock ${lockedUser} out; the right one is then refused as locked`, async () => {
+    for (let i = 1; i <= lockoutThreshold; i++) {
+      const resp = await submitLogon(page, lockedUser, `${wrongPassword}-${i}`);
+      assert.notEqual(resp.status(), 200, `wrong password ${i} logged on`);
+      assert.notEqual(resp.status(), 429, `wrong password ${i} was throttled: serve the site with --source-free 0`);
+    }
+    const resp = await submitLogon(page, lockedUser, password);
+    assert.notEqual(resp.status(), 200, `${lockedUser} logged on with the right password after ${lockoutThreshold} wrong ones`);
+    const text = await logonAlert(page, /locked/i);
+    info(`alert: "${text}"`);
+    await loggedOut(page);
+    await screenshot(page, 'logon-locked');
+  });
+
+  await step(`log on as ${user}: the apps page, its header and nav, render time`, async () => {
+    const clickedAt = await page.evaluate(() => performance.now());
+    await logOn(page);
+    const ms = await rendered(page, 'apps');
+    const seen = await page.evaluate((t) => performance.now() - t, clickedAt);
+    info(`apps page rendered: window.usherRenderMs = ${ms} ms (the test saw ${Math.round(seen)} ms from filling the form)`);
+    assert.equal(typeof ms, 'number', `window.usherRenderMs is ${typeof ms}, not a number`);
+    assert.ok(Number.isFinite(ms) && ms >= 0, `window.usherRenderMs is ${ms}`);
+    assert.ok(ms < renderBudget, `the apps page took ${ms} ms to render after logon; the budget is ${renderBudget} ms`);
+    assert.equal(await hash(page), '#/apps');
+
+    const name = (await page.locator('#user-name').textContent()).trim();
+    info(`#user-name: "${name}"`);
+    assert.match(name, /0001/, `#user-name shows "${name}", not user0001's name`);
+    await logonForm(page).waitFor({ state: 'hidden' });
+    const n = nav(page);
+    assert.equal(await n.getByRole('link', { name: 'Apps', exact: true }).getAttribute('href'), '#/apps');
+    assert.equal(await n.getByRole('link', { name: 'Sessions', exact: true }).getAttribute('href'), '#/sessions');
+    assert.equal(await page.locator('main#main').count(), 1, 'no <main id="main">');
+  });
+
+  await step('apps page: every resource listed, screenshot, axe', async () => {
+    const r = await api(page, 'GET', '/api/v1/resources');
+    assert.equal(r.status, 200, `GET /api/v1/resources from the page: ${r.status} ${r.text}`);
+    ctx.resources = r.json.resources;
+    const listed = await resources(page).evaluateAll((els) => els.map((el) => ({
+      name: el.dataset.name,
+      displayName: el.querySelector('.resource-name')?.textContent.trim(),
+    })));
+    info(`${listed.length} resources listed (${ctx.resources.filter((x) => x.kind === 'application').length} applications)`);
+    assert.ok(listed.length >= 400, `${listed.length} resources listed; the demo site has 400 applications`);
+    assert.deepEqual(listed.map((x) => x.name).sort(), ctx.resources.map((x) => x.name).sort(), 'the list is not the user\'s resources');
+    const byName = new Map(ctx.resources.map((x) => [x.name, x]));
+    for (const x of listed) {
+      assert.equal(x.displayName, byName.get(x.name).display_name, `${x.name} shows "${x.displayName}"`);
+    }
+    // One button per resource, named after it.
+    const first = listed.find((x) => byName.get(x.name).kind === 'application');
+    const item = page.locator(`ul#resources > li.resource[data-name="${cssString(first.name)}"]`);
+    await item.getByRole('button', { name: `Open ${first.displayName}`, exact: true }).waitFor({ state: 'visible' });
+    await screenshot(page, 'apps', false);
+    await axe(page, 'apps page');
+  });
+
+  await step('session cookie: HttpOnly, SameSite=Strict, out of the scripts\' reach', async () => {
+    const cookies = await page.context().cookies(origin);
+    const c = cookies.find((x) => x.name === 'usher_session');
+    assert.ok(c, `no usher_session cookie; cookies: ${cookies.map((x) => x.name).join(', ') || 'none'}`);
+    assert.equal(c.httpOnly, true, 'usher_session is not HttpOnly');
+    assert.equal(c.sameSite, 'Strict', `usher_session is SameSite=${c.sameSite}`);
+    assert.equal(await page.evaluate(() => document.cookie.includes('usher_session')), false, 'document.cookie shows usher_session');
+    info(`usher_session: HttpOnly, SameSite=${c.sameSite}, path ${c.path}, expires ${new Date(c.expires * 1000).toISOString()}`);
+  });
+
+  await step('/console and the admin API: not for a user', async () => {
+    const admin = await api(page, 'GET', '/api/v1/admin/site');
+    assert.ok([401, 403].includes(admin.status), `GET /api/v1/admin/site with ${user}'s session answered ${admin.status}`);
+    const r = await api(page, 'GET', '/console');
+    info(`GET /console as ${user}: ${r.status}`);
+    if (r.status !== 200) {
+      assert.ok([401, 403, 404].includes(r.status), `GET /console as a user answered ${r.status}`);
+      return;
+    }
+    // A console page for everyone is fine if it gives a user nothing: it
+    // must ask for an admin's logon or say no, and the admin API must
+    // refuse the user's session.
+    const consolePage = watch(await page.context().newPage());
+    const adminAnswers = [];
+    consolePage.on('response', (resp) => {
+      if (new URL(resp.url()).pathname.startsWith('/api/v1/admin/')) {
+        adminAnswers.push(`${resp.request().method()} ${new URL(resp.url()).pathname} ${resp.status()}`);
+      }
+    });
+    await consolePage.goto(`${origin}/console`);
+    const refused = consolePage.getByText(/not (an )?admin|admins? only|administrators|forbidden|not allowed|denied|permission/i);
+    const adminLogon = consolePage.locator('input[type="password"]');
+    await refused.or(adminLogon).first().waitFor({ state: 'visible' });
+    info(`the console shows ${await adminLogon.isVisible() ? 'an admin logon' : 'a refusal'}; admin API: ${adminAnswers.join(', ') || 'not called'}`);
+    for (const a of adminAnswers) {
+      assert.match(a, / 40[13]$/, `the console got an admin API answer with ${user}'s session: ${a}`);
+    }
+    await screenshot(consolePage, 'console-as-user');
+    await consolePage.close();
+    lastPage = page;
+  });
+
+  await step('search: typing hides what does not match', async () => {
+    const all = ctx.resources;
+    const haystack = (x) => [x.display_name, x.name, x.folder, x.description].filter(Boolean).join('\n').toLowerCase();
+    // The word of an application's display name that the fewest resources
+    // mention anywhere.
+    let best = null;
+    for (const x of all.filter((r) => r.kind === 'application')) {
+      for (const word of x.display_name.split(/[^\p{L}\p{N}]+/u).filter((w) => w.length >= 4)) {
+        const hits = all.filter((r) => haystack(r).includes(word.toLowerCase())).length;
+        if (!best || hits < best.hits) {
+          best = { word, hits, target: x };
+        }
+      }
+    }
+    assert.ok(best, 'no application has a display name to search for');
+    const query = best.word;
+    const mayShow = new Set(all.filter((r) => haystack(r).includes(query.toLowerCase())).map((r) => r.name));
+    const mustShow = all.filter((r) => r.display_name.toLowerCase().includes(query.toLowerCase())).map((r) => r.name);
+    ctx.target = best.target;
+    info(`searching "${query}": ${mustShow.length} display names have it, ${mayShow.size} resources mention it; ${all.length} in all`);
+
+    const search = page.getByLabel('Search', { exact: true });
+    assert.equal(await search.getAttribute('type'), 'search');
+    assert.equal(await search.getAttribute('id'), 'search');
+    await search.click();
+    await search.pressSequentially(query);
+    await page.waitForFunction(([sel, n]) => {
+      const shown = [...document.querySelectorAll(sel)].filter((el) => !el.hidden);
+      return shown.length > 0 && shown.length <= n;
+    }, ['ul#resources > li.resource', mayShow.size], { timeout });
+    const shown = await resources(page).evaluateAll((els) => els.filter((el) => !el.hidden).map((el) => el.dataset.name));
+    info(`${shown.length} shown: ${shown.slice(0, 10).join(', ')}`);
+    for (const name of shown) {
+      assert.ok(mayShow.has(name), `${name} is shown, and nothing of it mentions "${query}"`);
+    }
+    for (const name of mustShow) {
+      assert.ok(shown.includes(name), `${name} is hidden, and its display name has "${query}"`);
+    }
+    const hidden = await resources(page).evaluateAll((els) => els.filter((el) => el.hasAttribute('hidden')).length);
+    assert.equal(hidden, all.length - shown.length, 'the items that do not match lack the hidden attribute');
+    assert.ok(await page.locator(`ul#resources > li.resource[data-name="${cssString(ctx.target.name)}"]`).isVisible(),
+      `${ctx.target.name} is not visible`);
+    await screenshot(page, 'apps-search', false);
+  });
+
+  await step('launch: the result names host and protocol, and an .rdp file downloads', async () => {
+    const t = ctx.target;
+    const item = page.locator(`ul#resources > li.resource[data-name="${cssString(t.name)}"]`);
+    const launched = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname.endsWith('/launch'));
+    const downloaded = page.waitForEvent('download', { timeout });
+    await item.getByRole('button', { name: `Open ${t.display_name}`, exact: true }).click();
+    const resp = await launched;
+    assert.equal(resp.status(), 200, `launch answered ${resp.status()}`);
+    try {
+      const j = await resp.json();
+      ctx.sessionID = j.session_id;
+      ctx.machine = j.machine;
+    } catch {
+      // the portal asked for the launch file itself (format=rdp)
+    }
+
+    const download = await downloaded;
+    const file = download.suggestedFilename();
+    const content = await readFile(await download.path(), 'utf8');
+    info(`downloaded ${file} (${content.length} bytes)`);
+    assert.match(file, /\.rdp$/, `the download is ${file}, not an .rdp file`);
+    const address = content.match(/^full address:s:(.+?)\r?$/m);
+    assert.ok(address, `the launch file has no "full address:s:" line:\n${content}`);
+    const host = address[1].replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+    const ticket = content.match(/^loadbalanceinfo:s:(.*?)\r?$/m);
+    // Never print a ticket: only that it is there.
+    info(`full address ${address[1]}; ${ticket ? `ticket line present (${ticket[1].length} characters)` : 'no ticket line'}`);
+
+    const result = launchResult(page);
+    await result.waitFor({ state: 'visible' });
+    assert.equal(await result.getAttribute('role'), 'status', '#launch-result has no role="status"');
+    await page.waitForFunction(([h]) => {
+      const text = document.querySelector('#launch-result')?.textContent ?? '';
+      return text.includes(h) && /rdp/i.test(text);
+    }, [host], { timeout });
+    info(`#launch-result: "${(await result.textContent()).replace(/\s+/g, ' ').trim()}"`);
+    const link = page.locator('a#launch-file');
+    assert.equal((await link.textContent()).trim(), 'Download launch file');
+    assert.notEqual(await link.getAttribute('download'), null, 'a#launch-file has no download attribute');
+    assert.ok(await link.getAttribute('href'), 'a#launch-file has no href');
+    await screenshot(page, 'apps-launched', false);
+  });
+
+  await step('launch failure: an alert and "Try again", which launches', async () => {
+    const t = ctx.target;
+    // The broker answers as it does when every machine is full.
+    const fail = (route) => {
+      if (route.request().method() !== 'POST') {
+        return route.fallback();
+      }
+      return route.fulfill({
+        status: 503, contentType: 'application/json',
+        body: JSON.stringify({ error: { code: 'no_capacity', message: `no available machine for "${t.display_name}"` } }),
+      });
+    };
+    const launchURL = (u) => /\/launch$/.test(u.pathname);
+    await page.route(launchURL, fail);
+    const failed = page.waitForResponse((r) => r.request().method() === 'POST' && launchURL(new URL(r.url())));
+    const item = page.locator(`ul#resources > li.resource[data-name="${cssString(t.name)}"]`);
+    await item.getByRole('button', { name: `Open ${t.display_name}`, exact: true }).click();
+    await failed;
+    const alert = page.locator('#launch-result[role="alert"], #launch-result [role="alert"]');
+    await alert.first().waitFor({ state: 'visible' });
+    const text = (await alert.first().textContent()).replace(/\s+/g, ' ').trim();
+    info(`alert: "${text}"`);
+    assert.ok(text.length > 0, 'the launch failure alert is empty');
+    const again = launchResult(page).getByRole('button', { name: 'Try again', exact: true });
+    await again.waitFor({ state: 'visible' });
+    await screenshot(page, 'apps-launch-failed', false);
+    await axe(page, 'apps page, failed launch');
+
+    await page.unroute(launchURL, fail);
+    const relaunched = page.waitForResponse((r) => r.request().method() === 'POST' && launchURL(new URL(r.url())));
+    await again.click();
+    const resp = await relaunched;
+    assert.equal(resp.status(), 200, `"Try again" launch answered ${resp.status()}`);
+    await page.waitForFunction(() => {
+      const el = document.querySelector('#launch-result');
+      return el && el.getAttribute('role') === 'status' && !el.querySelector('[role="alert"]') && /rdp/i.test(el.textContent);
+    }, null, { timeout });
+    info(`#launch-result: "${(await launchResult(page).textContent()).replace(/\s+/g, ' ').trim()}"`);
+    // Clear the search for the steps that follow.
+    await page.getByLabel('Search', { exact: true }).fill('');
+  });
+
+  await step('sessions page: the session is listed, screenshot, axe', async () => {
+    await nav(page).getByRole('link', { name: 'Sessions', exact: true }).click();
+    await page.waitForFunction(() => location.hash === '#/sessions', null, { timeout });
+    await page.locator('table#sessions').waitFor({ state: 'visible' });
+    const t = ctx.target;
+    const row = await sessionRow(page);
+    ctx.sessionID = await row.getAttribute('data-session');
+    const cells = (await row.locator('td, th').allTextContents()).map((s) => s.replace(/\s+/g, ' ').trim());
+    info(`session ${ctx.sessionID}: ${cells.join(' | ')}`);
+    const text = cells.join(' ');
+    assert.ok(text.includes(t.display_name) || text.includes(t.name), `the row does not name ${t.display_name}`);
+    if (ctx.machine) {
+      assert.ok(text.includes(ctx.machine), `the row does not name the machine ${ctx.machine}`);
+    }
+    for (const name of ['Reconnect', 'Disconnect', 'Log off']) {
+      await rowButton(row, name).waitFor({ state: 'visible' });
+    }
+    await screenshot(page, 'sessions');
+    await axe(page, 'sessions page');
+  });
+
+  await step('sessions page: Log off asks first; Cancel keeps the session', async () => {
+    const row = page.locator(`table#sessions tr[data-session="${cssString(ctx.sessionID)}"]`);
+    await rowButton(row, 'Log off').click();
+    const dialog = confirmDialog(page);
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await dialog.evaluate((d) => d.open), true, 'dialog#confirm is not open');
+    await screenshot(page, 'sessions-confirm');
+    await axe(page, 'sessions page, confirm dialog');
+    await dialog.getByRole('button', { name: 'Cancel', exact: true }).click();
+    await dialog.waitFor({ state: 'hidden' });
+    assert.equal(await row.count(), 1, 'Cancel logged the session off');
+  });
+
+  await step('sessions page: confirming Log off ends the session', async () => {
+    const id = ctx.sessionID;
+    const row = page.locator(`table#sessions tr[data-session="${cssString(id)}"]`);
+    await rowButton(row, 'Log off').click();
+    const dialog = confirmDialog(page);
+    await dialog.waitFor({ state: 'visible' });
+    const loggedOff = page.waitForResponse((r) => r.request().method() === 'POST' && /\/logoff$/.test(new URL(r.url()).pathname));
+    await dialog.getByRole('button', { name: 'Log off', exact: true }).click();
+    const resp = await loggedOff;
+    assert.ok(resp.status() < 300, `logoff answered ${resp.status()}`);
+    await dialog.waitFor({ state: 'hidden' });
+    await page.waitForFunction((sid) => {
+      const tr = [...document.querySelectorAll('table#sessions tr[data-session]')].find((r) => r.dataset.session === sid);
+      return !tr || /\bended\b|logged off/i.test(tr.textContent);
+    }, id, { timeout });
+    info(`session ${id} is gone from the list (or ended)`);
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      const r = await api(page, 'GET', '/api/v1/sessions');
+      const s = r.json?.sessions?.find((x) => x.id === id);
+      if (!s || s.state === 'ended') {
+        break;
+      }
+      assert.ok(Date.now() < deadline, `the API still lists session ${id} as ${s.state}`);
+      await page.waitForTimeout(200);
+    }
+    await screenshot(page, 'sessions-logged-off');
+  });
+
+  await step('expired session: the logon form, then back to #/sessions', async () => {
+    await nav(page).getByRole('link', { name: 'Apps', exact: true }).click();
+    await page.waitForFunction(() => location.hash === '#/apps', null, { timeout });
+    await page.context().clearCookies();
+    await nav(page).getByRole('link', { name: 'Sessions', exact: true }).click();
+    await loggedOut(page);
+    await screenshot(page, 'logon-expired');
+    await logOn(page);
+    await sessionsShown(page);
+  });
+
+  await step('invalid session cookie on arrival: the logon form, then #/sessions', async () => {
+    const c = (await page.context().cookies(origin)).find((x) => x.name === 'usher_session');
+    assert.ok(c, 'no usher_session cookie after logging on again');
+    await page.context().addCookies([{ ...c, value: 'not-a-token' }]);
+    await page.goto('about:blank');
+    await page.goto(`${origin}/#/sessions`);
+    await loggedOut(page);
+    await logOn(page);
+    await sessionsShown(page);
+  });
+
+  await step('Log off in the header: the logon form, and the API answers 401', async () => {
+    const loggedOff = page.waitForResponse((r) => r.request().method() === 'POST' && /\/logout$/.test(new URL(r.url()).pathname));
+    await headerLogoff(page).click();
+    await loggedOff;
+    await loggedOut(page);
+    const r = await api(page, 'GET', '/api/v1/sessions');
+    assert.equal(r.status, 401, `GET /api/v1/sessions after Log off: ${r.status}`);
+    const left = (await page.context().cookies(origin)).filter((x) => x.name === 'usher_session' && x.value !== '');
+    assert.deepEqual(left, [], 'the usher_session cookie is still there');
+    await screenshot(page, 'logon-after-logoff');
+  });
+  await page.context().close();
+
+  await step('phone (390x844): the apps page has no horizontal scrolling', async () => {
+    const phone = await newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 3, isMobile: true, hasTouch: true });
+    await phone.goto(`${origin}/`);
+    await loggedOut(phone);
+    await screenshot(phone, 'logon-phone', false);
+    await logOn(phone);
+    await rendered(phone, 'apps');
+    const [scrollWidth, innerWidth] = await phone.evaluate(() => [document.scrollingElement.scrollWidth, window.innerWidth]);
+    info(`scrollWidth ${scrollWidth}, innerWidth ${innerWidth}`);
+    assert.ok(scrollWidth <= 390, `the apps page is ${scrollWidth} px wide on a 390 px phone`);
+    await screenshot(phone, 'apps-phone', false);
+    await phone.context().close();
+  });
+
+  await step('keyboard: Tab reaches User name, Password and Log on in order; Enter logs on', async () => {
+    const kb = await newPage();
+    await kb.goto(`${origin}/`);
+    await loggedOut(kb);
+    const focused = () => kb.evaluate(() => {
+      const el = document.activeElement;
+      if (!el || el === document.body) {
+        return 'body';
+      }
+      if (el.name === 'username' || el.name === 'password') {
+        return el.name;
+      }
+      if ((el.tagName === 'BUTTON' || el.type === 'submit') && (el.textContent || el.value).trim() === 'Log on') {
+        return 'logon';
+      }
+      return `${el.tagName.toLowerCase()}${el.id ? `#${el.id}` : ''}`;
+    });
+    // An autofocused User name counts as reached.
+    const seen = [await focused()];
+    for (let i = 0; i < 15 && !seen.includes('logon'); i++) {
+      await kb.keyboard.press('Tab');
+      seen.push(await focused());
+    }
+    info(`focus: ${seen.join(' -> ')}`);
+    const at = (x) => seen.indexOf(x);
+    assert.ok(at('username') >= 0, 'Tab never reaches User name');
+    assert.ok(at('password') > at('username'), 'Tab does not reach Password after User name');
+    assert.ok(at('logon') > at('password'), 'Tab does not reach Log on after Password');
+
+    // Logging on with the keyboard alone.
+    await kb.reload();
+    await loggedOut(kb);
+    for (let i = 0; i < 15 && (await focused()) !== 'username'; i++) {
+      await kb.keyboard.press('Tab');
+    }
+    assert.equal(await focused(), 'username');
+    await kb.keyboard.type(user);
+    await kb.keyboard.press('Tab');
+    assert.equal(await focused(), 'password', 'Tab from User name does not go to Password');
+    await kb.keyboard.type(password);
+    await forgetRendered(kb);
+    await kb.keyboard.press('Enter');
+    await rendered(kb, 'apps');
+    await headerLogoff(kb).waitFor({ state: 'visible' });
+    await kb.context().close();
+  });
+}
+
+// sessionRow waits for the row of the launched session: by its ID when
+// the launch answer gave it, else the one naming the resource.
+async function sessionRow(page) {
+  if (ctx.sessionID) {
+    const row = page.locator(`table#sessions tr[data-session="${cssString(ctx.sessionID)}"]`);
+    await row.waitFor({ state: 'visible' });
+    return row;
+  }
+  const t = ctx.target;
+  const row = sessionRows(page).filter({ hasText: t.display_name }).first();
+  await row.waitFor({ state: 'visible' });
+  return row;
+}
+
+// rowButton is a session row's button whose accessible name is label, or
+// starts with it ("Log off Code Editor").
+function rowButton(row, label) {
+  return row.getByRole('button', { name: new RegExp(`^${label}\\b`) });
+}
+
+// cssString escapes s for a CSS attribute selector's quoted value.
+function cssString(s) {
+  return s.replace(/["\\]/g, '\\$&');
+}
+
+let failed = false;
+try {
+  await scenario();
+} catch (err) {
+  failed = true;
+  console.log(`FAIL ${current}`);
+  console.log(err.stack || String(err));
+  if (lastPage && !lastPage.isClosed()) {
+    console.log(`   page: ${lastPage.url()}`);
+    await screenshot(lastPage, 'failure').catch((e) => console.log(`   (no failure screenshot: ${e.message})`));
+  }
+  if (pageErrors.length > 0) {
+    console.log(`   page errors:\n     ${pageErrors.join('\n     ')}`);
+  }
+} finally {
+  await browser.close();
+}
+console.log(`portal e2e: ${passed} passed, ${failed ? 1 : 0} failed`);
+process.exit(failed ? 1 : 0);
