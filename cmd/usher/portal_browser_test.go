@@ -17,12 +17,11 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 )
 
-// The browser test's tools: Debian's chromium, and the npm packages of
+// The browser tests' tools: Debian's chromium, and the npm packages of
 // web/e2e (playwright-core, axe-core), which `npm ci` installs there.
 const (
 	chromiumPath    = "/usr/bin/chromium"
 	e2eDir          = "../../web/e2e"
-	e2eScript       = "portal.mjs"
 	e2eMinNode      = 20 // the oldest Node.js playwright-core supports
 	e2eTimeout      = 5 * time.Minute
 	e2eNpmTimeout   = 5 * time.Minute
@@ -36,52 +35,72 @@ const (
 // the test is skipped, except under CI=true, where it fails: CI must run
 // it. scripts/test installs them.
 func TestPortalInBrowser(t *testing.T) {
+	e := newE2E(t)
+	// The lock-out step fails as many logons as lock an account out.
+	e.run(t, "portal.mjs", "LOCKOUT_THRESHOLD="+strconv.Itoa(auth.DefaultLockoutThreshold))
+}
+
+// e2e is a demo site for a browser test, and the tools to drive it.
+type e2e struct {
+	node  string // node's path
+	dir   string // web/e2e, absolute
+	shots string // where the scripts save screenshots
+	site  *serveProc
+}
+
+// newE2E finds the browser tests' tools (skipping the test without them,
+// failing it under CI=true) and starts the demo site the scripts expect:
+// simulated VDAs, so that launches find a machine, all 57 of them
+// registered, and per-address throttling off, as every logon comes from
+// 127.0.0.1.
+func newE2E(t *testing.T) *e2e {
+	t.Helper()
 	dir, err := filepath.Abs(e2eDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := e2eTools(t, dir)
-
-	shots := os.Getenv("SCREENSHOT_DIR")
-	if shots == "" {
-		shots = filepath.Join(os.TempDir(), "usher-e2e-screenshots")
+	e := &e2e{node: e2eTools(t, dir), dir: dir, shots: os.Getenv("SCREENSHOT_DIR")}
+	if e.shots == "" {
+		e.shots = filepath.Join(os.TempDir(), "usher-e2e-screenshots")
 	}
-	t.Logf("screenshots: %s", shots)
-
-	// Simulated VDAs, so that launches find a machine. Every logon comes
-	// from 127.0.0.1, and the lock-out step fails more of them than an
-	// address gets free: per-address throttling is off.
-	s := startServe(t, "--demo", "--demo-password", e2eDemoPassword, "--data", t.TempDir(),
+	t.Logf("screenshots: %s", e.shots)
+	e.site = startServe(t, "--demo", "--demo-password", e2eDemoPassword, "--data", t.TempDir(),
 		"--sim-vdas", "-1", "--sim-logon-delay", "50ms", "--heartbeat-interval", "200ms", "--source-free", "0")
 	waitFor(t, "57 registered machines", func() bool {
-		return strings.Contains(metrics(t, s.url), `usher_machines{state="registered"} 57`)
+		return strings.Contains(metrics(t, e.site.url), `usher_machines{state="registered"} 57`)
 	})
+	return e
+}
 
+// run runs script, one of web/e2e's, against the site with env added to
+// its environment, its output in the test's log, and fails the test when
+// it fails, or when the demo password shows in the site's logs.
+func (e *e2e) run(t *testing.T, script string, env ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, e2eScript)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"BASE_URL="+s.url,
+	cmd := exec.CommandContext(ctx, e.node, script)
+	cmd.Dir = e.dir
+	cmd.Env = append(append(os.Environ(),
+		"BASE_URL="+e.site.url,
 		"DEMO_PASSWORD="+e2eDemoPassword,
-		"SCREENSHOT_DIR="+shots,
-		"LOCKOUT_THRESHOLD="+strconv.Itoa(auth.DefaultLockoutThreshold),
+		"SCREENSHOT_DIR="+e.shots,
 		"CHROMIUM="+chromiumPath,
-	)
+	), env...)
 	// node and the browser it starts in a process group of their own, so
 	// that a test that runs out of time leaves no chromium behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
-	err = runLogged(t, cmd)
+	err := runLogged(t, cmd)
 	if ctx.Err() != nil {
-		t.Errorf("%s did not finish within %s", e2eScript, e2eTimeout)
+		t.Errorf("%s did not finish within %s", script, e2eTimeout)
 	}
 	if err != nil {
-		t.Logf("usher serve's log (end):\n%s", tail(s.stderr.String(), 6000))
-		t.Fatalf("%s failed (%v); screenshots in %s", e2eScript, err, shots)
+		t.Logf("usher serve's log (end):\n%s", tail(e.site.stderr.String(), 6000))
+		t.Fatalf("%s failed (%v); screenshots in %s", script, err, e.shots)
 	}
-	if strings.Contains(s.stderr.String(), e2eDemoPassword) {
+	if strings.Contains(e.site.stderr.String(), e2eDemoPassword) {
 		t.Fatal("the password appears in the logs")
 	}
 }

@@ -10,41 +10,23 @@
 //
 //	BASE_URL=http://127.0.0.1:8080 DEMO_PASSWORD=... node portal.mjs
 //
-// Environment:
+// Environment (besides lib.mjs's BASE_URL, DEMO_PASSWORD, SCREENSHOT_DIR,
+// CHROMIUM and TIMEOUT_MS):
 //
-//	BASE_URL            the site, e.g. http://127.0.0.1:8080 (required)
-//	DEMO_PASSWORD       the demo users' password (required)
-//	SCREENSHOT_DIR      where screenshots go (default: $TMPDIR/usher-e2e-screenshots)
 //	LOCKOUT_THRESHOLD   failed logons that lock an account out (default 10)
 //	RENDER_BUDGET_MS    the apps page's first render after logon must take less (default 300)
-//	CHROMIUM            the browser (default /usr/bin/chromium)
-//	TIMEOUT_MS          the bound of every wait (default 10000)
 //
 // It prints each step's name and outcome, and exits 1 at the first
 // failure, after a screenshot of the page as it was (failure.png).
 
 import assert from 'node:assert/strict';
-import { mkdir, readFile, rm } from 'node:fs/promises';
-import { createRequire } from 'node:module';
-import os from 'node:os';
-import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { readFile } from 'node:fs/promises';
+import {
+  api, axe, cssString, env, info, newPage, origin, password, run, screenshot, showOnFailure, step, timeout, watch,
+} from './lib.mjs';
 
-const require = createRequire(import.meta.url);
-
-const env = process.env;
-if (!env.BASE_URL || !env.DEMO_PASSWORD) {
-  console.error('portal.mjs: set BASE_URL and DEMO_PASSWORD (see the comment at the top)');
-  process.exit(2);
-}
-const base = new URL(env.BASE_URL);
-const origin = base.origin;
-const password = env.DEMO_PASSWORD;
-const shots = env.SCREENSHOT_DIR || path.join(os.tmpdir(), 'usher-e2e-screenshots');
 const lockoutThreshold = Number(env.LOCKOUT_THRESHOLD || 10);
 const renderBudget = Number(env.RENDER_BUDGET_MS || 300);
-const timeout = Number(env.TIMEOUT_MS || 10000);
-const executablePath = env.CHROMIUM || '/usr/bin/chromium';
 
 // Demo users: one for the happy path, one for a wrong password, one to
 // lock out (used nowhere else, as its lock lasts ten minutes).
@@ -52,153 +34,6 @@ const user = 'user0001';
 const wrongPasswordUser = 'user0998';
 const lockedUser = 'user0999';
 const wrongPassword = 'not-the-password';
-
-const axeSource = await readFile(require.resolve('axe-core/axe.min.js'), 'utf8');
-
-// ---- steps ----
-
-let passed = 0;
-let current = '';
-
-async function step(name, fn) {
-  current = name;
-  console.log(`-- ${name}`);
-  const start = Date.now();
-  await fn();
-  assertNothingExternal();
-  assertNoPageErrors();
-  passed++;
-  console.log(`   ok (${Date.now() - start} ms)`);
-}
-
-function info(msg) {
-  console.log(`   ${msg}`);
-}
-
-// ---- browser, contexts, pages ----
-
-// Requests to other hosts than the site's own, blocked: the portal must
-// fetch nothing from outside.
-const external = [];
-// Uncaught exceptions in the portal's scripts, and CSP violations.
-const pageErrors = [];
-// Set while axe-core is injected: a Content-Security-Policy that blocks
-// its inline script tag reports that, and the report is not the portal's.
-let injecting = false;
-
-function assertNothingExternal() {
-  assert.deepEqual(external, [], `the portal asked for resources of other hosts: ${external.join(', ')}`);
-}
-
-function assertNoPageErrors() {
-  assert.deepEqual(pageErrors, [], `the page reported errors:\n  ${pageErrors.join('\n  ')}`);
-}
-
-const browser = await chromium.launch({
-  executablePath,
-  headless: true,
-  timeout: 3 * timeout,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
-info(`chromium ${browser.version()} (${executablePath}); site ${origin}; screenshots in ${shots}`);
-await mkdir(shots, { recursive: true });
-await rm(path.join(shots, 'failure.png'), { force: true });
-
-let lastPage = null;
-
-// newPage opens a page in a new context (its own cookies) with the
-// external-request guard and the error listeners.
-async function newPage(options = {}) {
-  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 800 }, ...options });
-  context.setDefaultTimeout(timeout);
-  context.setDefaultNavigationTimeout(timeout);
-  await context.route('**/*', (route) => {
-    const url = new URL(route.request().url());
-    if ((url.protocol === 'http:' || url.protocol === 'https:' || url.protocol === 'ws:' || url.protocol === 'wss:') &&
-        url.host !== base.host) {
-      external.push(url.href);
-      return route.abort('blockedbyclient');
-    }
-    return route.fallback();
-  });
-  return watch(await context.newPage());
-}
-
-// watch adds the error listeners to a page.
-function watch(page) {
-  page.on('pageerror', (err) => pageErrors.push(`uncaught: ${err.message}`));
-  page.on('console', (msg) => {
-    if (msg.type() !== 'error') {
-      return;
-    }
-    const text = msg.text();
-    // The browser logs every answer of 4xx or 5xx (a 401 is how the portal
-    // learns that nobody is logged on); the steps check the ones they expect.
-    if (/^Failed to load resource: the server responded with a status of/.test(text)) {
-      return;
-    }
-    if (injecting && /Content Security Policy/i.test(text) && /inline script/i.test(text)) {
-      return;
-    }
-    if (/Content Security Policy/i.test(text)) {
-      pageErrors.push(`CSP: ${text}`);
-    } else {
-      info(`(console error: ${text})`);
-    }
-  });
-  lastPage = page; // the one a failure's screenshot shows
-  return page;
-}
-
-async function screenshot(page, name, fullPage = true) {
-  const file = path.join(shots, `${name}.png`);
-  await page.screenshot({ path: file, fullPage, timeout });
-  info(`screenshot ${file}`);
-}
-
-// axe injects axe-core and fails on violations of impact serious or
-// critical; it prints the others.
-async function axe(page, what) {
-  const hasAxe = () => page.evaluate(() => typeof window.axe === 'object');
-  if (!(await hasAxe())) {
-    injecting = true;
-    try {
-      // A Content-Security-Policy without 'unsafe-inline' blocks the tag
-      // (as it should); evaluating the source through the debugger is not
-      // subject to it.
-      const blocked = await page.addScriptTag({ content: axeSource }).then(() => null, (err) => err);
-      if (!(await hasAxe())) {
-        if (blocked && !/Content Security Policy/i.test(blocked.message)) {
-          info(`(axe: addScriptTag: ${blocked.message.split('\n')[0]})`);
-        }
-        await page.evaluate(axeSource);
-      }
-      await page.waitForTimeout(100); // for the blocked tag's console report
-    } finally {
-      injecting = false;
-    }
-  }
-  const violations = await within(3 * timeout, `axe.run on the ${what}`, page.evaluate(async () => {
-    const r = await window.axe.run(document, { resultTypes: ['violations'] });
-    return r.violations.map((v) => ({
-      id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl,
-      nodes: v.nodes.map((n) => `${n.target.join(' ')}: ${n.failureSummary?.replace(/\s+/g, ' ')}`),
-    }));
-  }));
-  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  for (const v of violations) {
-    info(`axe ${what}: ${v.impact} ${v.id}: ${v.help} (${v.helpUrl})`);
-    for (const n of v.nodes.slice(0, 5)) {
-      info(`    ${n}`);
-    }
-    if (v.nodes.length > 5) {
-      info(`    ... and ${v.nodes.length - 5} more`);
-    }
-  }
-  assert.equal(bad.length, 0, `axe found ${bad.length} serious or critical violations on the ${what}: ${bad.map((v) => v.id).join(', ')}`);
-  info(`axe ${what}: no serious or critical violations (${violations.length} minor or moderate)`);
-}
 
 // ---- the portal's parts (its DOM contract) ----
 
@@ -260,35 +95,6 @@ async function logOn(page, username = user) {
   const resp = await submitLogon(page, username, password);
   assert.equal(resp.status(), 200, `logon of ${username} answered ${resp.status()}`);
   await headerLogoff(page).waitFor({ state: 'visible' });
-}
-
-// api calls the user API from the page, as the portal does (the
-// HttpOnly cookie goes along; the script never sees it).
-function api(page, method, urlPath) {
-  return within(timeout, `${method} ${urlPath}`, page.evaluate(async ([m, u]) => {
-    const r = await fetch(u, { method: m, credentials: 'same-origin', headers: { Accept: 'application/json' } });
-    const text = await r.text();
-    let json = null;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      // not JSON
-    }
-    return { status: r.status, json, text: text.slice(0, 2000) };
-  }, [method, urlPath]));
-}
-
-// within bounds a promise that has no timeout of its own (page.evaluate).
-async function within(ms, what, promise) {
-  let timer;
-  const expired = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, expired]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 // sessionsShown waits for the sessions page: its table, or, when the user
@@ -432,7 +238,7 @@ async function scenario() {
     }
     await screenshot(consolePage, 'console-as-user');
     await consolePage.close();
-    lastPage = page;
+    showOnFailure(page);
   });
 
   await step('search: typing hides what does not match', async () => {
@@ -745,27 +551,4 @@ function rowButton(row, label) {
   return row.getByRole('button', { name: new RegExp(`^${label}\\b`) });
 }
 
-// cssString escapes s for a CSS attribute selector's quoted value.
-function cssString(s) {
-  return s.replace(/["\\]/g, '\\$&');
-}
-
-let failed = false;
-try {
-  await scenario();
-} catch (err) {
-  failed = true;
-  console.log(`FAIL ${current}`);
-  console.log(err.stack || String(err));
-  if (lastPage && !lastPage.isClosed()) {
-    console.log(`   page: ${lastPage.url()}`);
-    await screenshot(lastPage, 'failure').catch((e) => console.log(`   (no failure screenshot: ${e.message})`));
-  }
-  if (pageErrors.length > 0) {
-    console.log(`   page errors:\n     ${pageErrors.join('\n     ')}`);
-  }
-} finally {
-  await browser.close();
-}
-console.log(`portal e2e: ${passed} passed, ${failed ? 1 : 0} failed`);
-process.exit(failed ? 1 : 0);
+run('portal e2e', 'failure', scenario);
