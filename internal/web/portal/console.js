@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 
-const state = { admin: null, machines: [], sort: { key: "name", dir: 1 }, timer: null, prev: null, samples: [] };
+const state = { admin: null, machines: [], sort: { key: "name", dir: 1 }, timer: null, samples: [], polls: 0 };
 
 class APIError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
@@ -62,6 +62,7 @@ function showLogon(note) {
   $("logon-note").textContent = note || "";
   $("logon-note").hidden = !note;
   show("logon");
+  document.body.dataset.rendered = "logon";
   $("username").focus();
 }
 
@@ -161,6 +162,9 @@ function ms(seconds) {
 }
 
 async function poll() {
+  // A scrape that comes back after the dashboard was left (or polling
+  // restarted) is dropped.
+  const gen = state.polls;
   let text;
   try {
     const resp = await fetch("/metrics", { credentials: "same-origin" });
@@ -173,6 +177,7 @@ async function poll() {
     $("stale").textContent = "The metrics could not be read (" + e.message + "); showing the last ones.";
     return;
   }
+  if (gen !== state.polls || document.body.dataset.view !== "dashboard") return;
   const now = performance.now();
   const cur = parseMetrics(text);
   state.samples.push({ t: now, m: cur });
@@ -206,6 +211,7 @@ function startPolling() {
 }
 
 function stopPolling() {
+  state.polls++;
   if (state.timer) clearInterval(state.timer);
   state.timer = null;
 }
