@@ -119,9 +119,12 @@ func TestServeDemo(t *testing.T) {
 	if code, _ := get(t, s.url+"/readyz", "", ""); code != 200 {
 		t.Fatalf("/readyz: %d", code)
 	}
-	code, body := get(t, s.url+"/", "", "")
+	code, body := get(t, s.url+"/site", "", "")
 	if code != 200 || !strings.Contains(string(body), "usher demo") || !strings.Contains(string(body), "400") {
-		t.Fatalf("index page: %d %s", code, body)
+		t.Fatalf("site page: %d %s", code, body)
+	}
+	if code, body := get(t, s.url+"/", "", ""); code != 200 || !strings.Contains(string(body), `src="/portal/portal.js"`) {
+		t.Fatalf("portal page: %d %.300s", code, body)
 	}
 	code, body = get(t, s.url+"/api/v1/admin/applications?limit=10", "admin", "demo-pass-1")
 	var page struct {
