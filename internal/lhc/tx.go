@@ -43,6 +43,17 @@ func (t *outageTx) Admins() site.Collection[site.Admin] { return refusing(t.Tx.A
 
 func (t *outageTx) Sessions() site.Sessions { return journaling{t.Tx.Sessions(), t} }
 
+// History is refused, reads too: the change history is the site DB's,
+// which the local copy does not hold.
+func (t *outageTx) History() site.ChangeHistory { return refusedHistory{t.refuse} }
+
+type refusedHistory struct{ refuse func() error }
+
+func (h refusedHistory) Record(context.Context, ...site.ChangeRecord) error { return h.refuse() }
+func (h refusedHistory) List(context.Context, site.ChangeFilter, site.ListOptions) (site.Page[site.ChangeRecord], error) {
+	return site.Page[site.ChangeRecord]{}, h.refuse()
+}
+
 // journaling notes the sessions written through it.
 type journaling struct {
 	site.Sessions

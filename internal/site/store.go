@@ -111,6 +111,11 @@ type Tx interface {
 	SetMachineCredential(ctx context.Context, machine string, c MachineCredential) error
 
 	Sessions() Sessions
+	// History is the site's change history: who changed what, when.
+	// Whoever changes the configuration or an admin account records it
+	// there in the same transaction (RecordPlan); the store records
+	// nothing by itself.
+	History() ChangeHistory
 	Admins() Collection[Admin]
 	// Brokers are the brokers of the site as each last reported itself:
 	// runtime state, which moves no version.

@@ -52,6 +52,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestChangeHistoryKeep(t *testing.T) {
+	storetest.RunChangeHistoryKeep(t, func(t *testing.T, keep int) site.Store {
+		return MustOpenWith(t, pgtest.DSN(t), pgstore.Options{ChangeHistoryKeep: keep})
+	})
+}
+
 // TestConformanceWithoutPreparedStatements runs the suite with the
 // statements sent unprepared, in one round trip each, as behind a pooler
 // that keeps no prepared statements (default_query_exec_mode=exec in the

@@ -64,6 +64,9 @@ type Options struct {
 	// AnswerTimeout bounds the wait for the answer to one round trip; 0
 	// means DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
+	// ChangeHistoryKeep is the most change records kept (site.ChangeHistory);
+	// 0 means site.ChangeHistoryKeep.
+	ChangeHistoryKeep int
 }
 
 // Store is a site database in a PostgreSQL schema.
@@ -82,6 +85,7 @@ type Store struct {
 	stop   chan struct{} // closed by Close
 
 	answerTimeout time.Duration
+	historyKeep   int
 	lost          atomic.Pointer[lostDB] // nil while the database answers
 
 	mu     sync.Mutex     // orders ending.Add before Close's ending.Wait
@@ -135,7 +139,8 @@ func open(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 
 	s := &Store{target: describe(cfg.ConnConfig), secret: secrets(cfg.ConnConfig), stop: make(chan struct{}),
-		answerTimeout: cmp.Or(max(opts.AnswerTimeout, 0), DefaultAnswerTimeout)}
+		answerTimeout: cmp.Or(max(opts.AnswerTimeout, 0), DefaultAnswerTimeout),
+		historyKeep:   cmp.Or(max(opts.ChangeHistoryKeep, 0), site.ChangeHistoryKeep)}
 	s.log = opts.Logger.With(logKeyDatabase, s.target)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

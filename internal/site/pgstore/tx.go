@@ -57,6 +57,9 @@ type tx struct {
 	// objects written (changes) under the new version.
 	configChanged bool
 	changes       map[site.ConfigChange]bool
+	// history holds the change records of History().Record, which commit
+	// writes after the version moves.
+	history []historyRow
 	// broken is the error that aborted the transaction: PostgreSQL refuses
 	// every statement after a failed one, and Update commits nothing.
 	broken error
@@ -202,7 +205,7 @@ func (t *tx) commit(ctx context.Context) error {
 	if t.broken != nil {
 		return fmt.Errorf("transaction rolled back after a failed statement: %w", t.broken)
 	}
-	if t.conn == nil || !t.wrote {
+	if t.conn == nil && len(t.history) == 0 || !t.wrote {
 		return nil
 	}
 	if t.bulk && len(t.pending) > 0 {
@@ -213,10 +216,22 @@ func (t *tx) commit(ctx context.Context) error {
 			return fmt.Errorf("commit: %w", err)
 		}
 	}
-	qs := t.pending
+	var qs []*pgx.QueuedQuery
+	if t.conn == nil {
+		// Only change records to write: the transaction begins here.
+		qs = append(qs, &pgx.QueuedQuery{SQL: t.beginSQL()})
+	}
+	qs = append(qs, t.pending...)
 	t.pending = nil
 	if t.configChanged {
 		qs = append(qs, t.versionQueries()...)
+	}
+	if len(t.history) > 0 {
+		hq, err := t.historyQueries()
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		qs = append(qs, hq...)
 	}
 	if err := t.roundTrip(ctx, append(qs, commitQuery())); err != nil {
 		t.broken = t.s.dbErr(ctx, t.conn, err)

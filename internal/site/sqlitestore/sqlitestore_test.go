@@ -35,6 +35,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestChangeHistoryKeep(t *testing.T) {
+	storetest.RunChangeHistoryKeep(t, func(t *testing.T, keep int) site.Store {
+		s, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "site.db"), sqlitestore.Options{ChangeHistoryKeep: keep})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
 func TestPath(t *testing.T) {
 	// Characters that mean something in a URI are part of the name.
 	path := filepath.Join(t.TempDir(), "my site?mode=ro#1%20.db")

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -45,6 +46,9 @@ type Options struct {
 	// BusyTimeout is how long a statement waits for a lock another process
 	// holds before it fails with EUnavailable; 0 means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// ChangeHistoryKeep is the most change records kept (site.ChangeHistory);
+	// 0 means site.ChangeHistoryKeep.
+	ChangeHistoryKeep int
 }
 
 // Store is a site database in one SQLite file.
@@ -56,6 +60,7 @@ type Store struct {
 	closed atomic.Bool
 
 	writeStmts, readStmts *stmtCache
+	historyKeep           int
 }
 
 var _ site.Store = (*Store)(nil)
@@ -79,6 +84,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s := &Store{
 		path: path,
 		log:  opts.Logger.With(logKeyPath, path),
+
+		historyKeep: cmp.Or(max(opts.ChangeHistoryKeep, 0), site.ChangeHistoryKeep),
 	}
 
 	if err := ownerOnly(path); err != nil {
@@ -209,7 +216,7 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 	if err != nil {
 		return s.beginErr(err)
 	}
-	tx := &tx{tx: sqlTx, cache: s.writeStmts}
+	tx := &tx{tx: sqlTx, cache: s.writeStmts, historyKeep: s.historyKeep}
 	committed := false
 	defer s.writeStmts.prepareWanted() // after the rollback below: the connection is free
 	defer func() {
@@ -228,6 +235,11 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 	}
 	if tx.configChanged {
 		if err := tx.moveVersion(ctx); err != nil {
+			return err
+		}
+	}
+	if len(tx.history) > 0 {
+		if err := tx.writeHistory(ctx); err != nil {
 			return err
 		}
 	}

@@ -26,6 +26,10 @@ type tx struct {
 	// objects written (changes) under the new version.
 	configChanged bool
 	changes       map[site.ConfigChange]bool
+	// history holds the change records of History().Record, which
+	// Update writes at commit, once the version has moved.
+	history     []historyRow
+	historyKeep int
 	// pinVersion, when set, is the configuration version to leave at
 	// commit (site.LocalCopy.SetConfigVersion).
 	pinVersion int64

@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Transactions", testTransactions},
 		{"ConfigVersion", testConfigVersion},
 		{"ConfigChanges", testConfigChanges},
+		{"ChangeHistory", testChangeHistory},
 		{"Settings", testSettings},
 		{"MachineStatus", testMachineStatus},
 		{"Sessions", testSessions},
