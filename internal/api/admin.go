@@ -134,6 +134,7 @@ func (s *Server) registerAdmin() {
 	s.registerAdmins()
 	s.registerMachineCredentials()
 	s.registerLockouts()
+	s.registerChanges()
 }
 
 func register[T any](s *Server, c collection[T]) {

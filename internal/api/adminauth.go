@@ -36,6 +36,10 @@ func adminFrom(ctx context.Context) string {
 	return a.name
 }
 
+// adminActor is the authenticated admin as the change history names the
+// author of a change.
+func adminActor(ctx context.Context) string { return site.AdminActor(adminFrom(ctx)) }
+
 // adminTokenExpiry returns the expiry of the token the admin came with,
 // zero when the admin gave a password.
 func adminTokenExpiry(ctx context.Context) time.Time {

@@ -86,7 +86,7 @@ func deleteMachine(s *Server, r *http.Request, name string) error {
 		}
 	}
 	if s.cfg.Broker != nil {
-		return s.cfg.Broker.DeleteMachine(r.Context(), name, force)
+		return s.cfg.Broker.DeleteMachine(r.Context(), name, force, adminActor(r.Context()))
 	}
 	if force {
 		return site.Errorf(site.EInvalid, "force needs a broker to end the sessions")

@@ -7,8 +7,9 @@ import (
 )
 
 // mutate changes the configuration with fn in one transaction, with the
-// whole-site checks of site.Mutate, then runs then (when not nil) in the
-// same transaction. With a broker it starts from the configuration the
+// whole-site checks of site.Mutate, records the change in the site's
+// change history as the calling admin's, then runs then (when not nil) in
+// the same transaction. With a broker it starts from the configuration the
 // broker serves, which costs no read of the site while the site DB is
 // still at its version, and once committed hands the broker the new
 // configuration, so that the change is served at once without reading
@@ -31,6 +32,9 @@ func (s *Server) mutate(ctx context.Context, fn func(*site.Config) error, then f
 	err := s.cfg.Store.Update(ctx, func(tx site.Tx) error {
 		var err error
 		if m, err = site.MutateFrom(ctx, tx, base, version, fn); err != nil {
+			return err
+		}
+		if err := site.RecordPlan(ctx, tx, adminActor(ctx), m.Plan); err != nil {
 			return err
 		}
 		if then != nil {

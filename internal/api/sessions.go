@@ -120,8 +120,11 @@ func (s *Server) registerAdmins() {
 			if err := tx.Admins().Create(r.Context(), a); err != nil {
 				return err
 			}
-			a, err = tx.Admins().Get(r.Context(), a.Name)
-			return err
+			if a, err = tx.Admins().Get(r.Context(), a.Name); err != nil {
+				return err
+			}
+			return tx.History().Record(r.Context(), site.ChangeRecord{Actor: adminActor(r.Context()), Op: site.OpCreate,
+				Kind: site.KindAdmin, Name: a.Name})
 		})
 		return a, err
 	})
@@ -150,7 +153,11 @@ func (s *Server) registerAdmins() {
 				return err
 			}
 			a.PasswordHash = hash
-			return tx.Admins().Update(r.Context(), a)
+			if err := tx.Admins().Update(r.Context(), a); err != nil {
+				return err
+			}
+			return tx.History().Record(r.Context(), site.ChangeRecord{Actor: adminActor(r.Context()), Op: site.OpUpdate,
+				Kind: site.KindAdmin, Name: a.Name, Fields: []string{"password_hash"}})
 		})
 	})
 	s.route(Route{Method: "DELETE", Pattern: base + "/{name}", OperationID: "deleteAdmin", Tag: "admins",
@@ -167,7 +174,15 @@ func (s *Server) registerAdmins() {
 			if p.Total <= 1 {
 				return site.Errorf(site.EConflict, "cannot delete the last admin account")
 			}
-			return tx.Admins().Delete(r.Context(), name)
+			a, err := tx.Admins().Get(r.Context(), name)
+			if err != nil {
+				return err
+			}
+			if err := tx.Admins().Delete(r.Context(), a.Name); err != nil {
+				return err
+			}
+			return tx.History().Record(r.Context(), site.ChangeRecord{Actor: adminActor(r.Context()), Op: site.OpDelete,
+				Kind: site.KindAdmin, Name: a.Name})
 		})
 	})
 	s.route(Route{Method: "POST", Pattern: adminPrefix + "/tokens", OperationID: "createToken", Tag: "admins",

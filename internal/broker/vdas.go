@@ -575,9 +575,10 @@ func (b *Broker) Reconnect(ctx context.Context, user, id, clientName string) (*L
 // DeleteMachine deletes a machine from the configuration. A machine with
 // live sessions is refused with EConflict, which counts them, unless force:
 // then its VDA is asked to log each off (whatever it answers) and they end
-// in the site DB in the delete's transaction. ENotFound for an unknown
-// machine.
-func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) error {
+// in the site DB in the delete's transaction. The delete is recorded in
+// the site's change history as actor's (site.ChangeRecord.Actor).
+// ENotFound for an unknown machine.
+func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool, actor string) error {
 	if force {
 		b.logoffAll(ctx, name)
 	}
@@ -613,7 +614,10 @@ func (b *Broker) DeleteMachine(ctx context.Context, name string, force bool) err
 			}
 			return nil
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return site.RecordPlan(ctx, tx, actor, m.Plan)
 	})
 	if err != nil {
 		return err
