@@ -70,8 +70,10 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 		if plan, err = site.ApplyConfig(ctx, tx, cfg, *dryRun); err != nil {
 			return err
 		}
-		version, err = tx.ConfigVersion(ctx)
-		return err
+		if version, err = tx.ConfigVersion(ctx); err != nil || *dryRun {
+			return err
+		}
+		return site.RecordPlan(ctx, tx, site.ActorApply, plan)
 	})
 	if err != nil {
 		return fmt.Errorf("apply %s: %w (nothing was changed)", name, doc.Annotate(err))
@@ -341,15 +343,23 @@ func (m *Main) adminSetPassword(ctx context.Context, args []string, add bool) er
 	}
 	defer store.Close()
 	err = store.Update(ctx, func(tx site.Tx) error {
+		rec := site.ChangeRecord{Actor: site.ActorCLI, Op: site.OpCreate, Kind: site.KindAdmin, Name: name}
 		if add {
-			return tx.Admins().Create(ctx, site.Admin{Name: name, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+			if err := tx.Admins().Create(ctx, site.Admin{Name: name, PasswordHash: hash, CreatedAt: time.Now().UTC()}); err != nil {
+				return err
+			}
+		} else {
+			a, err := tx.Admins().Get(ctx, name)
+			if err != nil {
+				return err
+			}
+			a.PasswordHash = hash
+			if err := tx.Admins().Update(ctx, a); err != nil {
+				return err
+			}
+			rec.Op, rec.Name, rec.Fields = site.OpUpdate, a.Name, []string{"password_hash"}
 		}
-		a, err := tx.Admins().Get(ctx, name)
-		if err != nil {
-			return err
-		}
-		a.PasswordHash = hash
-		return tx.Admins().Update(ctx, a)
+		return tx.History().Record(ctx, rec)
 	})
 	if err != nil {
 		return err
@@ -433,7 +443,8 @@ func (m *Main) adminRemove(ctx context.Context, args []string) error {
 	defer store.Close()
 	last := false
 	err = store.Update(ctx, func(tx site.Tx) error {
-		if _, err := tx.Admins().Get(ctx, name); err != nil {
+		a, err := tx.Admins().Get(ctx, name)
+		if err != nil {
 			return err
 		}
 		p, err := tx.Admins().List(ctx, site.ListOptions{Limit: 1})
@@ -443,7 +454,10 @@ func (m *Main) adminRemove(ctx context.Context, args []string) error {
 		if last = p.Total <= 1; last && !*force {
 			return fmt.Errorf("admin %q is the last admin account: without one the admin API refuses every request; add another first, or pass --force", name)
 		}
-		return tx.Admins().Delete(ctx, name)
+		if err := tx.Admins().Delete(ctx, a.Name); err != nil {
+			return err
+		}
+		return tx.History().Record(ctx, site.ChangeRecord{Actor: site.ActorCLI, Op: site.OpDelete, Kind: site.KindAdmin, Name: a.Name})
 	})
 	if err != nil {
 		return err
@@ -500,7 +514,13 @@ func (m *Main) adminRotateSecret(ctx context.Context, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("admin rotate-secret: unknown secret %q: enrolment or token-key", name)}
 	}
-	if err := store.Update(ctx, func(tx site.Tx) error { return tx.SetSecret(ctx, name, value) }); err != nil {
+	err = store.Update(ctx, func(tx site.Tx) error {
+		if err := tx.SetSecret(ctx, name, value); err != nil {
+			return err
+		}
+		return tx.History().Record(ctx, site.ChangeRecord{Actor: site.ActorCLI, Op: site.OpUpdate, Kind: site.KindSecret, Name: name})
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(m.Stdout, "site secret %q rotated; each broker takes it when it restarts\n", name)
