@@ -16,7 +16,8 @@ const Admin = "admin"
 // Load applies the demo site to a store in one transaction and sets
 // password on every demo user and on the Admin account. The hash is
 // computed once and shared, as the password is; loading again with the
-// same password keeps the existing hash. It returns the applied plan.
+// same password keeps the existing hash. The change history records the
+// changes as usher's own (site.ActorSystem). It returns the applied plan.
 func Load(ctx context.Context, store site.Store, password string, params auth.Params) (*site.Plan, error) {
 	cfg := Site()
 	var plan *site.Plan
@@ -40,21 +41,34 @@ func Load(ctx context.Context, store site.Store, password string, params auth.Pa
 		if plan, err = site.ApplyConfig(ctx, tx, cfg, false); err != nil {
 			return err
 		}
-		a, err := tx.Admins().Get(ctx, Admin)
-		switch site.ErrorCode(err) {
-		case site.ENotFound:
-			return tx.Admins().Create(ctx, site.Admin{Name: Admin, PasswordHash: hash, CreatedAt: time.Now().UTC()})
-		case "":
-			if a.PasswordHash != hash {
-				a.PasswordHash = hash
-				return tx.Admins().Update(ctx, a)
-			}
-			return nil
-		default:
+		if err := site.RecordPlan(ctx, tx, site.ActorSystem, plan); err != nil {
 			return err
 		}
+		return setAdminPassword(ctx, tx, hash)
 	})
 	return plan, err
+}
+
+// setAdminPassword gives the Admin account the password hash, creating
+// the account when there is none, and records the change.
+func setAdminPassword(ctx context.Context, tx site.Tx, hash string) error {
+	rec := site.ChangeRecord{Actor: site.ActorSystem, Op: site.OpCreate, Kind: site.KindAdmin, Name: Admin}
+	a, err := tx.Admins().Get(ctx, Admin)
+	switch site.ErrorCode(err) {
+	case site.ENotFound:
+		err = tx.Admins().Create(ctx, site.Admin{Name: Admin, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+	case "":
+		if a.PasswordHash == hash {
+			return nil
+		}
+		a.PasswordHash = hash
+		rec.Op, rec.Fields = site.OpUpdate, []string{"password_hash"}
+		err = tx.Admins().Update(ctx, a)
+	}
+	if err != nil {
+		return err
+	}
+	return tx.History().Record(ctx, rec)
 }
 
 // SetPassword sets password on every demo user still in the site and on
@@ -87,7 +101,7 @@ func SetPassword(ctx context.Context, store site.Store, password string, params 
 		return false, err
 	}
 	return true, store.Update(ctx, func(tx site.Tx) error {
-		_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+		plan, err := site.Mutate(ctx, tx, func(c *site.Config) error {
 			for i := range c.Users {
 				if isDemoUser(c.Users[i].Name) {
 					c.Users[i].PasswordHash = hash
@@ -98,16 +112,10 @@ func SetPassword(ctx context.Context, store site.Store, password string, params 
 		if err != nil {
 			return err
 		}
-		a, err := tx.Admins().Get(ctx, Admin)
-		switch site.ErrorCode(err) {
-		case site.ENotFound:
-			return tx.Admins().Create(ctx, site.Admin{Name: Admin, PasswordHash: hash, CreatedAt: time.Now().UTC()})
-		case "":
-			a.PasswordHash = hash
-			return tx.Admins().Update(ctx, a)
-		default:
+		if err := site.RecordPlan(ctx, tx, site.ActorSystem, plan); err != nil {
 			return err
 		}
+		return setAdminPassword(ctx, tx, hash)
 	})
 }
 
