@@ -77,6 +77,26 @@ func (r ChangeRecord) Validate() error {
 	return nil
 }
 
+// PrepareRecords is what a store does first in ChangeHistory.Record: it
+// validates every record (none is kept when one fails) and returns them
+// with a zero Time set to now, every Time in UTC to the microsecond.
+func PrepareRecords(recs []ChangeRecord, now time.Time) ([]ChangeRecord, error) {
+	for _, r := range recs {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]ChangeRecord, len(recs))
+	for i, r := range recs {
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		r.Time = r.Time.UTC().Truncate(time.Microsecond)
+		out[i] = r
+	}
+	return out, nil
+}
+
 // ChangeFilter selects change records; zero fields match everything.
 type ChangeFilter struct {
 	Kind Kind

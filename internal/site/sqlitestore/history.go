@@ -22,17 +22,11 @@ func (h history) Record(ctx context.Context, recs ...site.ChangeRecord) error {
 	if err := h.t.writable(); err != nil {
 		return err
 	}
-	for _, r := range recs {
-		if err := r.Validate(); err != nil {
-			return err
-		}
+	recs, err := site.PrepareRecords(recs, time.Now())
+	if err != nil {
+		return err
 	}
-	now := time.Now()
 	for _, r := range recs {
-		if r.Time.IsZero() {
-			r.Time = now
-		}
-		r.Time = r.Time.UTC().Truncate(time.Microsecond)
 		h.t.history = append(h.t.history, historyRow{At: r.Time.Format(timeFormat), Actor: r.Actor, Op: string(r.Op),
 			Kind: string(r.Kind), Name: r.Name, Fields: r.Fields})
 	}
