@@ -176,13 +176,14 @@ func register[T any](s *Server, c collection[T]) {
 			return nil, err
 		}
 		name := *c.name(&obj)
-		return c.change(s, r.Context(), name, func(list *[]T) error {
+		out, err := c.change(s, r.Context(), name, func(list *[]T) error {
 			if c.index(*list, name) >= 0 {
 				return site.Conflict(c.kind, name)
 			}
 			*list = append(*list, obj)
 			return nil
 		})
+		return out, aboutObject(err, c.kind, name)
 	})
 	s.route(Route{Method: "GET", Pattern: item, OperationID: "get" + singular(op), Tag: c.path, Summary: "Get a " + noun,
 		Response: shown}, func(r *http.Request) (any, error) {
@@ -209,9 +210,9 @@ func register[T any](s *Server, c collection[T]) {
 			*n = name
 		case name:
 		default:
-			return nil, site.Errorf(site.EInvalid, "the body names %s %q but the URL names %q; objects cannot be renamed", c.kind, *n, name)
+			return nil, site.Errorf(site.EInvalid, "the body names %s %q but the URL names %q; objects cannot be renamed", c.kind, *n, name).At("name")
 		}
-		return c.change(s, r.Context(), name, func(list *[]T) error {
+		out, err := c.change(s, r.Context(), name, func(list *[]T) error {
 			i := c.index(*list, name)
 			if i < 0 {
 				return site.NotFound(c.kind, name)
@@ -219,6 +220,7 @@ func register[T any](s *Server, c collection[T]) {
 			(*list)[i] = obj
 			return nil
 		})
+		return out, aboutObject(err, c.kind, name)
 	})
 	s.route(Route{Method: "DELETE", Pattern: item, OperationID: "delete" + singular(op), Tag: c.path, Summary: "Delete a " + noun,
 		Status: http.StatusNoContent, Query: c.delQuery}, func(r *http.Request) (any, error) {
@@ -328,7 +330,7 @@ func decodeUser(s *Server, r *http.Request, u *site.User) error {
 
 func (s *Server) hashPassword(pw string) (string, error) {
 	if len(pw) < MinPasswordLen {
-		return "", site.Errorf(site.EInvalid, "password is shorter than %d characters", MinPasswordLen)
+		return "", site.Errorf(site.EInvalid, "password is shorter than %d characters", MinPasswordLen).At("password")
 	}
 	return auth.HashPassword(pw, s.cfg.PasswordParams)
 }

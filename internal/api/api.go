@@ -344,6 +344,10 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Field is the request body's field at fault, as spelled in JSON
+	// (dotted when nested, "load_rules.cpu.full_percent"), for a form to
+	// show the message beside it; absent when no one field is.
+	Field string `json:"field,omitempty"`
 }
 
 var statusOf = map[string]int{
@@ -369,12 +373,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &he):
-		status, body.Error = he.status, ErrorDetail{he.code, he.msg}
+		status, body.Error = he.status, ErrorDetail{Code: he.code, Message: he.msg}
 	case errors.As(err, &tooBig):
-		status, body.Error = http.StatusRequestEntityTooLarge, ErrorDetail{site.EInvalid, fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+		status, body.Error = http.StatusRequestEntityTooLarge, ErrorDetail{Code: site.EInvalid, Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
 	default:
 		code := site.ErrorCode(err)
-		status, body.Error = statusOf[code], ErrorDetail{code, site.ErrorMessage(err)}
+		status, body.Error = statusOf[code], ErrorDetail{Code: code, Message: site.ErrorMessage(err), Field: fieldOf(err)}
 		if status == 0 {
 			status = http.StatusInternalServerError
 		}
@@ -397,6 +401,36 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, status, body)
+}
+
+// objectError is an error of a request that changes one configuration
+// object, knowing which (see fieldOf).
+type objectError struct {
+	error
+	kind site.Kind
+	name string
+}
+
+func (e *objectError) Unwrap() error { return e.error }
+
+// aboutObject marks err as the answer to a change of the object kind/name.
+func aboutObject(err error, kind site.Kind, name string) error {
+	if err == nil {
+		return nil
+	}
+	return &objectError{err, kind, name}
+}
+
+// fieldOf is the request's field at fault in err: a field of the object
+// the request changes (aboutObject), not of another object the change
+// broke, or a field of the request body itself (an error naming no
+// object).
+func fieldOf(err error) string {
+	var oe *objectError
+	if errors.As(err, &oe) {
+		return site.ErrorField(err, oe.kind, oe.name)
+	}
+	return site.ErrorField(err, "", "")
 }
 
 // retryAfter is the Retry-After value for an overloaded or full answer:
@@ -543,9 +577,13 @@ func decodeJSON(r *http.Request, v any) error {
 		case errors.As(err, &syn):
 			return site.Errorf(site.EInvalid, "request body is not valid JSON (at byte %d)", syn.Offset)
 		case errors.As(err, &typ):
-			return site.Errorf(site.EInvalid, "request body: field %q must be %s", typ.Field, typ.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			return site.Errorf(site.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+			return site.Errorf(site.EInvalid, "request body: field %q must be %s", typ.Field, typ.Type).At(typ.Field)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			e := site.Errorf(site.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+			if f, err := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field ")); err == nil {
+				e.At(f)
+			}
+			return e
 		default:
 			return site.Errorf(site.EInvalid, "request body: %v", err)
 		}

@@ -70,6 +70,12 @@ func (r response) errorCode() string {
 	return e.Error.Code
 }
 
+func (r response) errorField() string {
+	var e api.ErrorBody
+	json.Unmarshal(r.body, &e)
+	return e.Error.Field
+}
+
 func (r response) errorMessage() string {
 	var e api.ErrorBody
 	json.Unmarshal(r.body, &e)
@@ -305,21 +311,26 @@ func TestAdminBadInput(t *testing.T) {
 		body               any
 		status             int
 		code, message      string
+		field              string // the error's field, "" for none
 	}{
-		{"malformed JSON", "POST", "/api/v1/admin/zones", `{"name": `, 400, site.EInvalid, "not valid JSON"},
-		{"empty body", "POST", "/api/v1/admin/zones", ``, 400, site.EInvalid, "empty"},
-		{"unknown field", "POST", "/api/v1/admin/zones", `{"name":"z","colour":"red"}`, 400, site.EInvalid, `unknown field "colour"`},
-		{"wrong type", "POST", "/api/v1/admin/machines", `{"name":"m","catalog":"rdsh-office","address":"a:1","max_sessions":"many"}`, 400, site.EInvalid, "max_sessions"},
-		{"trailing data", "POST", "/api/v1/admin/zones", `{"name":"z"} {"name":"y"}`, 400, site.EInvalid, "after the JSON value"},
-		{"oversized body", "POST", "/api/v1/admin/zones", `{"name":"` + strings.Repeat("z", 70<<10) + `"}`, 413, site.EInvalid, "larger than"},
-		{"missing reference", "POST", "/api/v1/admin/machines", map[string]any{"name": "m", "catalog": "nope", "address": "m:3389"}, 400, site.EInvalid, `catalog "nope"`},
-		{"invalid enum", "POST", "/api/v1/admin/catalogs", map[string]any{"name": "c", "kind": "multi", "zone": "primary"}, 400, site.EInvalid, `kind "multi"`},
-		{"rename by PUT", "PUT", "/api/v1/admin/zones/primary", map[string]any{"name": "other", "primary": true}, 400, site.EInvalid, "cannot be renamed"},
-		{"delete in use", "DELETE", "/api/v1/admin/catalogs/rdsh-office", nil, 409, site.EConflict, `catalog "rdsh-office" is still in use`},
-		{"unknown route", "GET", "/api/v1/admin/frobs", nil, 404, site.ENotFound, "no such API route"},
-		{"short password", "PUT", "/api/v1/admin/users/user0001/password", map[string]string{"password": "short"}, 400, site.EInvalid, "shorter"},
-		{"bad session state", "GET", "/api/v1/admin/sessions?state=sleepy", nil, 400, site.EInvalid, "sleepy"},
-		{"duplicate across resource kinds", "POST", "/api/v1/admin/applications", map[string]any{"name": "Office Desktop", "display_name": "x", "command_line": "/bin/x", "delivery_groups": []string{"Office Apps"}}, 409, site.EConflict, "Office Desktop"},
+		{"malformed JSON", "POST", "/api/v1/admin/zones", `{"name": `, 400, site.EInvalid, "not valid JSON", ""},
+		{"empty body", "POST", "/api/v1/admin/zones", ``, 400, site.EInvalid, "empty", ""},
+		{"unknown field", "POST", "/api/v1/admin/zones", `{"name":"z","colour":"red"}`, 400, site.EInvalid, `unknown field "colour"`, "colour"},
+		{"wrong type", "POST", "/api/v1/admin/machines", `{"name":"m","catalog":"rdsh-office","address":"a:1","max_sessions":"many"}`, 400, site.EInvalid, "max_sessions", "max_sessions"},
+		{"trailing data", "POST", "/api/v1/admin/zones", `{"name":"z"} {"name":"y"}`, 400, site.EInvalid, "after the JSON value", ""},
+		{"oversized body", "POST", "/api/v1/admin/zones", `{"name":"` + strings.Repeat("z", 70<<10) + `"}`, 413, site.EInvalid, "larger than", ""},
+		{"missing reference", "POST", "/api/v1/admin/machines", map[string]any{"name": "m", "catalog": "nope", "address": "m:3389"}, 400, site.EInvalid, `catalog "nope"`, "catalog"},
+		{"invalid enum", "POST", "/api/v1/admin/catalogs", map[string]any{"name": "c", "kind": "multi", "zone": "primary"}, 400, site.EInvalid, `kind "multi"`, "kind"},
+		{"rename by PUT", "PUT", "/api/v1/admin/zones/primary", map[string]any{"name": "other", "primary": true}, 400, site.EInvalid, "cannot be renamed", "name"},
+		{"delete in use", "DELETE", "/api/v1/admin/catalogs/rdsh-office", nil, 409, site.EConflict, `catalog "rdsh-office" is still in use`, ""},
+		{"unknown route", "GET", "/api/v1/admin/frobs", nil, 404, site.ENotFound, "no such API route", ""},
+		{"short password", "PUT", "/api/v1/admin/users/user0001/password", map[string]string{"password": "short"}, 400, site.EInvalid, "shorter", "password"},
+		{"bad session state", "GET", "/api/v1/admin/sessions?state=sleepy", nil, 400, site.EInvalid, "sleepy", ""},
+		{"nested field", "POST", "/api/v1/admin/delivery-groups", map[string]any{"name": "G", "catalogs": []string{}, "load_rules": map[string]any{"cpu": map[string]any{"enabled": true, "full_percent": 0}}}, 400, site.EInvalid, "outside 1..100", "load_rules.cpu.full_percent"},
+		{"nested wrong type", "POST", "/api/v1/admin/delivery-groups", `{"name":"G","catalogs":[],"load_rules":{"cpu":{"full_percent":"most"}}}`, 400, site.EInvalid, "must be", "load_rules.cpu.full_percent"},
+		{"empty command line", "POST", "/api/v1/admin/applications", map[string]any{"name": "x", "display_name": "X", "delivery_groups": []string{"Office Apps"}}, 400, site.EInvalid, "command_line is empty", "command_line"},
+		{"text with a line break", "POST", "/api/v1/admin/groups", map[string]any{"name": "g2", "description": "a\nb"}, 400, site.EInvalid, "line break", "description"},
+		{"duplicate across resource kinds", "POST", "/api/v1/admin/applications", map[string]any{"name": "Office Desktop", "display_name": "x", "command_line": "/bin/x", "delivery_groups": []string{"Office Apps"}}, 409, site.EConflict, "Office Desktop", "name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			version := f.configVersion()
@@ -327,6 +338,9 @@ func TestAdminBadInput(t *testing.T) {
 			f.want(r, tc.status, tc.code)
 			if !strings.Contains(r.errorMessage(), tc.message) {
 				t.Fatalf("message %q does not contain %q", r.errorMessage(), tc.message)
+			}
+			if got := r.errorField(); got != tc.field {
+				t.Fatalf("error field %q, want %q; body %s", got, tc.field, r.body)
 			}
 			if v := f.configVersion(); v != version {
 				t.Fatalf("a refused request moved the configuration version from %d to %d", version, v)

@@ -384,7 +384,7 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 		}
 		for _, cn := range g.Catalogs {
 			if other, ok := owner[cn]; ok {
-				return invalid(KindDeliveryGroup, g.Name, "catalog %q already belongs to delivery group %q", cn, other)
+				return invalid(KindDeliveryGroup, g.Name, "catalog %q already belongs to delivery group %q", cn, other).At("catalogs")
 			}
 			owner[cn] = g.Name
 		}
@@ -400,7 +400,7 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 		}
 		for _, rn := range e.Resources {
 			if !slices.Contains(resources[rn].DeliveryGroups, e.DeliveryGroup) {
-				return invalid(KindEntitlement, e.Name, "resource %q is not published on delivery group %q", rn, e.DeliveryGroup)
+				return invalid(KindEntitlement, e.Name, "resource %q is not published on delivery group %q", rn, e.DeliveryGroup).At("resources")
 			}
 		}
 	}
@@ -410,10 +410,10 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 // CheckCatalog checks the rules between a machine and its catalog.
 func (m Machine) CheckCatalog(c Catalog) error {
 	if c.Kind.SingleSession() && m.MaxSessions > 1 {
-		return invalid(KindMachine, m.Name, "max_sessions %d: catalog %q is %s", m.MaxSessions, c.Name, c.Kind)
+		return invalid(KindMachine, m.Name, "max_sessions %d: catalog %q is %s", m.MaxSessions, c.Name, c.Kind).At("max_sessions")
 	}
 	if m.AssignedUser != "" && c.Kind != SingleSessionAssigned {
-		return invalid(KindMachine, m.Name, "assigned_user is set but catalog %q is %s", c.Name, c.Kind)
+		return invalid(KindMachine, m.Name, "assigned_user is set but catalog %q is %s", c.Name, c.Kind).At("assigned_user")
 	}
 	return nil
 }
@@ -427,7 +427,7 @@ func (g DeliveryGroup) CheckCatalogs(catalogs map[string]Catalog) error {
 		}
 		first, this := catalogs[g.Catalogs[0]], catalogs[name]
 		if first.Kind.SingleSession() != this.Kind.SingleSession() || (first.Kind.SingleSession() && first.Kind != this.Kind) {
-			return invalid(KindDeliveryGroup, g.Name, "catalogs %q (%s) and %q (%s) host different kinds of session", first.Name, first.Kind, this.Name, this.Kind)
+			return invalid(KindDeliveryGroup, g.Name, "catalogs %q (%s) and %q (%s) host different kinds of session", first.Name, first.Kind, this.Name, this.Kind).At("catalogs")
 		}
 	}
 	return nil

@@ -29,6 +29,15 @@ const (
 type Error struct {
 	Code    string
 	Message string
+	// Field is the object's field at fault, as spelled in JSON and YAML
+	// (dotted for a nested one: "load_rules.cpu.full_percent"), so that a
+	// form can show the message beside it; empty when no one field is.
+	Field string
+	// Kind and Name name the object at fault, when the error is about one.
+	// A change to one object can break another (an entitlement that names
+	// a resource no longer published): Field is the other's then.
+	Kind Kind
+	Name string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
@@ -36,6 +45,34 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message)
 // Errorf returns an *Error with the given code and a formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// At sets the field at fault and returns e.
+func (e *Error) At(field string) *Error {
+	e.Field = field
+	return e
+}
+
+// about sets the object at fault and returns e.
+func (e *Error) about(kind Kind, name string) *Error {
+	e.Kind, e.Name = kind, name
+	return e
+}
+
+// ErrorField returns the field at fault of the first *Error in err's
+// chain when that error is about the object kind/name, else "".
+// Applications and desktops share their names: a new application named
+// as a desktop is the desktop's conflict.
+func ErrorField(err error, kind Kind, name string) string {
+	var e *Error
+	if !errors.As(err, &e) || e.Name != name {
+		return ""
+	}
+	resource := func(k Kind) bool { return k == KindApplication || k == KindDesktop }
+	if e.Kind == kind || resource(e.Kind) && resource(kind) {
+		return e.Field
+	}
+	return ""
 }
 
 // ErrorCode returns the code of the first *Error in err's chain, EInternal for
@@ -80,10 +117,10 @@ func ConflictWith(kind Kind, name, other string) *Error {
 	if other == name {
 		return Conflict(kind, name)
 	}
-	return Errorf(EConflict, "%s %q already exists as %q (names are matched case-insensitively)", kind, name, other)
+	return Errorf(EConflict, "%s %q already exists as %q (names are matched case-insensitively)", kind, name, other).about(kind, name).At("name")
 }
 
 // Conflict returns the EConflict error for a name that is already taken.
 func Conflict(kind Kind, name string) *Error {
-	return Errorf(EConflict, "%s %q already exists", kind, name)
+	return Errorf(EConflict, "%s %q already exists", kind, name).about(kind, name).At("name")
 }

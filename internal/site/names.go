@@ -73,7 +73,7 @@ func ValidateAccountName(kind Kind, name string) error {
 		return err
 	}
 	if !norm.NFC.IsNormalString(name) {
-		return invalid(kind, name, "is not in Unicode normal form C")
+		return invalid(kind, name, "is not in Unicode normal form C").At("name")
 	}
 	script, first := "", ""
 	prevLetter := false
@@ -84,18 +84,18 @@ func ValidateAccountName(kind Kind, name string) error {
 		case unicode.IsLetter(r):
 			s := scriptOf(r)
 			if s == "" {
-				return invalid(kind, name, "%q is a letter of no script; a name holds %s", r, AccountNameRule)
+				return invalid(kind, name, "%q is a letter of no script; a name holds %s", r, AccountNameRule).At("name")
 			}
 			if script == "" {
 				script, first = s, string(r)
 			} else if s != script {
-				return invalid(kind, name, "mixes scripts (%q is %s, %q is %s); a name holds %s", first, script, r, s, AccountNameRule)
+				return invalid(kind, name, "mixes scripts (%q is %s, %q is %s); a name holds %s", first, script, r, s, AccountNameRule).At("name")
 			}
 			prevLetter = true
 		case unicode.Is(unicode.M, r) && prevLetter:
 			// a combining mark on a letter: an accent, a vowel sign
 		default:
-			return invalid(kind, name, "contains %q; a name holds %s", r, AccountNameRule)
+			return invalid(kind, name, "contains %q; a name holds %s", r, AccountNameRule).At("name")
 		}
 	}
 	return nil

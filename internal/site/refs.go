@@ -67,5 +67,5 @@ func MissingRef(kind Kind, name string, r Ref) *Error {
 	if r.Kind == KindApplication && r.Field == "resources" {
 		what = "resource"
 	}
-	return invalid(kind, name, "%s refers to %s %q, which does not exist", r.Field, what, r.Name)
+	return invalid(kind, name, "%s refers to %s %q, which does not exist", r.Field, what, r.Name).At(r.Field)
 }
