@@ -135,6 +135,7 @@ func (s *Server) registerAdmin() {
 	s.registerMachineCredentials()
 	s.registerLockouts()
 	s.registerChanges()
+	s.registerIcons()
 }
 
 func register[T any](s *Server, c collection[T]) {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +84,17 @@ type Config struct {
 	// tells its peers.
 	Outage     Outage
 	BrokerName string
+
+	// Metrics are what /metrics serves, from which the dashboard
+	// (GET /api/v1/admin/dashboard and its event stream) reads its
+	// figures; without them it answers 503. MaxDashboardStreams bounds
+	// the dashboard's event streams open at once (default
+	// DefaultMaxDashboardStreams); over it a request gets 429. Closing
+	// Stopping ends the open streams, so that a shutdown does not wait
+	// for them.
+	Metrics             Gatherer
+	MaxDashboardStreams int
+	Stopping            <-chan struct{}
 }
 
 // Server serves the REST API.
@@ -116,6 +128,7 @@ type Route struct {
 	Tag         string
 	Auth        AuthKind     // who may call it; the zero value is admins only
 	Request     reflect.Type // JSON request body, nil for none
+	RawBody     []string     // media types of a request body that is not JSON (a file)
 	Response    reflect.Type // JSON response body, nil for none
 	List        bool         // the response is a page of Response items
 	Status      int          // success status
@@ -170,6 +183,7 @@ func New(cfg Config) (*Server, error) {
 		secretFingerprint: site.SecretFingerprint(cfg.EnrolmentSecret)}
 	s.registerAdmin()
 	s.registerOutage()
+	s.registerDashboard()
 	if cfg.Broker != nil {
 		s.registerUser()
 		s.registerVDA()
@@ -238,7 +252,7 @@ func (s *Server) route(rt Route, h handler) {
 				"cross-site requests are refused: " + r.Method + " must come from this site's own pages or from a non-browser client"})
 			return
 		}
-		r, err := s.readBody(w, r)
+		r, err := s.readBodyOf(w, r, rt.RawBody)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -482,11 +496,28 @@ func isJSON(ct string) bool {
 // with a body must be application/json. Over MaxBodyReadersPerAddress
 // bodies at once from the client's address, it answers 429 at once.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*http.Request, error) {
+	return s.readBodyOf(w, r, nil)
+}
+
+// readBodyOf is readBody for a body of one of the media types raw when
+// not nil (a route taking a file: Route.RawBody) instead of JSON.
+func (s *Server) readBodyOf(w http.ResponseWriter, r *http.Request, raw []string) (*http.Request, error) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return r, nil
 	}
-	if r.ContentLength > 0 && !isJSON(r.Header.Get("Content-Type")) {
-		return r, errNotJSON
+	wrongType := errNotJSON
+	typeOK := isJSON
+	if raw != nil {
+		// None of these types can be sent across sites without a CORS
+		// preflight either: only a form's types can.
+		wrongType = &httpError{http.StatusUnsupportedMediaType, site.EInvalid, "request body must be Content-Type: " + strings.Join(raw, ", ")}
+		typeOK = func(ct string) bool {
+			mt, _, err := mime.ParseMediaType(ct)
+			return err == nil && slices.Contains(raw, mt)
+		}
+	}
+	if r.ContentLength > 0 && !typeOK(r.Header.Get("Content-Type")) {
+		return r, wrongType
 	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return r, &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
@@ -518,8 +549,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*http.Request
 		}
 		return r, site.Errorf(site.EInvalid, "read request body: %v", err)
 	}
-	if len(b) > 0 && !isJSON(r.Header.Get("Content-Type")) {
-		return r, errNotJSON
+	if len(b) > 0 && !typeOK(r.Header.Get("Content-Type")) {
+		return r, wrongType
 	}
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 	return r, nil

@@ -40,6 +40,13 @@ func buildOpenAPI(routes []Route) ([]byte, error) {
 		if rt.Request != nil {
 			op["requestBody"] = map[string]any{"required": true, "content": jsonContent(b.ref(rt.Request))}
 		}
+		if rt.RawBody != nil {
+			content := map[string]any{}
+			for _, mt := range rt.RawBody {
+				content[mt] = map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}
+			}
+			op["requestBody"] = map[string]any{"required": true, "content": content}
+		}
 		ok := map[string]any{"description": http.StatusText(rt.Status)}
 		switch {
 		case rt.Response != nil && rt.List:

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/usher-vdi/usher/internal/icon"
 )
 
 // MaxNameLen is the longest object name.
@@ -223,8 +225,14 @@ func (r Resource) Validate() error {
 	if strings.HasPrefix(r.Folder, "/") || strings.HasSuffix(r.Folder, "/") || strings.Contains(r.Folder, "//") {
 		return invalid(kind, r.Name, "folder %q must be a path like A/B without leading, trailing or double slashes", r.Folder).At("folder")
 	}
-	if r.Icon != "" && !strings.HasPrefix(r.Icon, "builtin:") && !strings.HasPrefix(r.Icon, "data:image/") {
-		return invalid(kind, r.Name, "icon must be builtin:NAME or a data:image/... URI")
+	switch {
+	case r.Icon == "" || strings.HasPrefix(r.Icon, "builtin:"):
+	case strings.HasPrefix(r.Icon, "data:"):
+		if err := icon.CheckDataURI(r.Icon); err != nil {
+			return invalid(kind, r.Name, "%v", err).At("icon")
+		}
+	default:
+		return invalid(kind, r.Name, "icon must be builtin:NAME or a %s... URI", icon.DataURIPrefix).At("icon")
 	}
 	return dupes(kind, r.Name, "delivery_groups", r.DeliveryGroups)
 }

@@ -120,7 +120,7 @@ func testCollections(t *testing.T, open func(*testing.T) site.Store) {
 		},
 		change: func(r site.Resource) site.Resource {
 			r.DisplayName, r.Folder, r.Description, r.CommandLine = "Changed", "", "", "other.exe"
-			r.Icon, r.DeliveryGroups, r.Disabled = "data:image/png;base64,AAAA", []string{"kiosk"}, true
+			r.Icon, r.DeliveryGroups, r.Disabled = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAADklEQVR4nGJiAAQAAP//AAYAA/rQWa4AAAAASUVORK5CYII=", []string{"kiosk"}, true
 			return r
 		},
 		invalid: func(n string) site.Resource {
