@@ -67,7 +67,7 @@ func newE2E(t *testing.T) *e2e {
 	e.site = startServe(t, "--demo", "--demo-password", e2eDemoPassword, "--data", t.TempDir(),
 		"--sim-vdas", "-1", "--sim-logon-delay", "50ms", "--heartbeat-interval", "200ms", "--source-free", "0")
 	waitFor(t, "57 registered machines", func() bool {
-		return strings.Contains(metrics(t, e.site.url), `usher_machines{state="registered"} 57`)
+		return metricSum(metrics(t, e.site.url), "usher_machines", `state="registered"`) == 57
 	})
 	return e
 }

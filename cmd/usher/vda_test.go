@@ -106,7 +106,7 @@ func TestVDASimulateREADME(t *testing.T) {
 	args := strings.Fields(line)[2:] // after "usher vda"
 	p := startVDA(t, args...)
 	waitFor(t, "the 40 office machines registered", func() bool {
-		return strings.Contains(metrics(t, s.url), `usher_machines{state="registered"} 40`)
+		return metricSum(metrics(t, s.url), "usher_machines", `state="registered"`) == 40
 	})
 	_, body := get(t, s.url+"/api/v1/admin/machines/office-vda-40", "admin", "demo-pass-1")
 	if !strings.Contains(string(body), `"registration":"registered"`) && !strings.Contains(string(body), `"registration": "registered"`) {
@@ -167,7 +167,7 @@ func TestVDASimulateSelections(t *testing.T) {
 	// Delivery group, prefix and count combine; the machines register.
 	p := startVDA(t, append(common, "--simulate", "3", "--delivery-group", "Engineering Apps", "--machine-prefix", "eng-vda-0")...)
 	waitFor(t, "3 engineering machines registered", func() bool {
-		return strings.Contains(metrics(t, s.url), `usher_machines{state="registered"} 3`)
+		return metricSum(metrics(t, s.url), "usher_machines", `state="registered"`) == 3
 	})
 	_, body := get(t, s.url+"/api/v1/admin/machines/eng-vda-03", "admin", "demo-pass-1")
 	if !regexp.MustCompile(`"registration": ?"registered"`).Match(body) {
@@ -192,7 +192,7 @@ func TestServeSimulatedVDAsBannerLast(t *testing.T) {
 	if !strings.Contains(out, "demo-pass-1") || !strings.HasSuffix(out, "Press Ctrl-C to stop.\n") {
 		t.Fatalf("banner:\n%s", out)
 	}
-	if m := metrics(t, s.url); !strings.Contains(m, `usher_machines{state="registered"} 57`) {
+	if m := metrics(t, s.url); metricSum(m, "usher_machines", `state="registered"`) != 57 {
 		t.Fatal("the banner came before the machines registered")
 	}
 	logs := s.stderr.String()

@@ -64,8 +64,8 @@ func scrapeSite(ctx context.Context, client *http.Client, base string) siteCount
 			c.registrations += v
 		case name == "usher_broker_reconnections_total":
 			c.reconnects += v
-		case name == `usher_machines{state="registered"}`:
-			c.registered = v
+		case strings.HasPrefix(name, `usher_machines{`) && strings.Contains(name, `state="registered"`):
+			c.registered += v // summed over zone
 		}
 	}
 	return c

@@ -322,6 +322,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
 	metrics.Attach(brk)
+	metrics.AttachStore(store)
 	s.broker = brk
 	var outage api.Outage
 	if s.lhc != nil {

@@ -47,7 +47,7 @@ func TestOpenDemoWithSimulator(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/healthz": "ok", "/readyz": "ready", "/site": "configuration version", "/": "/portal/portal.js",
-		"/metrics": `usher_machines{state="registered"} 57`,
+		"/metrics": `usher_machines{state="registered",zone="primary"} 57`,
 	} {
 		if code, body := get(t, s.URL()+path); code != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", path, code, want, body)

@@ -2,6 +2,7 @@ package brokerprom
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,12 +22,18 @@ import (
 //	usher_vda_registration_conflicts_total               registrations refused: another VDA held the machine
 //	usher_nfuse_transactions_total{request,error_id}     "Citrix XML Service - Transactions/sec"
 //	usher_nfuse_transaction_duration_seconds{request}    NFuse "Avg. Transaction Time"
-//	usher_machines{state}, usher_machine_load_index      registered machines and their load index
+//	usher_machines{state,zone}, usher_machine_load_index machines by registration state and zone; their load index
 //	usher_machine_sessions                               sessions per machine
-//	usher_sessions{state}                                sessions by state
+//	usher_sessions{state,zone}                           sessions by state and zone
 //
 // Metrics is a broker.Observer; the machine and session gauges are read
-// from the State given to Attach when Prometheus scrapes.
+// from the State given to Attach when Prometheus scrapes. A machine's zone
+// is its catalog's, a session's its machine's; every zone of the site has
+// its series, at 0 when it has nothing in a state, and summing over zone
+// gives the site's figures. On a site of several zones the session gauges
+// list the live sessions of the store given to AttachStore to tell their
+// zones (one read per scrape); without a store, or on a site of one zone,
+// they count sessions without listing them.
 type Metrics struct {
 	concurrent *prometheus.GaugeVec
 	total      *prometheus.CounterVec
@@ -46,6 +53,10 @@ var _ broker.Observer = (*Metrics)(nil)
 type State interface {
 	MachineLoads() []broker.MachineLoad
 	SessionCounts(ctx context.Context) (map[site.SessionState]int, error)
+	// Snapshot is the site configuration, which tells the zones and each
+	// machine's catalog; nil reports every machine and session under the
+	// zone "".
+	Snapshot() *broker.Snapshot
 }
 
 var _ State = (*broker.Broker)(nil)
@@ -98,10 +109,10 @@ func newMetrics() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"request"}),
 		state: &stateCollector{
-			machines: prometheus.NewDesc("usher_machines", "Machines by registration state (registered, unregistered, maintenance).", []string{"state"}, nil),
+			machines: prometheus.NewDesc("usher_machines", "Machines by registration state (registered, unregistered, maintenance) and zone (their catalog's).", []string{"state", "zone"}, nil),
 			load:     prometheus.NewDesc("usher_machine_load_index", "A machine's load index, 0 idle to 10000 full.", []string{"machine", "delivery_group"}, nil),
 			sessions: prometheus.NewDesc("usher_machine_sessions", "Sessions on a machine, pending ones included.", []string{"machine", "delivery_group"}, nil),
-			byState:  prometheus.NewDesc("usher_sessions", "Sessions by state.", []string{"state"}, nil),
+			byState:  prometheus.NewDesc("usher_sessions", "Live sessions by state (pending, active, disconnected) and zone (their machine's).", []string{"state", "zone"}, nil),
 		},
 	}
 }
@@ -119,6 +130,11 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 // Attach makes the machine and session gauges report s. Call it before
 // the registry is first scraped; until then they report nothing.
 func (m *Metrics) Attach(s State) { m.state.source = s }
+
+// AttachStore gives the session gauges the site DB (the broker's store),
+// from which, on a site of several zones, they list the live sessions to
+// tell each one's zone. Call it before the registry is first scraped.
+func (m *Metrics) AttachStore(store site.Store) { m.state.store = store }
 
 // TransactionStarted implements broker.Observer.
 func (m *Metrics) TransactionStarted(op string) { m.concurrent.WithLabelValues(op).Inc() }
@@ -159,6 +175,7 @@ func (m *Metrics) ObserveXML(request, errorID string, d time.Duration) {
 // stateCollector reports machine and session state at scrape time.
 type stateCollector struct {
 	source                            State
+	store                             site.Store
 	machines, load, sessions, byState *prometheus.Desc
 }
 
@@ -169,30 +186,110 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.byState
 }
 
+// The states the gauges always report, at 0 when nothing is in them.
+var (
+	machineStates = []string{"registered", "unregistered", "maintenance"}
+	sessionStates = []site.SessionState{site.SessionPending, site.SessionActive, site.SessionDisconnected}
+)
+
+// scrapeTimeout bounds the site DB reads of one scrape.
+const scrapeTimeout = 2 * time.Second
+
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.source == nil {
 		return
 	}
-	counts := map[string]float64{"registered": 0, "unregistered": 0, "maintenance": 0}
+	zones, zoneOf := siteZones(c.source.Snapshot())
+	machines := map[string]map[string]float64{}
+	for _, z := range zones {
+		machines[z] = map[string]float64{}
+	}
 	for _, ml := range c.source.MachineLoads() {
+		state := "unregistered"
 		switch {
 		case ml.Maintenance:
-			counts["maintenance"]++
+			state = "maintenance"
 		case ml.Registered:
-			counts["registered"]++
-		default:
-			counts["unregistered"]++
+			state = "registered"
 		}
+		z := zoneOf[ml.Name]
+		if machines[z] == nil {
+			machines[z] = map[string]float64{}
+		}
+		machines[z][state]++
 		ch <- prometheus.MustNewConstMetric(c.load, prometheus.GaugeValue, float64(ml.LoadIndex), ml.Name, ml.DeliveryGroup)
 		ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(ml.Sessions), ml.Name, ml.DeliveryGroup)
 	}
-	for state, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, n, state)
+	for z, counts := range machines {
+		for _, state := range machineStates {
+			ch <- prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, counts[state], state, z)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	sessions, _ := c.source.SessionCounts(ctx) // on an error, the states counted before it
-	for state, n := range sessions {
-		ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(n), string(state))
+	for z, counts := range c.sessionsByZone(ctx, zones, zoneOf) {
+		for _, state := range sessionStates {
+			ch <- prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(counts[state]), string(state), z)
+		}
 	}
+}
+
+// sessionsByZone counts the live sessions of each zone by state: on a
+// site of one zone (or without a store) the broker's counts, all in that
+// zone (or ""); on a site of several, from the list of live sessions. On
+// an error it returns what it counted before it, as the broker does.
+func (c *stateCollector) sessionsByZone(ctx context.Context, zones []string, zoneOf map[string]string) map[string]map[site.SessionState]int {
+	out := map[string]map[site.SessionState]int{}
+	for _, z := range zones {
+		out[z] = map[site.SessionState]int{}
+	}
+	if len(zones) <= 1 || c.store == nil {
+		z := ""
+		if len(zones) == 1 {
+			z = zones[0]
+		}
+		counts, _ := c.source.SessionCounts(ctx) // on an error, the states counted before it
+		if out[z] == nil {
+			out[z] = map[site.SessionState]int{}
+		}
+		for state, n := range counts {
+			out[z][state] += n
+		}
+		return out
+	}
+	c.store.View(ctx, func(tx site.Tx) error { // on an error, the zones counted before it
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{Live: true}, site.ListOptions{})
+		for _, s := range p.Items {
+			z := zoneOf[s.Machine]
+			if out[z] == nil {
+				out[z] = map[site.SessionState]int{}
+			}
+			out[z][s.State]++
+		}
+		return err
+	})
+	return out
+}
+
+// siteZones returns the zones of the site's configuration, in name order,
+// and the zone of each machine (its catalog's).
+func siteZones(snap *broker.Snapshot) ([]string, map[string]string) {
+	zoneOf := map[string]string{}
+	if snap == nil || snap.Config() == nil {
+		return nil, zoneOf
+	}
+	cfg := snap.Config()
+	zones := make([]string, 0, len(cfg.Zones))
+	for _, z := range cfg.Zones {
+		zones = append(zones, z.Name)
+	}
+	slices.Sort(zones)
+	catalogZone := make(map[string]string, len(cfg.Catalogs))
+	for _, cat := range cfg.Catalogs {
+		catalogZone[cat.Name] = cat.Zone
+	}
+	for _, m := range cfg.Machines {
+		zoneOf[m.Name] = catalogZone[m.Catalog]
+	}
+	return zones, zoneOf
 }

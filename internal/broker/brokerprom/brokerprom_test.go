@@ -17,8 +17,14 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// fakeState is a broker with two machines and some sessions.
+// fakeState is a broker with two machines of zone "z" and some sessions.
 type fakeState struct{}
+
+func (fakeState) Snapshot() *broker.Snapshot {
+	return broker.NewSnapshot(1, &site.Config{Zones: []site.Zone{{Name: "z", Primary: true}},
+		Catalogs: []site.Catalog{{Name: "c", Kind: site.MultiSession, Zone: "z"}},
+		Machines: []site.Machine{{Name: "m1", Catalog: "c"}, {Name: "m2", Catalog: "c"}}})
+}
 
 func (fakeState) MachineLoads() []broker.MachineLoad {
 	return []broker.MachineLoad{
@@ -63,14 +69,14 @@ func TestMetrics(t *testing.T) {
 		`usher_nfuse_transactions_total{error_id="",request="RequestAppData"} 1`,
 		`usher_nfuse_transactions_total{error_id="unspecified",request="RequestAddress"} 1`,
 		`usher_nfuse_transaction_duration_seconds_count{request="RequestAddress"} 1`,
-		`usher_machines{state="registered"} 1`,
-		`usher_machines{state="maintenance"} 1`,
-		`usher_machines{state="unregistered"} 0`,
+		`usher_machines{state="registered",zone="z"} 1`,
+		`usher_machines{state="maintenance",zone="z"} 1`,
+		`usher_machines{state="unregistered",zone="z"} 0`,
 		`usher_machine_load_index{delivery_group="g",machine="m1"} 2500`,
 		`usher_machine_sessions{delivery_group="g",machine="m1"} 3`,
-		`usher_sessions{state="pending"} 1`,
-		`usher_sessions{state="active"} 2`,
-		`usher_sessions{state="disconnected"} 0`,
+		`usher_sessions{state="pending",zone="z"} 1`,
+		`usher_sessions{state="active",zone="z"} 2`,
+		`usher_sessions{state="disconnected",zone="z"} 0`,
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("no sample %s in\n%s", want, strings.Join(got, "\n"))
