@@ -210,6 +210,10 @@ type Server struct {
 	cleanup  []func() // run in reverse order by Close
 	close    sync.Once
 	closeErr error
+
+	// stopStreams ends the API's long-lived answers (the dashboard's
+	// event streams) at shutdown; nil until the API is made.
+	stopStreams func()
 }
 
 // Open binds the listeners, opens the data directory and its site DB
@@ -355,8 +359,13 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-leaderDone })
 	}
 
+	// The dashboard's event streams end when the server begins to shut
+	// down, as they would hold its shutdown otherwise.
+	stopping := make(chan struct{})
+	s.stopStreams = sync.OnceFunc(func() { close(stopping) })
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
-		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage, BrokerName: s.name})
+		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage, BrokerName: s.name,
+		Metrics: registry, Stopping: stopping})
 	if err != nil {
 		return nil, err
 	}
@@ -530,6 +539,9 @@ func (s *Server) Close() error {
 
 func (s *Server) shutdown(timeout time.Duration) error {
 	var err error
+	if s.stopStreams != nil {
+		s.stopStreams()
+	}
 	if s.srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), timeout)
 		if serr := s.srv.Shutdown(sctx); serr != nil {
