@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"reflect"
 	"slices"
@@ -240,6 +241,10 @@ func register[T any](s *Server, c collection[T]) {
 		}, nil)
 		if site.ErrorCode(err) == site.EInvalid {
 			// Whatever broke is a reference to the deleted object.
+			var e *site.Error
+			if errors.As(err, &e) && e.Kind != "" && e.Field != "" {
+				return nil, site.Errorf(site.EConflict, "%s %q is still in use: %s %q refers to it in its %s", c.kind, name, e.Kind, e.Name, e.Field)
+			}
 			return nil, site.Errorf(site.EConflict, "%s %q is still in use: %s", c.kind, name, site.ErrorMessage(err))
 		}
 		return nil, err

@@ -20,7 +20,7 @@
 
 import assert from 'node:assert/strict';
 import {
-  api, axe, cssString, fetchJSON, info, newPage, origin, password, run, screenshot, step, timeout,
+  api, axe, cssString, fetchJSON, info, newPage, origin, password, run, screenshot, showOnFailure, step, timeout,
 } from './lib.mjs';
 
 // The demo's admin, and the demo site's objects the scenario uses.
@@ -75,8 +75,8 @@ async function loggedOut(page) {
 // submitLogon fills the logon form and submits it, and returns the
 // answer to POST /api/v1/admin/tokens.
 async function submitLogon(page, name, pw) {
-  await page.getByLabel('Admin name', { exact: true }).fill(name);
-  await page.getByLabel('Password', { exact: true }).fill(pw);
+  await page.locator('#logon').getByLabel('Admin name', { exact: true }).fill(name);
+  await page.locator('#logon').getByLabel('Password', { exact: true }).fill(pw);
   const answered = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/api/v1/admin/tokens');
   await page.locator('#logon-submit').click();
   return answered;
@@ -132,12 +132,14 @@ async function until(what, cond) {
 // ---- users, from node ----
 
 const tokens = new Map();
+// The passwords of users the test makes; the demo's users have the demo's.
+const passwords = new Map();
 
 // userToken logs a demo user on to the user API (a bearer token, no
 // cookie) once, and returns the token. It is never printed.
 async function userToken(user) {
   if (!tokens.has(user)) {
-    const r = await fetchJSON('POST', '/api/v1/login', { body: { username: user, password } });
+    const r = await fetchJSON('POST', '/api/v1/login', { body: { username: user, password: passwords.get(user) ?? password } });
     assert.equal(r.status, 200, `${user}'s logon to the user API answered ${r.status} ${r.text}`);
     tokens.set(user, r.json.token);
   }
@@ -177,7 +179,7 @@ async function scenario() {
     await page.goto(`${origin}/console`);
     await loggedOut(page);
     await rendered(page, 'logon');
-    assert.equal(await page.getByLabel('Password', { exact: true }).getAttribute('type'), 'password');
+    assert.equal(await page.locator('#logon').getByLabel('Password', { exact: true }).getAttribute('type'), 'password');
     const scripts = await page.evaluate(() => [...document.scripts].map((s) => s.src || `inline: ${s.textContent.slice(0, 60)}`));
     for (const s of scripts) {
       assert.ok(!s.startsWith('inline'), `the console has an inline script (${s})`);
@@ -310,7 +312,7 @@ async function scenario() {
     assert.equal(await page.locator('th:has(button[data-sort="name"])').getAttribute('aria-sort'), 'ascending');
 
     // The filter.
-    const filter = page.getByLabel('Filter', { exact: true });
+    const filter = page.locator('#view-machines').getByLabel('Filter', { exact: true });
     await filter.fill('pooled');
     await page.waitForFunction((n) => document.querySelectorAll('#machines tbody tr[data-machine]').length === n, ctx.pooled.length, { timeout });
     assert.deepEqual((await names()).sort(), ctx.pooled, 'the filter "pooled" shows other machines');
@@ -341,7 +343,7 @@ async function scenario() {
   await step('maintenance: M goes into maintenance through its toggle, and the next launches avoid it', async () => {
     const m = ctx.m;
     info(`M = ${m}, one of ${ctx.pooled.length} ${pooledCatalog} machines`);
-    await page.getByLabel('Filter', { exact: true }).fill(m);
+    await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill(m);
     await page.waitForFunction(() => document.querySelectorAll('#machines tbody tr[data-machine]').length === 1, null, { timeout });
     const toggle = maintenanceToggle(page, m);
     assert.equal(await toggle.getAttribute('aria-pressed'), 'false', `${m} shows as in maintenance already`);
@@ -402,7 +404,7 @@ async function scenario() {
     assert.equal(l.status, 200, `the launch with ${m} back in service: ${describe(l)}`);
     assert.equal(l.machine, m, `the launch went to ${l.machine}; ${m}, back in service, is the only free machine`);
     ctx.onM = l;
-    await page.getByLabel('Filter', { exact: true }).fill('');
+    await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill('');
   });
 
   await step('sessions: the search by user and by machine finds the test\'s sessions; screenshot, axe', async () => {
@@ -518,6 +520,222 @@ async function scenario() {
     info(`session ${target.session} of ${target.user}: disconnected in the console and in the user's own list`);
   });
 
+  await step('configuration: create a group and a user through the forms; a field error shows at its field', async () => {
+    await page.locator('#nav-config').click();
+    await configList(page, 'applications');
+    info(`${await text(page.locator('#config-version'))} ${await text(page.locator('#config-count'))}`);
+    // axe over 400 rows takes long: over the ones the filter leaves.
+    await page.locator('#config-list').getByLabel('Filter', { exact: true }).fill('Finance Report');
+    await page.waitForFunction(() => document.querySelectorAll('#config-table tbody tr').length < 50, null, { timeout });
+    info(`filter "Finance Report": ${await text(page.locator('#config-count'))}`);
+    await screenshot(page, 'console-config-applications');
+    await axe(page, 'console configuration list');
+
+    // A group.
+    await page.locator('#config-kinds a[data-kind="groups"]').click();
+    await configList(page, 'groups');
+    await page.locator('#config-new').click();
+    await editor(page, 'New group');
+    await axe(page, 'console editor (new group)');
+    await page.locator('#editor').getByLabel('Name', { exact: true }).fill(cfg.group);
+    await page.locator('#editor').getByLabel('Description', { exact: true }).fill('Testers of the e2e suite');
+    await saved(page, 'POST', '/api/v1/admin/groups', 201);
+    await configList(page, 'groups');
+    info(`#result: "${await resultSays(page, new RegExp(`Created group ${reEscape(cfg.group)}`))}"`);
+    assert.equal(await configRow(page, cfg.group).count(), 1, `no row for group ${cfg.group}`);
+
+    // A user: first with a password the API refuses, shown at the field.
+    await page.locator('#config-kinds a[data-kind="users"]').click();
+    await configList(page, 'users');
+    await page.locator('#config-new').click();
+    await editor(page, 'New user');
+    await page.locator('#editor').getByLabel('Name', { exact: true }).fill(cfg.user);
+    await page.locator('#editor').getByLabel('Display name', { exact: true }).fill('E2E Tester');
+    await page.locator('#editor').getByLabel('Password', { exact: true }).fill('short');
+    await chooseRef(page, 'groups', 'domain-users');
+    await chooseRef(page, 'groups', cfg.group);
+    const refused = await saved(page, 'POST', '/api/v1/admin/users', 400);
+    info(`refused: ${JSON.stringify(refused)}`);
+    await fieldError(page, 'password', /shorter than/);
+    await screenshot(page, 'console-config-field-error');
+    await axe(page, 'console editor with a field error');
+    await page.locator('#editor').getByLabel('Password', { exact: true }).fill(cfg.password);
+    await saved(page, 'POST', '/api/v1/admin/users', 201);
+    await configList(page, 'users');
+    const u = await api(page, 'GET', `/api/v1/admin/users/${cfg.user}`);
+    assert.deepEqual([...u.json.groups].sort(), ['domain-users', cfg.group].sort(), `the user's groups: ${u.text}`);
+  });
+
+  await step('configuration: an application whose name holds HTML, with an icon; a file that is no image and one too large are refused at the field', async () => {
+    // The user's portal, open before the application exists.
+    userPage = await newPage();
+    await userPage.goto(`${origin}/`);
+    await userPage.locator('form#logon').getByLabel('User name', { exact: true }).fill(cfg.user);
+    await userPage.locator('form#logon').getByLabel('Password', { exact: true }).fill(cfg.password);
+    await userPage.locator('form#logon').getByRole('button', { name: 'Log on', exact: true }).click();
+    await userPage.waitForFunction(() => document.body.dataset.rendered === 'apps', null, { timeout });
+    ctx.userApps = await userPage.locator('ul#resources > li.resource').count();
+    info(`${cfg.user}'s portal lists ${ctx.userApps} apps and desktops`);
+    showOnFailure(page);
+
+    await page.locator('#config-kinds a[data-kind="applications"]').click();
+    await configList(page, 'applications');
+    await page.locator('#config-new').click();
+    await editor(page, 'New application');
+    await page.locator('#editor').getByLabel('Name', { exact: true }).fill(cfg.app);
+    await page.locator('#editor').getByLabel('Display name', { exact: true }).fill(cfg.appDisplay);
+    await page.locator('#editor').getByLabel('Description', { exact: true }).fill(cfg.appDescription);
+    await page.locator('#editor').getByLabel('Folder', { exact: true }).fill('E2E');
+    await chooseRef(page, 'delivery_groups', cfg.deliveryGroup);
+    // Disabled until it is entitled: published on a delivery group that
+    // every domain user may use, it would show to all of them at once.
+    await page.locator('#editor').getByLabel('Disabled (users do not see it)', { exact: true }).check();
+    // No command line: the API's error shows at that field.
+    await saved(page, 'POST', '/api/v1/admin/applications', 400);
+    await fieldError(page, 'command_line', /command_line is empty/);
+    await page.locator('#editor').getByLabel('Command line', { exact: true }).fill('/usr/bin/e2e-tool --flag "a b"');
+    // A text file as the icon: the application is saved, the icon refused.
+    await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'not-an-image.png', mimeType: 'image/png', buffer: Buffer.from('<svg onload="alert(1)"></svg>') });
+    await saved(page, 'POST', '/api/v1/admin/applications', 201);
+    const iconRefused = await page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
+    assert.equal(iconRefused.status(), 400, `a text file as the icon: ${iconRefused.status()}`);
+    await fieldError(page, 'icon', /not a PNG, JPEG or GIF image/);
+    assert.equal(await page.evaluate(() => location.hash), `#/config/applications/edit/${cfg.app}`, 'the editor did not go on with the saved application');
+    // Too large: 2 MiB.
+    await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'huge.png', mimeType: 'image/png', buffer: Buffer.alloc(2 << 20, 1) });
+    const put = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
+    await page.locator('#editor-save').click();
+    assert.equal((await put).status(), 413, 'a 2 MiB icon was not refused as too large');
+    await fieldError(page, 'icon', /too large/i);
+    // A real PNG.
+    await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'icon.png', mimeType: 'image/png', buffer: Buffer.from(cfg.iconPNG, 'base64') });
+    const ok = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
+    await page.locator('#editor-save').click();
+    assert.equal((await ok).status(), 200, 'the PNG icon was refused');
+    await configList(page, 'applications');
+    const a = await api(page, 'GET', `/api/v1/admin/applications/${cfg.app}`);
+    assert.equal(a.json.display_name, cfg.appDisplay);
+    assert.equal(a.json.icon, `data:image/png;base64,${cfg.iconPNG}`, 'the stored icon is not the PNG uploaded');
+    // The list shows the name as text.
+    await page.locator('#config-list').getByLabel('Filter', { exact: true }).fill('E2E');
+    const row = configRow(page, cfg.app);
+    await row.waitFor();
+    assert.ok((await row.textContent()).includes(cfg.appDisplay), 'the list does not show the display name as text');
+    assert.equal(await page.locator('#config-table img[src="x"]').count(), 0, 'the display name was parsed as HTML in the list');
+    await screenshot(page, 'console-config-application');
+  });
+
+  await step('configuration: entitle the group and enable the application: its user sees it (escaped, with its icon) and launches it, others do not; no restart', async () => {
+    await page.locator('#config-kinds a[data-kind="entitlements"]').click();
+    await configList(page, 'entitlements');
+    await page.locator('#config-new').click();
+    await editor(page, 'New entitlement');
+    await page.locator('#editor').getByLabel('Name', { exact: true }).fill(cfg.entitlement);
+    await page.locator('#editor').getByLabel('Delivery group', { exact: true }).selectOption(cfg.deliveryGroup);
+    await page.locator('#editor').getByLabel('Applications and desktops', { exact: true }).fill(cfg.app);
+    await chooseRef(page, 'groups', cfg.group);
+    await saved(page, 'POST', '/api/v1/admin/entitlements', 201);
+    await configList(page, 'entitlements');
+    await page.goto(`${origin}/console#/config/applications/edit/${cfg.app}`);
+    await editor(page, `Edit application ${cfg.app}`);
+    assert.equal(await page.locator('#editor').getByLabel('Display name', { exact: true }).inputValue(), cfg.appDisplay, 'the form does not show the display name as it is');
+    await page.locator('#editor').getByLabel('Disabled (users do not see it)', { exact: true }).uncheck();
+    await saved(page, 'PUT', `/api/v1/admin/applications/${cfg.app}`, 200);
+    await configList(page, 'applications');
+
+    await userPage.reload();
+    await userPage.waitForFunction(() => document.body.dataset.rendered === 'apps', null, { timeout });
+    const tiles = userPage.locator('ul#resources > li.resource').filter({ hasText: cfg.appDisplay });
+    await until(`${cfg.user}'s portal to list the application`, async () => (await tiles.count()) === 1).catch(async (e) => {
+      const r = await fetchJSON('GET', '/api/v1/resources', { token: await userToken(cfg.user) });
+      const ent = await api(page, 'GET', `/api/v1/admin/entitlements/${cfg.entitlement}`);
+      assert.fail(`${e.message}; the portal shows ${await tiles.count()} tiles; the user API lists ${r.status} ${r.text.slice(0, 300)}; the entitlement: ${ent.text}`);
+    });
+    const name = await tiles.locator('.resource-name').textContent();
+    assert.equal(name, cfg.appDisplay, `the portal shows "${name}"`);
+    assert.equal(await userPage.locator('ul#resources > li.resource').count(), ctx.userApps + 1, 'the portal lists more than the new application');
+    assert.equal(await userPage.locator('ul#resources img[src="x"]').count(), 0, 'the display name was parsed as HTML in the portal');
+    assert.equal(await userPage.evaluate(() => window.e2ePwned), undefined, 'a script in the display name ran');
+    assert.equal(await tiles.locator('img').getAttribute('src'), `data:image/png;base64,${cfg.iconPNG}`, 'the portal does not show the uploaded icon');
+    // A domain user outside the group does not see it, nor launch it.
+    const other = await fetchJSON('GET', '/api/v1/resources', { token: await userToken('user0001') });
+    assert.equal(other.status, 200);
+    assert.ok(!other.json.resources.some((r) => r.name === cfg.app), 'user0001, not in the group, is offered the application');
+    const refusedLaunch = await launch('user0001', cfg.app);
+    assert.ok(refusedLaunch.status === 403 || refusedLaunch.status === 404, `user0001's launch of ${cfg.app}: ${describe(refusedLaunch)}`);
+    const l = await launch(cfg.user, cfg.app);
+    assert.equal(l.status, 200, `${cfg.user}'s launch of ${cfg.app}: ${describe(l)}`);
+    info(`launch: ${describe(l)}`);
+    await screenshot(userPage, 'portal-admin-added-app');
+    await axe(userPage, 'portal with the admin\'s new application');
+    showOnFailure(page);
+    const r = await fetchJSON('POST', `/api/v1/sessions/${encodeURIComponent(l.session)}/logoff`, { token: await userToken(l.user) });
+    assert.ok(r.status < 300, `logoff: ${r.status}`);
+  });
+
+  await step('configuration: a group still in use is not deleted (the message says why); edit keeps unshown fields', async () => {
+    await page.locator('#config-kinds a[data-kind="groups"]').click();
+    await configList(page, 'groups');
+    await page.locator('#config-list').getByLabel('Filter', { exact: true }).fill(cfg.group);
+    await configRow(page, cfg.group).getByRole('button', { name: `Delete group ${cfg.group}`, exact: true }).click();
+    await confirmDialog(page).waitFor({ state: 'visible' });
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'confirm-cancel', 'the focus is not on Cancel');
+    const del = page.waitForResponse((r) => r.request().method() === 'DELETE' && new URL(r.url()).pathname === `/api/v1/admin/groups/${cfg.group}`);
+    await page.locator('#confirm-ok').click();
+    assert.equal((await del).status(), 409, 'a group in use was deleted');
+    info(`#result: "${await resultSays(page, new RegExp(`still in use: user "${reEscape(cfg.user)}" refers to it in its groups`))}"`);
+    assert.equal(await resultBox(page).getAttribute('role'), 'alert');
+
+    // Editing a delivery group through the form keeps its load rules
+    // the form does not show.
+    const before = (await api(page, 'GET', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`)).json;
+    await page.goto(`${origin}/console#/config/delivery-groups/edit/${encodeURIComponent(cfg.deliveryGroup)}`);
+    await editor(page, `Edit delivery group ${cfg.deliveryGroup}`);
+    assert.equal(await page.locator('#editor').getByLabel('Name', { exact: true }).getAttribute('readonly'), '', 'the name can be changed');
+    await page.locator('#editor').getByLabel('Description', { exact: true }).fill('Edited by the e2e suite');
+    await saved(page, 'PUT', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`, 200);
+    const after = (await api(page, 'GET', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`)).json;
+    assert.equal(after.description, 'Edited by the e2e suite');
+    assert.deepEqual({ ...after, description: before.description }, before, 'the edit changed fields the form does not show');
+  });
+
+  await step('history: the changes the console made, by the admin, newest first; screenshot, axe', async () => {
+    await page.locator('#nav-history').click();
+    await page.waitForFunction(() => document.body.dataset.view === 'history' && document.body.dataset.rendered === 'history', null, { timeout });
+    await page.locator('#history-search').getByLabel('Name', { exact: true }).fill(cfg.app);
+    await forgetRendered(page);
+    await page.locator('#history-search').getByRole('button', { name: 'Search', exact: true }).click();
+    await page.waitForFunction(() => document.body.dataset.rendered === 'history', null, { timeout });
+    const rows = await page.locator('#history tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+    info(`history of ${cfg.app}: ${rows.map((r) => r.slice(1).join(' | ')).join('; ')}`);
+    // Newest first: enabled, the icon, the creation.
+    assert.deepEqual(rows.map((r) => [r[1], r[2], r[3], r[4], r[5]]), [
+      ['admin:admin', 'update', 'application', cfg.app, 'disabled'],
+      ['admin:admin', 'update', 'application', cfg.app, 'icon'],
+      ['admin:admin', 'create', 'application', cfg.app, '—'],
+    ]);
+    await screenshot(page, 'console-history');
+    await axe(page, 'console history');
+  });
+
+  await step('configuration: delete what the test made, through the forms', async () => {
+    for (const [kind, name, noun] of [['entitlements', cfg.entitlement, 'entitlement'], ['applications', cfg.app, 'application'],
+      ['users', cfg.user, 'user'], ['groups', cfg.group, 'group']]) {
+      await page.goto(`${origin}/console#/config/${kind}`);
+      await configList(page, kind);
+      await page.locator('#config-list').getByLabel('Filter', { exact: true }).fill(name);
+      await configRow(page, name).getByRole('button', { name: `Delete ${noun} ${name}`, exact: true }).click();
+      await confirmDialog(page).waitFor({ state: 'visible' });
+      const del = page.waitForResponse((r) => r.request().method() === 'DELETE' && new URL(r.url()).pathname === `/api/v1/admin/${kind}/${name}`);
+      await page.locator('#confirm-ok').click();
+      assert.equal((await del).status(), 204, `DELETE ${kind}/${name}`);
+      await resultSays(page, new RegExp(`Deleted ${noun} ${reEscape(name)}`));
+      await until(`the row of ${name} to go`, async () => (await configRow(page, name).count()) === 0);
+    }
+    await page.goto(`${origin}/console#/sessions`);
+    await page.waitForFunction(() => document.body.dataset.view === 'sessions', null, { timeout });
+  });
+
   await step('an expired console session: the logon form says so; logging on again returns to the view', async () => {
     await page.context().clearCookies();
     await page.locator('#nav-machines').click();
@@ -545,6 +763,76 @@ async function scenario() {
   });
 }
 
+// The objects the configuration steps make, and the demo's they use.
+const cfg = {
+  group: 'e2e-testers',
+  user: 'e2e-tester',
+  password: 'an e2e password 0123',
+  app: 'e2e-html-app',
+  // HTML in a name and a description: shown as text everywhere.
+  appDisplay: '<img src="x" onerror="window.e2ePwned=1">Report & <b>Chart</b>',
+  appDescription: '<script>window.e2ePwned=1</script>',
+  entitlement: 'e2e-testers-tool',
+  deliveryGroup: 'Office Apps',
+  // A 2x2 PNG.
+  iconPNG: 'iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAYAAABytg0kAAAAFklEQVR4nGL6z8DwnwEB/v8HBAAA//8iFAP/9aaXIQAAAABJRU5ErkJggg==',
+};
+let userPage; // the portal of cfg.user
+passwords.set(cfg.user, cfg.password);
+
+const configRow = (page, name) => page.locator(`#config-table tbody tr[data-name="${cssString(name)}"]`);
+
+// configList waits for the configuration view's list of kind.
+async function configList(page, kind) {
+  await page.waitForFunction((k) => document.body.dataset.view === 'config' && document.body.dataset.rendered === 'config' &&
+    location.hash.replace(/^#\/config\/?/, '').split('/')[0] === k, kind, { timeout })
+    .catch(async () => assert.fail(`the ${kind} list did not show: view ${await page.evaluate(() => `${document.body.dataset.view}/${document.body.dataset.rendered} ${location.hash}`)}`));
+  assert.equal(await page.locator(`#config-kinds a[data-kind="${kind}"]`).getAttribute('aria-current'), 'page');
+}
+
+// editor waits for the editor with its title.
+async function editor(page, title) {
+  await page.waitForFunction((t) => document.body.dataset.rendered === 'editor' && document.querySelector('#editor-title')?.textContent === t, title, { timeout })
+    .catch(async () => assert.fail(`the editor "${title}" did not show: "${await page.locator('#editor-title').textContent()}"`));
+}
+
+// chooseRef ticks name among the choices of a field of references.
+async function chooseRef(page, key, name) {
+  const field = page.locator(`#editor-fields .field[data-key="${key}"]`);
+  const box = field.getByRole('checkbox', { name, exact: true });
+  if (await box.count()) {
+    await box.check();
+  } else {
+    await field.locator('input').fill(name);
+  }
+}
+
+// saved submits the editor and waits for the API's answer to method path,
+// which must be status; it returns the answer's JSON.
+async function saved(page, method, urlPath, status) {
+  const answered = page.waitForResponse((r) => r.request().method() === method && new URL(r.url()).pathname === urlPath);
+  await page.locator('#editor-save').click();
+  const resp = await answered;
+  const body = await resp.json().catch(() => null);
+  assert.equal(resp.status(), status, `${method} ${urlPath} answered ${resp.status()} ${JSON.stringify(body)}`);
+  return body;
+}
+
+// fieldError waits for the error of the editor's field key to say re,
+// and checks that the field is marked invalid, described by the error,
+// and focused.
+async function fieldError(page, key, re) {
+  const id = `f-${key.replaceAll('.', '-')}`;
+  await page.waitForFunction(([i, src]) => new RegExp(src, 'i').test(document.getElementById(`${i}-error`)?.textContent ?? ''), [id, re.source], { timeout })
+    .catch(async () => assert.fail(`the field ${key} does not say ${re}: "${await page.locator(`#${id}-error`).textContent()}"; the form says "${await page.locator('#editor-error').textContent()}"`));
+  const control = page.locator(`#${id}`);
+  assert.equal(await control.getAttribute('aria-invalid'), 'true', `${key} is not aria-invalid`);
+  assert.ok((await control.getAttribute('aria-describedby')).split(' ').includes(`${id}-error`), `${key} is not described by its error`);
+  const focused = await page.evaluate(() => document.activeElement?.id);
+  assert.equal(focused, id, `the focus is on ${focused}, not on ${key}`);
+  info(`${key}: "${await page.locator(`#${id}-error`).textContent()}"`);
+}
+
 // rowState is the state a session's row shows, or null without a row.
 function rowState(page, id) {
   return page.evaluate((sid) => {
@@ -556,8 +844,8 @@ function rowState(page, id) {
 // search fills the sessions search form and submits it, and waits for the
 // list the console renders from the answer.
 async function search(page, { user = '', machine = '' }) {
-  await page.getByLabel('User', { exact: true }).fill(user);
-  await page.getByLabel('Machine', { exact: true }).fill(machine);
+  await page.locator('#session-search').getByLabel('User', { exact: true }).fill(user);
+  await page.locator('#session-search').getByLabel('Machine', { exact: true }).fill(machine);
   await forgetRendered(page);
   const answered = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/api/v1/admin/sessions');
   await page.locator('#session-search').getByRole('button', { name: 'Search', exact: true }).click();
