@@ -1,11 +1,14 @@
-// usher's console: a client of the admin API (/api/v1/admin) and of
-// /metrics. The admin's token is an HttpOnly cookie set by
+// usher's console: a client of the admin API (/api/v1/admin), whose
+// dashboard the broker pushes (dashboard.js). The admin's token is an
+// HttpOnly cookie set by
 // POST /api/v1/admin/tokens {session_cookie: true}: this script never
 // sees it. Every text from the site is set with textContent.
 
+import { startDashboard, stopDashboard } from "./dashboard.js";
+
 const $ = (id) => document.getElementById(id);
 
-const state = { admin: null, machines: [], sort: { key: "name", dir: 1 }, timer: null, samples: [], polls: 0 };
+const state = { admin: null, machines: [], sort: { key: "name", dir: 1 } };
 
 class APIError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
@@ -37,7 +40,7 @@ async function call(method, path, body, headers = {}) {
 function sessionEnded() {
   sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
   state.admin = null;
-  stopPolling();
+  stopDashboard();
   showLogon("Your console session has ended. Log on again to go on.");
   throw new SessionEnded();
 }
@@ -105,7 +108,7 @@ async function logon(ev) {
 }
 
 async function logoff() {
-  stopPolling();
+  stopDashboard();
   try { await call("POST", "/api/v1/logout"); } catch (e) { /* the cookie expires anyway */ }
   state.admin = null;
   history.replaceState(null, "", location.pathname);
@@ -119,101 +122,11 @@ async function start() {
   $("admin-name").textContent = "Administrator";
 }
 
-// ---- the dashboard, from /metrics ----
+// ---- the dashboard: dashboard.js, pushed by the broker ----
 
-// parseMetrics reads the Prometheus text format into
-// [{name, labels: {k: v}, value}].
-function parseMetrics(text) {
-  const out = [];
-  for (const line of text.split("\n")) {
-    if (!line || line[0] === "#") continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
-    if (!m) continue;
-    const labels = {};
-    if (m[3]) for (const l of m[3].matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
-    out.push({ name: m[1], labels, value: Number(m[4]) });
-  }
-  return out;
-}
-
-function sum(ms, name, match = {}) {
-  let s = 0;
-  for (const m of ms) if (m.name === name && Object.entries(match).every(([k, v]) => m.labels[k] === v)) s += m.value;
-  return s;
-}
-
-// p99 over a window: the le of the bucket where the window's 99th
-// percentile falls (an upper bound), from two scrapes' cumulative buckets.
-function p99(cur, prev, op) {
-  const name = "usher_broker_transaction_duration_seconds_bucket";
-  const buckets = cur.filter((m) => m.name === name && m.labels.operation === op)
-    .map((m) => ({ le: Number(m.labels.le), n: m.value - (prev ? sum(prev, name, { operation: op, le: m.labels.le }) : 0) }))
-    .sort((a, b) => a.le - b.le);
-  const total = buckets.length ? buckets[buckets.length - 1].n : 0;
-  if (total <= 0) return null;
-  for (const b of buckets) if (b.n >= 0.99 * total) return b.le;
-  return null;
-}
-
-function ms(seconds) {
-  if (seconds === null) return "-";
-  if (!isFinite(seconds)) return "> largest bucket";
-  return seconds < 1 ? "≤ " + +(seconds * 1000).toPrecision(3) + " ms" : "≤ " + seconds + " s";
-}
-
-async function poll() {
-  // A scrape that comes back after the dashboard was left (or polling
-  // restarted) is dropped.
-  const gen = state.polls;
-  let text;
-  try {
-    const resp = await fetch("/metrics", { credentials: "same-origin" });
-    if (resp.status === 401) sessionEnded();
-    if (!resp.ok) throw new Error("HTTP " + resp.status);
-    text = await resp.text();
-    $("stale").textContent = "";
-  } catch (e) {
-    if (e instanceof SessionEnded) return;
-    $("stale").textContent = "The metrics could not be read (" + e.message + "); showing the last ones.";
-    return;
-  }
-  if (gen !== state.polls || document.body.dataset.view !== "dashboard") return;
-  const now = performance.now();
-  const cur = parseMetrics(text);
-  state.samples.push({ t: now, m: cur });
-  while (state.samples.length > 16) state.samples.shift(); // 30 s at 2 s
-  const old = state.samples[0];
-  const dt = (now - old.t) / 1000;
-  const set = (id, v) => { $(id).textContent = v; };
-  set("m-registered", sum(cur, "usher_machines", { state: "registered" }));
-  set("m-unregistered", sum(cur, "usher_machines", { state: "unregistered" }));
-  set("m-maintenance", sum(cur, "usher_machines", { state: "maintenance" }));
-  set("s-active", sum(cur, "usher_sessions", { state: "active" }));
-  set("s-disconnected", sum(cur, "usher_sessions", { state: "disconnected" }));
-  set("s-pending", sum(cur, "usher_sessions", { state: "pending" }));
-  const rate = (op) => dt > 0 ? ((sum(cur, "usher_broker_transactions_total", { operation: op }) - sum(old.m, "usher_broker_transactions_total", { operation: op })) / dt).toFixed(1) : "-";
-  const delta = (name, match) => sum(cur, name, match) - sum(old.m, name, match);
-  set("window", dt > 0 ? Math.round(dt) + " s" : "-");
-  set("launch-rate", rate("launch"));
-  set("enum-rate", rate("enumerate"));
-  set("launch-p99", ms(dt > 0 ? p99(cur, old.m, "launch") : null));
-  set("enum-p99", ms(dt > 0 ? p99(cur, old.m, "enumerate") : null));
-  set("launch-nocap", delta("usher_broker_transactions_total", { operation: "launch", result: "no_capacity" }));
-  set("refused", delta("usher_broker_refused_transactions_total", {}));
-  document.body.dataset.rendered = "dashboard";
-}
-
-function startPolling() {
-  stopPolling();
-  state.samples = [];
-  poll();
-  state.timer = setInterval(poll, 2000);
-}
-
-function stopPolling() {
-  state.polls++;
-  if (state.timer) clearInterval(state.timer);
-  state.timer = null;
+// dashboardEnded hands a refused dashboard stream over to the log-on.
+function dashboardEnded() {
+  try { sessionEnded(); } catch (e) { if (!(e instanceof SessionEnded)) throw e; }
 }
 
 // ---- machines ----
@@ -357,13 +270,13 @@ function confirmAction(s, verb, label) {
 // ---- routing ----
 
 async function route() {
-  stopPolling();
+  stopDashboard();
   try {
     if (!state.admin) await start();
     const view = (location.hash || "#/dashboard").slice(2);
     if (view === "machines") { show("machines"); await loadMachines(); }
     else if (view === "sessions") { show("sessions"); await searchSessions(); }
-    else { show("dashboard"); startPolling(); }
+    else { show("dashboard"); startDashboard({ onSessionEnded: dashboardEnded }); }
   } catch (e) {
     if (!(e instanceof SessionEnded)) result("failed", e.message);
   }

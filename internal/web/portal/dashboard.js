@@ -1,0 +1,170 @@
+// The console's live dashboard. The broker pushes its figures, the same
+// as /metrics has, as server-sent events (GET /api/v1/admin/dashboard/events:
+// an event "figures" at once, then every 2 s); an EventSource reads them,
+// with the admin's HttpOnly cookie (usher_admin), which a same-origin
+// EventSource sends as fetch does. When the stream drops, the EventSource
+// opens it again by itself, and the dashboard says it is reconnecting;
+// when the server refuses it (the admin's session ended, or too many
+// dashboards are open), it asks GET /api/v1/admin/dashboard why, and
+// either hands over to the console's log-on (onSessionEnded) or tries
+// again a little later. Every text from the site is set with textContent.
+
+const eventsURL = "/api/v1/admin/dashboard/events";
+const snapshotURL = "/api/v1/admin/dashboard";
+
+const $ = (id) => document.getElementById(id);
+
+const dash = {
+  source: null, // the EventSource
+  timer: null, // a retry after a refusal
+  gen: 0, // bumped by every start and stop: late callbacks of an older one do nothing
+  onSessionEnded: null,
+  last: null, // when the last figures came
+};
+
+// startDashboard opens the event stream and renders what it sends into
+// the dashboard's view. onSessionEnded is called (once) when the server
+// refuses the admin: the console goes back to its log-on.
+export function startDashboard({ onSessionEnded } = {}) {
+  stopDashboard();
+  dash.onSessionEnded = onSessionEnded || null;
+  dash.last = null;
+  note("");
+  open(dash.gen);
+}
+
+// stopDashboard closes the event stream; figures still on their way are
+// dropped.
+export function stopDashboard() {
+  dash.gen++;
+  if (dash.source) dash.source.close();
+  dash.source = null;
+  clearTimeout(dash.timer);
+  dash.timer = null;
+}
+
+function open(gen) {
+  const es = new EventSource(eventsURL);
+  dash.source = es;
+  es.addEventListener("figures", (ev) => {
+    if (gen !== dash.gen) return;
+    let fig;
+    try { fig = JSON.parse(ev.data); } catch (e) { return; }
+    dash.last = new Date();
+    note("");
+    render(fig);
+  });
+  es.addEventListener("error", () => {
+    if (gen !== dash.gen) return;
+    if (es.readyState === EventSource.CONNECTING) {
+      // Dropped: the EventSource opens it again by itself.
+      note("The live figures were cut off; reconnecting…" + shownSince());
+      return;
+    }
+    // Closed: the server answered with something other than a stream.
+    es.close();
+    if (dash.source === es) dash.source = null;
+    why(gen);
+  });
+}
+
+// why asks for the figures once to learn why the stream was refused, and
+// hands over to the log-on, or tries the stream again later.
+async function why(gen) {
+  let status = 0;
+  try {
+    const resp = await fetch(snapshotURL, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    status = resp.status;
+    if (resp.ok && gen === dash.gen) render(await resp.json());
+  } catch (e) {
+    // the site cannot be reached: try again later
+  }
+  if (gen !== dash.gen) return;
+  if (status === 401) {
+    const ended = dash.onSessionEnded;
+    stopDashboard();
+    if (ended) ended();
+    return;
+  }
+  const wait = status === 429 ? 10 : 5;
+  note((status === 429
+    ? "Too many live dashboards are open on this broker; the figures are read once now, and the live ones tried again"
+    : "The live figures cannot be read" + (status ? " (HTTP " + status + ")" : " (the site cannot be reached)") + "; reconnecting") +
+    " in " + wait + " s…" + shownSince());
+  dash.timer = setTimeout(() => { if (gen === dash.gen) open(gen); }, wait * 1000);
+}
+
+function shownSince() {
+  return dash.last ? " The figures shown are from " + dash.last.toLocaleTimeString() + "." : "";
+}
+
+function note(text) {
+  const el = $("dashboard-note");
+  el.textContent = text;
+  el.hidden = !text;
+}
+
+// ---- rendering ----
+
+function set(id, v) { $(id).textContent = v; }
+
+// rate formats transactions per second: enough digits that one launch in
+// the window does not show as 0.
+function rate(n) {
+  if (n === 0) return "0";
+  return n >= 10 ? n.toFixed(0) : n >= 1 ? n.toFixed(1) : n.toFixed(2);
+}
+
+// p99 formats a p99, the upper bound of a histogram bucket.
+function p99(t, windowed) {
+  if (!windowed || !t.count) return "-";
+  const s = t.p99_seconds;
+  const text = s < 1 ? +(s * 1000).toPrecision(3) + " ms" : s + " s";
+  return (t.p99_beyond ? "> " : "≤ ") + text;
+}
+
+const zoneColumns = [
+  (z) => z.machines.registered, (z) => z.machines.unregistered, (z) => z.machines.maintenance,
+  (z) => z.sessions.active, (z) => z.sessions.disconnected, (z) => z.sessions.pending,
+];
+
+function render(fig) {
+  if (document.body.dataset.view !== "dashboard") return;
+  const windowed = fig.window_seconds > 0;
+  set("m-registered", fig.machines.registered);
+  set("m-unregistered", fig.machines.unregistered);
+  set("m-maintenance", fig.machines.maintenance);
+  set("s-active", fig.sessions.active);
+  set("s-disconnected", fig.sessions.disconnected);
+  set("s-pending", fig.sessions.pending);
+  set("window", windowed ? Math.round(fig.window_seconds) + " s" : "-");
+  set("launch-rate", windowed ? rate(fig.launches.per_second) : "-");
+  set("enum-rate", windowed ? rate(fig.enumerations.per_second) : "-");
+  set("launch-p99", p99(fig.launches, windowed));
+  set("enum-p99", p99(fig.enumerations, windowed));
+  set("launch-nocap", windowed ? fig.refused.no_capacity : "-");
+  set("refused", windowed ? fig.refused.overloaded : "-");
+  set("dashboard-at", new Date(fig.at).toLocaleTimeString());
+  const outage = $("dashboard-outage");
+  outage.hidden = !fig.outage;
+
+  const zones = fig.zones || [];
+  $("zones-wrap").hidden = zones.length < 2;
+  const rows = zones.map((z) => {
+    const tr = document.createElement("tr");
+    tr.dataset.zone = z.name;
+    const th = document.createElement("th");
+    th.scope = "row";
+    th.textContent = z.name || "(no zone)";
+    tr.append(th);
+    for (const col of zoneColumns) {
+      const td = document.createElement("td");
+      td.className = "num";
+      td.textContent = col(z);
+      tr.append(td);
+    }
+    return tr;
+  });
+  $("zones").querySelector("tbody").replaceChildren(...rows);
+  document.body.dataset.rendered = "dashboard";
+}
