@@ -15,7 +15,11 @@ import (
 type Placer interface {
 	// Place returns the user to a live session that p.Reconnect allows,
 	// else claims the first candidate that can still take a session and
-	// records p.Session there, atomically. When neither is possible it
+	// records p.Session there, atomically. Placements of one user that
+	// carry a rule are seated one at a time, through every broker of the
+	// site: one that follows another sees the session that one made, so
+	// that concurrent launches of one resource (a pending session is
+	// always gone back to) make one session. When neither is possible it
 	// returns a zero Placed (with Refused filled) and no error. Errors: as
 	// Update's (EUnavailable when the site DB cannot be reached), and
 	// EInvalid for a malformed placement.

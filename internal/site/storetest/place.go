@@ -230,40 +230,110 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 		})
 	})
 
+	// A double click, two tabs or two brokers: concurrent placements of
+	// one user that carry one rule make one session and go back to it,
+	// pending, whatever the policy says of active sessions, on
+	// multi-session and on single-session (assigned) machines alike.
 	t.Run("ConcurrentLaunchesOfOneUserMakeOneSession", func(t *testing.T) {
 		t.Parallel()
-		_, p := placer(t)
-		const launches = 12
-		rule := &site.ReconnectRule{Groups: []string{"apps"}, Policies: []site.ReconnectPolicy{site.ReconnectAlways}, Resources: []string{"notepad", "calc"}}
-		var wg sync.WaitGroup
-		placed := make([]site.Placed, launches)
-		errs := make([]error, launches)
-		for i := range launches {
-			wg.Go(func() {
-				placed[i], errs[i] = p.Place(t.Context(), site.Placement{Session: newSession(fmt.Sprintf("s%02d", i), "alice", "notepad", "apps"),
-					Reconnect: rule, Candidates: []site.Candidate{{Machine: "app1"}, {Machine: "spare1"}}})
+		apps := func(policy site.ReconnectPolicy, client string) *site.ReconnectRule {
+			return &site.ReconnectRule{Groups: []string{"apps"}, Policies: []site.ReconnectPolicy{policy},
+				Resources: []string{"notepad", "calc"}, ClientName: client}
+		}
+		for _, c := range []struct {
+			name, resource, group string
+			rule                  *site.ReconnectRule
+			candidates            []site.Candidate
+		}{
+			{"ApplicationUnderAlways", "notepad", "apps", apps(site.ReconnectAlways, ""),
+				[]site.Candidate{{Machine: "app1"}, {Machine: "spare1"}}},
+			{"ApplicationUnderDisconnectedOnly", "notepad", "apps", apps(site.ReconnectDisconnectedOnly, ""),
+				[]site.Candidate{{Machine: "app1", Limit: 30}, {Machine: "spare1"}}},
+			{"ApplicationFromAnotherEndpoint", "notepad", "apps", apps(site.ReconnectSameEndpointOnly, "DESK-9"),
+				[]site.Candidate{{Machine: "app1"}, {Machine: "spare1"}}},
+			{"AssignedDesktop", "vdi-desktop", "vdi",
+				&site.ReconnectRule{Groups: []string{"vdi"}, Policies: []site.ReconnectPolicy{site.ReconnectDisconnectedOnly}, Resources: []string{"vdi-desktop"}},
+				[]site.Candidate{{Machine: "vdi3", Limit: 1, Assign: true}, {Machine: "vdi4", Limit: 1, Assign: true}}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				s, p := placer(t)
+				update(t, s, func(ctx context.Context, tx site.Tx) error {
+					for _, m := range []string{"vdi3", "vdi4"} {
+						if err := tx.Machines().Create(ctx, site.Machine{Name: m, Catalog: "vdi-cat", Address: "10.0.1.9:1494", MaxSessions: 1}); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				register(t, s, "vdi3", "vdi4")
+				const launches = 12
+				var wg sync.WaitGroup
+				placed := make([]site.Placed, launches)
+				errs := make([]error, launches)
+				for i := range launches {
+					wg.Go(func() {
+						placed[i], errs[i] = p.Place(t.Context(), site.Placement{Session: newSession(fmt.Sprintf("s%02d", i), "alice", c.resource, c.group),
+							Reconnect: c.rule, Candidates: c.candidates})
+					})
+				}
+				wg.Wait()
+				var created []site.Session
+				for i := range launches {
+					if errs[i] != nil {
+						t.Fatalf("place %d: %v", i, errs[i])
+					}
+					switch {
+					case placed[i].Session.ID != "":
+						created = append(created, placed[i].Session)
+					case placed[i].Reconnect == nil:
+						t.Errorf("launch %d was neither placed nor reconnected", i)
+					}
+				}
+				if len(created) != 1 {
+					t.Fatalf("%d sessions created for one user's concurrent launches, want 1 and the rest reconnected", len(created))
+				}
+				made := created[0]
+				for i := range launches {
+					if r := placed[i].Reconnect; r != nil && (r.ID != made.ID || r.State != site.SessionPending || r.Machine != made.Machine) {
+						t.Errorf("launch %d went back to %s (%s) on %s, want the pending %s on %s", i, r.ID, r.State, r.Machine, made.ID, made.Machine)
+					}
+				}
+				view(t, s, func(ctx context.Context, tx site.Tx) error {
+					live, err := tx.Sessions().List(ctx, site.SessionFilter{User: "alice", Live: true}, site.ListOptions{})
+					if err != nil {
+						return err
+					}
+					if live.Total != 1 {
+						t.Errorf("alice holds %d live sessions, want 1", live.Total)
+					}
+					st, err := tx.MachineStatus(ctx, made.Machine)
+					if err != nil {
+						return err
+					}
+					if st.Sessions != 1 || st.LogonsInProgress != 1 {
+						t.Errorf("%s counts %d sessions, %d logging on; want the one pending session once", made.Machine, st.Sessions, st.LogonsInProgress)
+					}
+					if c.candidates[0].Assign {
+						m, err := tx.Machines().Get(ctx, made.Machine)
+						if err != nil {
+							return err
+						}
+						if m.AssignedUser != "alice" {
+							t.Errorf("%s is assigned to %q, want alice", m.Name, m.AssignedUser)
+						}
+						other := c.candidates[1].Machine
+						if other == made.Machine {
+							other = c.candidates[0].Machine
+						}
+						if m, err = tx.Machines().Get(ctx, other); err == nil && m.AssignedUser != "" {
+							t.Errorf("%s is assigned to %q as well: one user's launches took two desktops", m.Name, m.AssignedUser)
+						}
+						return err
+					}
+					return nil
+				})
 			})
-		}
-		wg.Wait()
-		var created []string
-		for i := range launches {
-			if errs[i] != nil {
-				t.Fatalf("place %d: %v", i, errs[i])
-			}
-			switch {
-			case placed[i].Session.ID != "":
-				created = append(created, placed[i].Session.ID)
-			case placed[i].Reconnect == nil:
-				t.Errorf("launch %d was neither placed nor reconnected", i)
-			}
-		}
-		if len(created) != 1 {
-			t.Fatalf("%d sessions created for one user's concurrent launches, want 1 and the rest reconnected", len(created))
-		}
-		for i := range launches {
-			if r := placed[i].Reconnect; r != nil && r.ID != created[0] {
-				t.Errorf("launch %d reconnected to %s, want %s", i, r.ID, created[0])
-			}
 		}
 	})
 
