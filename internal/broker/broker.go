@@ -558,8 +558,12 @@ var ErrNotEntitled = site.Errorf(site.EForbidden, "the resource is not available
 // Launch places a session for the user: back on the user's existing
 // session of the resource's delivery group when the reconnection policy
 // allows, else on the least-loaded eligible machine, claimed atomically.
-// Errors: ErrNotEntitled; an ENoCapacity error when no machine can take
-// it; EUnavailable when the site DB cannot be reached.
+// A session still pending (placed, its user not yet logged on) is always
+// gone back to, whatever the policy: concurrent launches of one resource
+// by one user (a double click, two tabs, two brokers) give one session,
+// each with its own ticket. Errors: ErrNotEntitled; an ENoCapacity error
+// when no machine can take it; EUnavailable when the site DB cannot be
+// reached.
 func (b *Broker) Launch(ctx context.Context, req LaunchRequest) (*Launch, error) {
 	if d := b.delegated(ctx); d != nil {
 		return d.Launch(ctx, req)
@@ -579,8 +583,11 @@ func (b *Broker) launch(ctx context.Context, req LaunchRequest, started string) 
 	if !ok || len(groups) == 0 {
 		return nil, ErrNotEntitled
 	}
-	// The first placement also looks for a session to go back to; once
-	// the site DB said there is none, the others only claim.
+	// Every placement carries the rule, so that the site DB, which seats
+	// one user's placements one at a time, never creates a session while
+	// one the launch may go back to is live: one that another launch of
+	// the user (through another broker, say) placed since this launch's
+	// previous placement found none.
 	ln := &launching{s: s, req: req, res: res, rule: reconnectRule(s, req, res, groups)}
 	for _, g := range groups {
 		dg, _ := s.DeliveryGroup(g)
@@ -623,9 +630,13 @@ type launching struct {
 	s   *Snapshot
 	req LaunchRequest
 	res *site.Resource
-	// rule selects the sessions the launch may go back to; nil once the
-	// site DB found none.
+	// rule selects the sessions the launch may go back to; every
+	// placement carries it.
 	rule *site.ReconnectRule
+	// looked is set when the launch's latest placement offered no
+	// candidate and found no session to go back to: until the launch has
+	// a candidate to offer, asking again would tell nothing new.
+	looked bool
 }
 
 // maxCandidates bounds the machines one placement offers the site DB: the
@@ -635,8 +646,9 @@ const maxCandidates = 4
 // place seats the launch in the delivery group: each attempt is one
 // site-DB round trip (site.Placer) that goes back to a session ln.rule
 // allows, or claims the first of a few candidates that still has room.
-// It sets ln.rule to nil once the site DB found no session to go back to.
-// It returns nil, nil when the group has no machine for it.
+// Every attempt that may claim carries ln.rule, so that it goes back to
+// a session placed since an earlier attempt found none, rather than make
+// a second. It returns nil, nil when the group has no machine for it.
 func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGroup) (*Launch, error) {
 	req, res := ln.req, ln.res
 	skip := map[string]bool{}
@@ -651,7 +663,7 @@ func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGrou
 			b.resyncStatuses(ctx, time.Now())
 			cands, picked = b.candidates(ln.s, req.User, dg, skip)
 		}
-		if len(cands) == 0 && ln.rule == nil {
+		if len(cands) == 0 && ln.looked {
 			return nil, nil
 		}
 		now := b.cfg.Now().UTC()
@@ -685,7 +697,11 @@ func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGrou
 			}
 			skip[placed.Session.Machine] = true
 		default:
-			ln.rule = nil
+			// A placement whose candidates were all refused found no
+			// session before it tried them; one may have been made
+			// since, so that a launch left with no candidate asks once
+			// more before it says there is no room.
+			ln.looked = len(cands) == 0
 			if len(cands) == 0 {
 				return nil, nil
 			}
