@@ -166,6 +166,8 @@ type Broker struct {
 	admission   *admission
 	// delegate, when set, hands brokering to another broker (SetDelegate).
 	delegate Delegate
+	// launches lets one launch of a user at a time through this broker.
+	launches userGate
 	// dummyHash is verified against (as a decoy) for unknown users.
 	dummyHash string
 }
@@ -583,6 +585,11 @@ func (b *Broker) launch(ctx context.Context, req LaunchRequest, started string) 
 	if !ok || len(groups) == 0 {
 		return nil, ErrNotEntitled
 	}
+	leave, err := b.launches.enter(ctx, req.User)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	// Every placement carries the rule, so that the site DB, which seats
 	// one user's placements one at a time, never creates a session while
 	// one the launch may go back to is live: one that another launch of

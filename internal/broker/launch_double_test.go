@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
@@ -127,6 +128,123 @@ func wantCounted(t *testing.T, store site.Store, machine string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// slowClaims delays every placement that offers a machine to claim, as
+// a site DB does whose claims wait for their machines' locks, so that
+// concurrent launches overlap: a launch that finds no machine free
+// looks for the user's session while another still claims one.
+type slowClaims struct {
+	site.Store
+	delay time.Duration
+}
+
+func (s *slowClaims) Place(ctx context.Context, p site.Placement) (site.Placed, error) {
+	if len(p.Candidates) > 0 {
+		time.Sleep(s.delay)
+	}
+	return s.Store.Place(ctx, p)
+}
+
+// TestConcurrentLaunchesOfOneUserGiveOneSession: a double click (or two
+// tabs) launching one resource many times at once gives one session,
+// every launch a ticket for it, whatever the resource's kind and the
+// group's reconnection policy, and when only one machine is free.
+func TestConcurrentLaunchesOfOneUserGiveOneSession(t *testing.T) {
+	const launches = 16
+	for _, c := range []struct {
+		name, resource string
+		// fill launches the resource for this many other users first.
+		fill int
+	}{
+		{"application, reconnect always", "calc", 0},
+		{"pooled desktop, disconnected only", "vdi", 0},
+		{"assigned desktop", "mine", 0},
+		{"the last free pooled desktop", "vdi", 19},
+		{"the last free assigned desktop", "mine", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := sitetest.New(t, sitetest.Options{Config: testSite(30, 250), NoBroker: true})
+			b, err := broker.New(context.Background(), broker.Config{Store: &slowClaims{Store: s.Store, delay: 5 * time.Millisecond},
+				Control: s.Control, AllowAddressChange: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, m := range s.Config.Machines {
+				if err := b.Register(context.Background(), sitetest.Registration(i, m.Name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range c.fill {
+				if _, err := b.Launch(context.Background(), broker.LaunchRequest{User: fmt.Sprintf("u%04d", i+2), Resource: c.resource}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := launchTogether([]*broker.Broker{b}, "u0001", c.resource, launches)
+			sess := wantOneSession(t, s.Store, "u0001", got)
+			if n := len(s.Control.Prepared(sess.Machine)); n < launches {
+				t.Errorf("machine %s was prepared %d times, want once per launch (%d)", sess.Machine, n, launches)
+			}
+		})
+	}
+
+	t.Run("applications sharing a session", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, 3, 250, nil)
+		var got []outcome
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, res := range []string{"calc", "secret"} {
+			wg.Go(func() {
+				o := launchTogether([]*broker.Broker{h.b}, "u0001", res, 8)
+				mu.Lock()
+				got = append(got, o...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		wantOneSession(t, h.store, "u0001", got)
+	})
+}
+
+// TestConcurrentLaunchesOfOneUserGiveOneSessionOnPostgres: three brokers
+// sharing one PostgreSQL site DB, their views of the machines stale,
+// take many launches of one resource by one user at once: one session,
+// every launch a ticket for it.
+func TestConcurrentLaunchesOfOneUserGiveOneSessionOnPostgres(t *testing.T) {
+	const launches = 24
+	for _, c := range []struct {
+		name, resource string
+		fill           int
+	}{
+		{"application", "calc", 0},
+		{"pooled desktop", "vdi", 0},
+		{"assigned desktop", "mine", 0},
+		{"the last free pooled desktop", "vdi", 19},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, stores := pgBrokers(t, testSite(30, 250), 3)
+			// The others' launches go through broker 0: brokers 1 and 2
+			// still hold their machines free.
+			for i := range c.fill {
+				if _, err := brokers[0].Launch(context.Background(), broker.LaunchRequest{User: fmt.Sprintf("u%04d", i+2), Resource: c.resource}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 3 {
+				user := fmt.Sprintf("u%04d", 21+round)
+				got := launchTogether(brokers, user, c.resource, launches)
+				sess := wantOneSession(t, stores[0], user, got)
+				if c.fill > 0 {
+					// Free the desktop for the next round.
+					if err := brokers[round%3].Logoff(context.Background(), user, sess.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
 
