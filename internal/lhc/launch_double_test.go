@@ -1,0 +1,122 @@
+package lhc
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/sitetest"
+)
+
+// TestConcurrentLaunchesOfOneUserGiveOneSession: a broker on the Local
+// Host Cache takes many launches of one resource by one user at once,
+// while the site DB answers and in outage mode: each resource gets one
+// session, every launch a ticket for it, and the outage's session is
+// written back once.
+func TestConcurrentLaunchesOfOneUserGiveOneSession(t *testing.T) {
+	ctx := context.Background()
+	primary := newPrimary(t)
+	s := open(t, primary, t.TempDir())
+	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attach(b)
+	cfg := demo.Site()
+	for i, m := range cfg.Machines {
+		if err := b.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.copyNow(); err != nil {
+		t.Fatal(err)
+	}
+
+	// launchAll launches each resource for user 16 times at once and
+	// returns the one session each got.
+	launchAll := func(t *testing.T, user string, resources ...string) map[string]string {
+		t.Helper()
+		const launches = 16
+		var mu sync.Mutex
+		got := map[string]map[string]bool{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, res := range resources {
+			got[res] = map[string]bool{}
+			for range launches {
+				wg.Go(func() {
+					<-start
+					l, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: res})
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						t.Errorf("launch %s: %v", res, err)
+						return
+					}
+					got[res][l.Session.ID] = true
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		out := map[string]string{}
+		for res, ids := range got {
+			if len(ids) != 1 {
+				t.Errorf("%s's %d launches of %s got %d sessions, want 1: %v", user, launches, res, len(ids), ids)
+			}
+			for id := range ids {
+				out[res] = id
+			}
+		}
+		return out
+	}
+	// wantLive fails the test unless the user's live sessions in store
+	// are those of sessions.
+	wantLive := func(t *testing.T, store site.Store, user string, sessions map[string]string) {
+		t.Helper()
+		var live []site.Session
+		err := store.View(ctx, func(tx site.Tx) error {
+			p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+			live = p.Items
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(live) != len(sessions) {
+			t.Fatalf("%s holds %d live sessions, want %d: %+v", user, len(live), len(sessions), live)
+		}
+		for _, sess := range live {
+			if sessions[sess.Resource] != sess.ID {
+				t.Errorf("%s's live session %s of %s was not the one its launches got (%s)", user, sess.ID, sess.Resource, sessions[sess.Resource])
+			}
+		}
+	}
+	resources := []string{"office-writer-001", demo.PooledDesktop}
+
+	t.Run("site DB up", func(t *testing.T) {
+		user := demo.UserName(1)
+		got := launchAll(t, user, resources...)
+		wantLive(t, s, user, got)
+		wantLive(t, primary, user, got)
+	})
+
+	t.Run("outage", func(t *testing.T) {
+		if _, err := s.Force(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		user := demo.UserName(2)
+		got := launchAll(t, user, resources...)
+		wantLive(t, s, user, got)
+		if _, err := s.Force(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if s.InOutage() {
+			t.Fatal("still in outage mode after the force ended")
+		}
+		wantLive(t, primary, user, got)
+	})
+}
