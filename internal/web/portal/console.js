@@ -4,6 +4,7 @@
 // POST /api/v1/admin/tokens {session_cookie: true}: this script never
 // sees it. Every text from the site is set with textContent.
 
+import { initConfig, showConfig, showHistory } from "./config.js";
 import { startDashboard, stopDashboard } from "./dashboard.js";
 
 const $ = (id) => document.getElementById(id);
@@ -11,13 +12,16 @@ const $ = (id) => document.getElementById(id);
 const state = { admin: null, machines: [], sort: { key: "name", dir: 1 } };
 
 class APIError extends Error {
-  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  // field is the request's field at fault, when the API names one.
+  constructor(status, code, message, field = "") { super(message); this.status = status; this.code = code; this.field = field; }
 }
 class SessionEnded extends Error {}
 
 async function call(method, path, body, headers = {}) {
   const init = { method, credentials: "same-origin", headers: { ...headers } };
-  if (body !== undefined) {
+  if (body instanceof Blob) {
+    init.body = body; // a file, its Content-Type in headers
+  } else if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
@@ -32,7 +36,7 @@ async function call(method, path, body, headers = {}) {
   try { doc = JSON.parse(text); } catch (e) { doc = text; }
   if (!resp.ok) {
     const err = (doc && doc.error) || {};
-    throw new APIError(resp.status, err.code || "", err.message || resp.statusText);
+    throw new APIError(resp.status, err.code || "", err.message || resp.statusText, err.field || "");
   }
   return doc;
 }
@@ -45,7 +49,7 @@ function sessionEnded() {
   throw new SessionEnded();
 }
 
-const views = ["logon", "dashboard", "machines", "sessions"];
+const views = ["logon", "dashboard", "machines", "sessions", "config", "history"];
 
 function show(view) {
   for (const v of views) $("view-" + v).hidden = v !== view;
@@ -57,7 +61,8 @@ function show(view) {
     else $("nav-" + v).removeAttribute("aria-current");
   }
   document.body.dataset.view = view;
-  document.title = view[0].toUpperCase() + view.slice(1) + " · usher console";
+  const titles = { config: "Configuration", history: "History" };
+  document.title = (titles[view] || view[0].toUpperCase() + view.slice(1)) + " · usher console";
 }
 
 function showLogon(note) {
@@ -267,6 +272,27 @@ function confirmAction(s, verb, label) {
   $("confirm-cancel").focus();
 }
 
+// confirmDialog asks the admin to confirm an action in the confirmation
+// dialog: true when they went on.
+function confirmDialog(title, text, okLabel) {
+  const dlg = $("confirm");
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = okLabel;
+  dlg.returnValue = "";
+  return new Promise((resolve) => {
+    dlg.onclose = () => resolve(dlg.returnValue === "ok");
+    dlg.showModal();
+    $("confirm-cancel").focus();
+  });
+}
+
+// flash shows a result after the next change of route, which otherwise
+// hides the last one.
+function flash(kind, text) {
+  state.flash = { kind, text };
+}
+
 // ---- routing ----
 
 async function route() {
@@ -276,6 +302,8 @@ async function route() {
     const view = (location.hash || "#/dashboard").slice(2);
     if (view === "machines") { show("machines"); await loadMachines(); }
     else if (view === "sessions") { show("sessions"); await searchSessions(); }
+    else if (view === "config" || view.startsWith("config/")) { show("config"); await showConfig(view.slice(7)); }
+    else if (view === "history") { show("history"); await showHistory(true); }
     else { show("dashboard"); startDashboard({ onSessionEnded: dashboardEnded }); }
   } catch (e) {
     if (!(e instanceof SessionEnded)) result("failed", e.message);
@@ -294,7 +322,12 @@ function init() {
       renderMachines();
     });
   }
-  window.addEventListener("hashchange", () => { $("result").hidden = true; if (state.admin) route(); });
+  initConfig({ call, result, SessionEnded, confirm: confirmDialog, flash });
+  window.addEventListener("hashchange", () => {
+    $("result").hidden = true;
+    if (state.flash) { result(state.flash.kind, state.flash.text); state.flash = null; }
+    if (state.admin) route();
+  });
   (async () => {
     try {
       await start();
