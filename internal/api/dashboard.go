@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -25,8 +25,12 @@ import (
 // that /metrics serves (Config.Metrics), as one JSON document or as a
 // stream of server-sent events.
 
-// Gatherer is a source of metrics: the registry that /metrics serves.
-type Gatherer = prometheus.Gatherer
+// Gatherer is a source of metrics: the registry that /metrics serves
+// (a prometheus.Gatherer, declared here so that the API does not import
+// the instrumentation library). Gather returns every metric family.
+type Gatherer interface {
+	Gather() ([]*dto.MetricFamily, error)
+}
 
 // DefaultMaxDashboardStreams bounds the dashboard event streams open at
 // once on a server (Config.MaxDashboardStreams).
@@ -329,7 +333,7 @@ func (s *Server) lapsed(ctx context.Context, admin, hash string, expires time.Ti
 // dashboard reads the figures from the metrics and keeps the readings of
 // the last window, shared by every request.
 type dashboard struct {
-	metrics prometheus.Gatherer
+	metrics Gatherer
 	now     func() time.Time
 	log     *slog.Logger
 	// max bounds the open streams, which streams counts.
