@@ -407,6 +407,22 @@ async function scenario() {
     await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill('');
   });
 
+  await step('machines: every row shows its catalog\'s zone, and M\'s "Sessions" link lists the sessions on M', async () => {
+    await page.locator('#nav-machines').click();
+    await page.waitForFunction((n) => document.body.dataset.view === 'machines' && document.body.dataset.rendered === 'machines' &&
+      document.querySelectorAll('#machines tbody tr[data-machine]').length === n, machineCount, { timeout });
+    const zones = await page.locator('#machines tbody tr[data-machine] td:nth-child(3)').allTextContents();
+    assert.deepEqual([...new Set(zones)], ['primary'], `the zone column shows ${[...new Set(zones)].join(', ')}`);
+    await forgetRendered(page);
+    await machineRow(page, ctx.m).getByRole('link', { name: `Sessions on ${ctx.m}`, exact: true }).click();
+    await page.waitForFunction(() => document.body.dataset.view === 'sessions' && document.body.dataset.rendered === 'sessions', null, { timeout });
+    assert.equal(new URL(page.url()).hash, `#/sessions/machine/${encodeURIComponent(ctx.m)}`);
+    assert.equal(await page.locator('#session-search').getByLabel('Machine', { exact: true }).inputValue(), ctx.m);
+    const onM = await sessionRows(page).evaluateAll((els) => els.map((el) => el.dataset.session));
+    assert.deepEqual(onM, [ctx.onM.session], `the sessions listed for ${ctx.m}: ${onM.join(', ')}`);
+    await page.locator('#session-search').getByLabel('Machine', { exact: true }).fill('');
+  });
+
   await step('sessions: the search by user and by machine finds the test\'s sessions; screenshot, axe', async () => {
     await page.locator('#nav-sessions').click();
     await page.waitForFunction(() => document.body.dataset.view === 'sessions' && document.body.dataset.rendered === 'sessions', null, { timeout });

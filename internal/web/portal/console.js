@@ -137,8 +137,10 @@ function dashboardEnded() {
 // ---- machines ----
 
 async function loadMachines() {
-  const doc = await call("GET", "/api/v1/admin/machines?limit=1000");
-  state.machines = doc.items;
+  const [doc, catalogs] = await Promise.all([call("GET", "/api/v1/admin/machines?limit=1000"), call("GET", "/api/v1/admin/catalogs?limit=1000")]);
+  // A machine's zone is its catalog's.
+  const zones = new Map(catalogs.items.map((c) => [c.name, c.zone]));
+  state.machines = doc.items.map((m) => ({ ...m, zone: zones.get(m.catalog) || "" }));
   renderMachines();
   document.body.dataset.rendered = "machines";
 }
@@ -152,7 +154,7 @@ function renderMachines() {
   const words = $("machine-filter").value.toLowerCase().split(/\s+/).filter(Boolean);
   const { key, dir } = state.sort;
   const list = state.machines
-    .filter((m) => words.every((w) => (m.name + " " + m.catalog + " " + m.registration + (m.maintenance ? " maintenance" : "")).toLowerCase().includes(w)))
+    .filter((m) => words.every((w) => (m.name + " " + m.catalog + " " + m.zone + " " + m.registration + (m.maintenance ? " maintenance" : "")).toLowerCase().includes(w)))
     .sort((a, b) => {
       const x = machineValue(a, key), y = machineValue(b, key);
       return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir || a.name.localeCompare(b.name);
@@ -161,7 +163,7 @@ function renderMachines() {
     const tr = document.createElement("tr");
     tr.dataset.machine = m.name;
     const cells = [
-      [m.name], [m.catalog], [m.registration], [m.load_index, true], [m.sessions || 0, true],
+      [m.name], [m.catalog], [m.zone], [m.registration], [m.load_index, true], [m.sessions || 0, true],
       [Math.round(m.cpu_percent || 0) + " %", true], [Math.round(m.memory_percent || 0) + " %", true],
       [m.last_heartbeat ? new Date(m.last_heartbeat).toLocaleTimeString() : "never"],
     ];
@@ -184,6 +186,13 @@ function renderMachines() {
     b.addEventListener("click", () => setMaintenance(m, !m.maintenance, b));
     td.append(b);
     tr.append(td);
+    const sessions = document.createElement("td");
+    const link = document.createElement("a");
+    link.href = "#/sessions/machine/" + encodeURIComponent(m.name);
+    link.textContent = "Sessions";
+    link.setAttribute("aria-label", "Sessions on " + m.name);
+    sessions.append(link);
+    tr.append(sessions);
     return tr;
   });
   $("machines").querySelector("tbody").replaceChildren(...rows);
@@ -302,6 +311,13 @@ async function route() {
     const view = (location.hash || "#/dashboard").slice(2);
     if (view === "machines") { show("machines"); await loadMachines(); }
     else if (view === "sessions") { show("sessions"); await searchSessions(); }
+    else if (view.startsWith("sessions/machine/")) {
+      // A machine's sessions, from the machines' table.
+      show("sessions");
+      $("q-user").value = "";
+      $("q-machine").value = decodeURIComponent(view.slice("sessions/machine/".length));
+      await searchSessions();
+    }
     else if (view === "config" || view.startsWith("config/")) { show("config"); await showConfig(view.slice(7)); }
     else if (view === "history") { show("history"); await showHistory(true); }
     else { show("dashboard"); startDashboard({ onSessionEnded: dashboardEnded }); }
