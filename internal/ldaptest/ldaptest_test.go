@@ -1,0 +1,56 @@
+package ldaptest_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/ldaptest"
+)
+
+func TestStartLoadsUsersAndRestarts(t *testing.T) {
+	begin := time.Now()
+	d := ldaptest.Start(t, ldaptest.Options{Servers: 2})
+	t.Logf("two servers with %d users each started in %v", d.Users, time.Since(begin))
+	for _, s := range d.Servers {
+		if !strings.HasPrefix(s.LDAPS, "ldaps://127.0.0.1:") || !strings.HasPrefix(s.StartTLS, "ldap://127.0.0.1:") {
+			t.Fatalf("urls %q %q", s.LDAPS, s.StartTLS)
+		}
+		_, total := s.Connections(t)
+		if total < 1 {
+			t.Fatalf("total connections %d", total)
+		}
+	}
+	// Both ports speak TLS with the generated CA, and the service account
+	// sees every user.
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, d.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"-H", d.Servers[0].LDAPS}, {"-ZZ", "-H", d.Servers[0].StartTLS}} {
+		args = append(args, "-x", "-LLL", "-D", d.BindDN, "-w", d.BindPassword, "-b", ldaptest.BaseDN,
+			"(objectClass=inetOrgPerson)", "1.1")
+		cmd := exec.Command("ldapsearch", args...)
+		cmd.Env = append(os.Environ(), "LDAPTLS_CACERT="+ca)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ldapsearch %v: %v\n%s\n%s", args, err, out, d.Servers[0].Logs())
+		}
+		if got, want := strings.Count(string(out), "dn: "), d.Users+7; got != want {
+			t.Errorf("ldapsearch %v: %d people, want %d", args[:2], got, want)
+		}
+	}
+
+	s := d.Servers[0]
+	s.Stop(t)
+	begin = time.Now()
+	s.Start(t)
+	t.Logf("restarted in %v", time.Since(begin))
+	if current, _ := s.Connections(t); current < 1 {
+		t.Fatalf("current connections %d after restart", current)
+	}
+	s.Modify(t, "dn: "+ldaptest.UserDN(ldaptest.UserName(7))+"\nchangetype: modify\nreplace: displayName\ndisplayName: Seven\n")
+}
