@@ -373,6 +373,16 @@ func TestSessionsAndPasswords(t *testing.T) {
 	if page.Total != 2 || len(page.Items) != 2 {
 		t.Fatalf("user0001 has %d sessions listed (total %d), want 2", len(page.Items), page.Total)
 	}
+	// By group: user0002's only, once user0002 is its only member.
+	f.want(f.do("POST", "/api/v1/admin/groups", map[string]any{"name": "night-shift"}), 201, "")
+	f.want(f.do("PUT", "/api/v1/admin/users/user0002", map[string]any{"groups": []string{"domain-users", "night-shift"}}), 200, "")
+	r = f.do("GET", "/api/v1/admin/sessions?group=night-shift", nil)
+	f.want(r, 200, "")
+	page = api.ListResponse[site.Session]{}
+	json.Unmarshal(r.body, &page)
+	if page.Total != 1 || len(page.Items) != 1 || page.Items[0].ID != "s1" {
+		t.Fatalf("the group's sessions: %s, want s1 only", r.body)
+	}
 	f.want(f.do("GET", "/api/v1/admin/sessions/s1", nil), 200, "")
 	f.want(f.do("DELETE", "/api/v1/admin/sessions/s1", nil), 204, "")
 	f.want(f.do("GET", "/api/v1/admin/sessions/s1", nil), 404, site.ENotFound)

@@ -17,6 +17,7 @@ func (s *Server) registerSessions() {
 		Query: append([]QueryParam{
 			{Name: "user", Description: "Only this user's sessions."},
 			{Name: "machine", Description: "Only sessions on this machine."},
+			{Name: "group", Description: "Only the sessions of this group's members (its members now)."},
 			{Name: "state", Description: "Only sessions in this state: pending, active, disconnected or logged-off."},
 		}, pageParams...)}, func(r *http.Request) (any, error) {
 		opts, err := pageOptions(r)
@@ -24,7 +25,7 @@ func (s *Server) registerSessions() {
 			return nil, err
 		}
 		q := r.URL.Query()
-		f := site.SessionFilter{User: q.Get("user"), Machine: q.Get("machine"), State: site.SessionState(q.Get("state"))}
+		f := site.SessionFilter{User: q.Get("user"), Machine: q.Get("machine"), State: site.SessionState(q.Get("state")), Group: q.Get("group")}
 		switch f.State {
 		case "", site.SessionPending, site.SessionActive, site.SessionDisconnected, site.SessionLoggedOff:
 		default:

@@ -116,6 +116,9 @@ type Tx interface {
 	// there in the same transaction (RecordPlan); the store records
 	// nothing by itself.
 	History() ChangeHistory
+	// Preferences are the users' own preferences in the portal: user
+	// data, which moves no version and is not in the change history.
+	Preferences() UserPreferences
 	Admins() Collection[Admin]
 	// Brokers are the brokers of the site as each last reported itself:
 	// runtime state, which moves no version.
@@ -202,6 +205,9 @@ type SessionFilter struct {
 	User    string
 	Machine string
 	State   SessionState
+	// Group selects the sessions of the users who are members of this
+	// group now (a session keeps no record of its user's groups).
+	Group string
 	// Live selects only sessions that have not ended (not logged off), so
 	// that brokering does not read a user's or a machine's history.
 	Live bool

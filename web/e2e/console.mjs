@@ -421,9 +421,11 @@ async function scenario() {
     const onM = await sessionRows(page).evaluateAll((els) => els.map((el) => el.dataset.session));
     assert.deepEqual(onM, [ctx.onM.session], `the sessions listed for ${ctx.m}: ${onM.join(', ')}`);
     await page.locator('#session-search').getByLabel('Machine', { exact: true }).fill('');
+    // So that the next step waits for its own list, not this one.
+    await forgetRendered(page);
   });
 
-  await step('sessions: the search by user and by machine finds the test\'s sessions; screenshot, axe', async () => {
+  await step('sessions: the search by user, by machine and by group finds the test\'s sessions; screenshot, axe', async () => {
     await page.locator('#nav-sessions').click();
     await page.waitForFunction(() => document.body.dataset.view === 'sessions' && document.body.dataset.rendered === 'sessions', null, { timeout });
     assert.equal(new URL(page.url()).hash, '#/sessions');
@@ -448,6 +450,17 @@ async function scenario() {
     await search(page, { machine: ctx.m });
     const onM = await sessionRows(page).evaluateAll((els) => els.map((el) => el.dataset.session));
     assert.deepEqual(onM, [ctx.onM.session], `the search for sessions on ${ctx.m} found ${onM.join(', ')}`);
+
+    // By group: the pooled desktops' users are engineering's; finance has
+    // none of them.
+    await search(page, { group: 'engineering' });
+    const eng = await sessionRows(page).evaluateAll((els) => els.map((el) => el.dataset.session));
+    assert.deepEqual([...eng].sort(), [...ctx.launches, ctx.onM].map((l) => l.session).sort(), `the search for engineering's sessions found ${eng.join(', ')}`);
+    const engUser = (await api(page, 'GET', `/api/v1/admin/users/${ctx.onM.user}`)).json;
+    assert.ok(engUser.groups.includes('engineering'), `${ctx.onM.user} is not in engineering: ${JSON.stringify(engUser.groups)}`);
+    await search(page, { group: 'helpdesk', user: ctx.onM.user });
+    assert.equal(await sessionRows(page).count(), engUser.groups.includes('helpdesk') ? 1 : 0, `the search for ${ctx.onM.user} in helpdesk`);
+    info(`group engineering: ${eng.length} sessions`);
     await screenshot(page, 'console-sessions');
     await axe(page, 'console sessions page');
   });
@@ -859,9 +872,10 @@ function rowState(page, id) {
 
 // search fills the sessions search form and submits it, and waits for the
 // list the console renders from the answer.
-async function search(page, { user = '', machine = '' }) {
+async function search(page, { user = '', machine = '', group = '' }) {
   await page.locator('#session-search').getByLabel('User', { exact: true }).fill(user);
   await page.locator('#session-search').getByLabel('Machine', { exact: true }).fill(machine);
+  await page.locator('#session-search').getByLabel('Group', { exact: true }).fill(group);
   await forgetRendered(page);
   const answered = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/api/v1/admin/sessions');
   await page.locator('#session-search').getByRole('button', { name: 'Search', exact: true }).click();

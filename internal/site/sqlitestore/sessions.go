@@ -86,6 +86,10 @@ func (ss sessions) list(ctx context.Context, f site.SessionFilter, opts site.Lis
 			conds = append(conds, fmt.Sprintf("%s = ?%d", c.col, len(args)))
 		}
 	}
+	if f.Group != "" {
+		args = append(args, f.Group)
+		conds = append(conds, fmt.Sprintf("user_name IN (SELECT user_name FROM user_groups WHERE group_name = ?%d)", len(args)))
+	}
 	if f.Live {
 		conds = append(conds, "state <> 'logged-off'")
 	}

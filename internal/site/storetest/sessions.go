@@ -333,13 +333,21 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			{User: "bob", Live: true},
 			{Machine: "app1", Live: true},
 			{State: site.SessionLoggedOff, Live: true},
+			// The base site's staff are alice and bob, finance bob only;
+			// auditors have no member.
+			{Group: "staff"},
+			{Group: "finance", Live: true},
+			{Group: "staff", Machine: "app2", State: site.SessionActive},
+			{Group: "auditors"},
+			{Group: "nobody"},
 		}
+		members := map[string][]string{"staff": {"alice", "bob"}, "finance": {"bob"}}
 		view(t, s, func(ctx context.Context, tx site.Tx) error {
 			for _, f := range filters {
 				var want []site.Session
 				for _, sess := range all {
 					if (f.User == "" || sess.User == f.User) && (f.Machine == "" || sess.Machine == f.Machine) && (f.State == "" || sess.State == f.State) &&
-						(!f.Live || sess.State != site.SessionLoggedOff) {
+						(!f.Live || sess.State != site.SessionLoggedOff) && (f.Group == "" || slices.Contains(members[f.Group], sess.User)) {
 						want = append(want, sess)
 					}
 				}

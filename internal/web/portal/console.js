@@ -226,9 +226,10 @@ async function setMaintenance(m, on, button) {
 async function searchSessions(ev) {
   if (ev) ev.preventDefault();
   const q = new URLSearchParams({ limit: "200" });
-  const user = $("q-user").value.trim(), machine = $("q-machine").value.trim();
+  const user = $("q-user").value.trim(), machine = $("q-machine").value.trim(), group = $("q-group").value.trim();
   if (user) q.set("user", user);
   if (machine) q.set("machine", machine);
+  if (group) q.set("group", group);
   const doc = await call("GET", "/api/v1/admin/sessions?" + q);
   const live = doc.items.filter((s) => s.state !== "logged-off");
   const rows = live.map((s) => {
@@ -314,7 +315,7 @@ async function route() {
     else if (view.startsWith("sessions/machine/")) {
       // A machine's sessions, from the machines' table.
       show("sessions");
-      $("q-user").value = "";
+      $("q-user").value = $("q-group").value = "";
       $("q-machine").value = decodeURIComponent(view.slice("sessions/machine/".length));
       await searchSessions();
     }
