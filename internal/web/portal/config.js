@@ -365,7 +365,6 @@ function field(f, base, existing, choices) {
 // out, so that the server's defaults apply.
 function read(spec, base, existing) {
   const body = structuredClone(base);
-  delete body.icon_upload;
   for (const f of spec.fields) {
     if (f.type === "icon") continue;
     const el = $("f-" + f.key.replaceAll(".", "-"));
