@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"ConfigVersion", testConfigVersion},
 		{"ConfigChanges", testConfigChanges},
 		{"ChangeHistory", testChangeHistory},
+		{"Preferences", testPreferences},
 		{"Settings", testSettings},
 		{"MachineStatus", testMachineStatus},
 		{"Sessions", testSessions},
