@@ -3,7 +3,8 @@
 //
 // Every broker keeps a copy of the site in an SQLite file of its data
 // directory (CopyFile): the configuration, the secrets, admins, machine
-// credentials, machine statuses and live sessions, rewritten whole at
+// credentials, machine statuses and live sessions (not users' portal
+// preferences, which read as none in outage mode), rewritten whole at
 // every configuration version and every CopyEvery, into a new file that
 // replaces the last good one only once complete.
 //
@@ -17,8 +18,8 @@
 // of the machines registered with this broker (Broker.OwnStatuses) and
 // the sessions it wrote since the copy was read, and serves every call
 // from it. Runtime writes (registrations, enrolments, heartbeats,
-// sessions) go on; configuration, admin and password changes, secrets and
-// new assignments fail with site.ESiteDBUnavailable. Every session written is journaled in the
+// sessions) go on; configuration, admin and password changes, secrets,
+// users' preferences and new assignments fail with site.ESiteDBUnavailable. Every session written is journaled in the
 // same transaction, so the journal survives a restart.
 //
 // When the site DB has answered for RecoverAfter, the Store writes the

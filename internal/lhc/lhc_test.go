@@ -153,6 +153,11 @@ func TestOutageRefusesWhatOnlyTheSiteDBMayDo(t *testing.T) {
 		"set a secret":     func(tx site.Tx) error { return tx.SetSecret(ctx, "x", []byte("y")) },
 		"delete an admin":  func(tx site.Tx) error { return tx.Admins().Delete(ctx, "admin") },
 		"delete a session": func(tx site.Tx) error { return tx.Sessions().Delete(ctx, "nope") },
+		"set preferences": func(tx site.Tx) error {
+			_, err := tx.Preferences().Put(ctx, demo.UserName(1), site.Preferences{Favourites: []string{demo.OfficeDesktop}})
+			return err
+		},
+		"delete preferences": func(tx site.Tx) error { return tx.Preferences().Delete(ctx, demo.UserName(1)) },
 	} {
 		if err := s.Update(ctx, fn); site.ErrorCode(err) != site.ESiteDBUnavailable {
 			t.Errorf("%s in outage mode: %v, want %s", what, err, site.ESiteDBUnavailable)

@@ -54,6 +54,24 @@ func (h refusedHistory) List(context.Context, site.ChangeFilter, site.ListOption
 	return site.Page[site.ChangeRecord]{}, h.refuse()
 }
 
+// Preferences are read from the copy, which holds none (users'
+// preferences are user data, which the copy does not take): in outage
+// mode every user has site.NoPreferences. Writes are refused, as the
+// site DB's alone; the portal keeps its own copy meanwhile.
+func (t *outageTx) Preferences() site.UserPreferences {
+	return refusedPreferences{t.Tx.Preferences(), t.refuse}
+}
+
+type refusedPreferences struct {
+	site.UserPreferences
+	refuse func() error
+}
+
+func (p refusedPreferences) Put(context.Context, string, site.Preferences) (site.Preferences, error) {
+	return site.Preferences{}, p.refuse()
+}
+func (p refusedPreferences) Delete(context.Context, string) error { return p.refuse() }
+
 // journaling notes the sessions written through it.
 type journaling struct {
 	site.Sessions
