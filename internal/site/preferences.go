@@ -2,6 +2,7 @@ package site
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -75,7 +76,8 @@ func (p Preferences) Validate() error {
 
 // PreparePreferences is what a store does first in UserPreferences.Put:
 // it validates p and the user's name and returns p as stored: nil lists
-// empty, times in UTC to the microsecond, UpdatedAt now.
+// empty, times in UTC to the microsecond, recent launches newest first,
+// UpdatedAt now.
 func PreparePreferences(user string, p Preferences, now time.Time) (Preferences, error) {
 	if err := ValidateName(KindUser, user); err != nil {
 		return Preferences{}, err
@@ -88,6 +90,7 @@ func PreparePreferences(user string, p Preferences, now time.Time) (Preferences,
 	for i, r := range p.Recent {
 		out.Recent[i] = RecentLaunch{Resource: r.Resource, At: r.At.UTC().Truncate(time.Microsecond)}
 	}
+	slices.SortStableFunc(out.Recent, func(a, b RecentLaunch) int { return b.At.Compare(a.At) })
 	return out, nil
 }
 

@@ -101,6 +101,16 @@ func testPreferences(t *testing.T, open func(*testing.T) site.Store) {
 		wantVersion(t, s, v)
 	})
 
+	t.Run("RecentLaunchesComeNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		s := openBase(t, open)
+		oldestFirst := site.Preferences{Recent: []site.RecentLaunch{{Resource: "notepad", At: at.Add(-time.Hour)},
+			{Resource: "calc", At: at}, {Resource: "vdi-desktop", At: at.Add(-time.Minute)}}}
+		want := site.Preferences{Favourites: []string{}, Recent: []site.RecentLaunch{oldestFirst.Recent[1], oldestFirst.Recent[2], oldestFirst.Recent[0]}}
+		wantSame(t, put(t, s, "alice", oldestFirst), want)
+		wantSame(t, get(t, s, "alice"), want)
+	})
+
 	t.Run("UsersAreKeptApartAndMatchedAsAccountNames", func(t *testing.T) {
 		t.Parallel()
 		s := openBase(t, open)
