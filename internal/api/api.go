@@ -186,6 +186,7 @@ func New(cfg Config) (*Server, error) {
 	s.registerDashboard()
 	if cfg.Broker != nil {
 		s.registerUser()
+		s.registerPreferences()
 		s.registerVDA()
 		s.registerPeer()
 	}
