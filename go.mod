@@ -6,12 +6,15 @@ require go.yaml.in/yaml/v3 v3.0.6
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
+	github.com/go-ldap/ldap/v3 v3.4.15
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rs/zerolog v1.33.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
+	github.com/Azure/go-ntlmssp v0.1.1 // indirect
+	github.com/go-asn1-ber/asn1-ber v1.5.8 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
