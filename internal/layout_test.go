@@ -111,8 +111,8 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				t.Errorf("%s imports internal/hotpath; only internal/server may", name)
 			case imp == "internal/memnet":
 				t.Errorf("%s imports internal/memnet outside its tests", name)
-			case imp == "internal/pgtest":
-				t.Errorf("%s imports internal/pgtest outside its tests", name)
+			case imp == "internal/pgtest", imp == "internal/ldaptest":
+				t.Errorf("%s imports %s outside its tests", name, imp)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)
 			}
