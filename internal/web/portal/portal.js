@@ -12,6 +12,8 @@ const state = {
   launching: new Set(),
   firstView: true,
   viewStart: 0,      // when the view being shown was asked for (0: the page's load)
+  prefs: emptyPrefs(), // {favourites, recent: [{resource, at}], updated_at}: the user's preferences
+  prefsReady: null,  // the load of the preferences under way (a promise that never rejects)
 };
 
 // ---- the API ----
@@ -70,22 +72,145 @@ function sessionEnded() {
   throw new SessionEnded();
 }
 
-// ---- per-user choices, kept in this browser ----
+// ---- per-user preferences: favourites and recent launches ----
+//
+// They are the user's on the server (GET and PUT /api/v1/preferences), so
+// that they follow the user to any browser; this browser keeps a copy in
+// localStorage, which the portal works from when the server cannot take
+// them (the site DB unavailable, the network down). Changes show at once
+// and are saved behind them, one PUT at a time, the whole document each.
+
+const maxFavourites = 200;
+const maxRecent = 20;
+
+function emptyPrefs() { return { favourites: [], recent: [], updated_at: "" }; }
 
 function userKey(what) { return "usher." + what + "." + (state.me ? state.me.user : ""); }
 
-function loadList(what) {
-  try { return JSON.parse(localStorage.getItem(userKey(what)) || "[]"); } catch (e) { return []; }
+function validPrefs(p) {
+  return p && Array.isArray(p.favourites) && Array.isArray(p.recent) &&
+    p.favourites.every((n) => typeof n === "string") &&
+    p.recent.every((r) => r && typeof r.resource === "string" && typeof r.at === "string");
 }
 
-function saveList(what, list) {
-  try { localStorage.setItem(userKey(what), JSON.stringify(list)); } catch (e) { /* storage full or off */ }
+// localPrefs returns this browser's copy of the user's preferences, or
+// null; a copy from before they were kept on the server (the lists
+// "usher.fav.USER" and "usher.recent.USER") is taken up.
+function localPrefs() {
+  try {
+    const p = JSON.parse(localStorage.getItem(userKey("prefs")) || "null");
+    if (validPrefs(p)) return p;
+    const favs = JSON.parse(localStorage.getItem(userKey("fav")) || "[]");
+    const recent = JSON.parse(localStorage.getItem(userKey("recent")) || "[]");
+    if (!Array.isArray(favs) || !Array.isArray(recent) || favs.length + recent.length === 0) return null;
+    const now = Date.now();
+    return {
+      favourites: [...new Set(favs.filter((n) => typeof n === "string"))], updated_at: "", unsynced: true, changed_at: new Date(now).toISOString(),
+      recent: [...new Set(recent.filter((n) => typeof n === "string"))].map((n, i) => ({ resource: n, at: new Date(now - i * 1000).toISOString() })),
+    };
+  } catch (e) {
+    return null;
+  }
 }
+
+function saveLocal() {
+  try {
+    localStorage.setItem(userKey("prefs"), JSON.stringify(state.prefs));
+    localStorage.removeItem(userKey("fav"));
+    localStorage.removeItem(userKey("recent"));
+  } catch (e) { /* storage full or off */ }
+}
+
+// prefsNote shows (or, with "", hides) a small note under the list about
+// where the preferences are kept; it blocks nothing.
+function prefsNote(text) {
+  let n = $("prefs-note");
+  if (!n) {
+    if (!text) return;
+    n = document.createElement("p");
+    n.id = "prefs-note";
+    n.className = "note";
+    n.setAttribute("role", "status");
+    $("count").after(n);
+  }
+  n.textContent = text;
+  n.hidden = !text;
+}
+
+// prefsFailed says that the preferences could not be read or saved (what)
+// and that this browser's copy is used meanwhile.
+function prefsFailed(e, what) {
+  if (e.code === "site_db_unavailable") prefsNote("Favourites and recent apps are kept in this browser for now; they are saved to your account when the site database is back.");
+  else prefsNote("Your favourites and recent apps could not be " + what + " your account just now (" + e.message + "); this browser's are used meanwhile.");
+}
+
+// loadPrefs reads the user's preferences from the server. The server's
+// win, unless this browser holds changes it could not save that are newer,
+// or the server has none yet: this browser's are then kept and saved. On
+// failure the portal goes on with this browser's copy. It never rejects.
+async function loadPrefs() {
+  const local = localPrefs();
+  state.prefs = local || emptyPrefs();
+  let doc;
+  try {
+    doc = await authed("GET", "/api/v1/preferences");
+  } catch (e) {
+    if (!(e instanceof SessionEnded)) prefsFailed(e, "read from");
+    return;
+  }
+  const localNewer = local && local.unsynced && (!doc.updated_at || Date.parse(local.changed_at) > Date.parse(doc.updated_at));
+  if (!doc.updated_at && local && (local.favourites.length || local.recent.length) || localNewer) {
+    savePrefs();
+    return;
+  }
+  state.prefs = { favourites: doc.favourites, recent: doc.recent, updated_at: doc.updated_at || "" };
+  saveLocal();
+}
+
+const prefsSync = { inFlight: null, dirty: false };
+
+// savePrefs keeps the preferences in this browser at once and saves them
+// to the server behind: one PUT at a time, so that an older document never
+// lands after a newer one; a change made meanwhile goes with the next PUT.
+function savePrefs() {
+  state.prefs.unsynced = true;
+  state.prefs.changed_at = new Date().toISOString();
+  saveLocal();
+  prefsSync.dirty = true;
+  if (!prefsSync.inFlight) {
+    document.body.dataset.prefs = "saving";
+    prefsSync.inFlight = flushPrefs().finally(() => { prefsSync.inFlight = null; });
+  }
+  return prefsSync.inFlight;
+}
+
+async function flushPrefs() {
+  while (prefsSync.dirty && state.me) {
+    prefsSync.dirty = false;
+    const user = state.me.user;
+    try {
+      const doc = await authed("PUT", "/api/v1/preferences", { favourites: state.prefs.favourites, recent: state.prefs.recent });
+      if (!state.me || state.me.user !== user) return;
+      state.prefs.updated_at = doc.updated_at;
+      if (!prefsSync.dirty) delete state.prefs.unsynced;
+      saveLocal();
+      prefsNote("");
+    } catch (e) {
+      if (!(e instanceof SessionEnded)) prefsFailed(e, "saved to");
+      document.body.dataset.prefs = "failed";
+      return; // kept here, unsynced: the next change or log-on sends them
+    }
+  }
+  document.body.dataset.prefs = "saved";
+}
+
+function isFavourite(name) { return state.prefs.favourites.includes(name); }
 
 function addRecent(name) {
-  const recent = loadList("recent").filter((n) => n !== name);
-  recent.unshift(name);
-  saveList("recent", recent.slice(0, 10));
+  const recent = state.prefs.recent.filter((r) => r.resource !== name);
+  recent.unshift({ resource: name, at: new Date().toISOString() });
+  state.prefs.recent = recent.slice(0, maxRecent);
+  savePrefs();
 }
 
 // ---- views ----
@@ -160,9 +285,15 @@ async function logon(ev) {
 }
 
 async function logoff() {
+  // A save under way goes first (a moment at most), so that a change made
+  // just before is on the server when the user logs on elsewhere.
+  if (prefsSync.inFlight) await Promise.race([prefsSync.inFlight, new Promise((r) => setTimeout(r, 3000))]);
   try { await api("POST", "/api/v1/logout"); } catch (e) { /* the cookie goes anyway when it expires */ }
   state.me = null;
   state.resources = [];
+  state.prefs = emptyPrefs();
+  state.prefsReady = null;
+  prefsNote("");
   $("resources").replaceChildren();
   history.replaceState(null, "", location.pathname);
   showLogon("You have logged off.");
@@ -172,6 +303,7 @@ async function logoff() {
 // session.
 async function start() {
   state.me = await authed("GET", "/api/v1/me");
+  state.prefsReady = loadPrefs();
   $("user-name").textContent = state.me.display_name || state.me.user;
   $("site-name").textContent = state.me.site;
 }
@@ -186,7 +318,7 @@ function iconURL(icon, kind) {
 
 async function showApps() {
   show("apps");
-  const doc = await authed("GET", "/api/v1/resources");
+  const [doc] = await Promise.all([authed("GET", "/api/v1/resources"), state.prefsReady]);
   state.resources = doc.resources;
   renderFolders(doc.folders);
   renderResources();
@@ -213,7 +345,7 @@ function renderFolders(folders) {
 }
 
 function renderResources() {
-  const favs = new Set(loadList("fav"));
+  const favs = new Set(state.prefs.favourites);
   const frag = document.createDocumentFragment();
   state.items = [];
   for (const res of state.resources) {
@@ -257,24 +389,29 @@ function renderResources() {
 }
 
 function toggleFavourite(name, button) {
-  let favs = loadList("fav");
-  const on = !favs.includes(name);
-  favs = on ? [...favs, name] : favs.filter((n) => n !== name);
-  saveList("fav", favs);
+  const on = !isFavourite(name);
+  if (on && state.prefs.favourites.length >= maxFavourites) {
+    prefsNote("You have " + maxFavourites + " favourites, the most there can be. Remove one to add another.");
+    return;
+  }
+  const favs = state.prefs.favourites.filter((n) => n !== name);
+  if (on) favs.push(name);
+  state.prefs.favourites = favs;
   button.setAttribute("aria-pressed", String(on));
   if ($("folder").value === ":fav") filter();
+  savePrefs();
 }
 
 function filter() {
   const words = $("search").value.toLowerCase().split(/\s+/).filter(Boolean);
   const scope = $("folder").value;
-  const favs = new Set(loadList("fav"));
-  const recent = loadList("recent");
+  const favs = new Set(state.prefs.favourites);
+  const recent = new Set(state.prefs.recent.map((r) => r.resource));
   let shown = 0;
   for (const it of state.items) {
     let ok = words.every((w) => it.text.includes(w));
     if (ok && scope === ":fav") ok = favs.has(it.res.name);
-    else if (ok && scope === ":recent") ok = recent.includes(it.res.name);
+    else if (ok && scope === ":recent") ok = recent.has(it.res.name);
     else if (ok && scope === ":desktops") ok = it.res.kind === "desktop";
     else if (ok && scope.startsWith("/")) ok = (it.res.folder || "") === scope.slice(1);
     it.li.hidden = !ok;
