@@ -435,8 +435,11 @@ async function scenario() {
   });
 
   await step('expired session: the logon form, then back to #/sessions', async () => {
+    await forgetRendered(page);
     await nav(page).getByRole('link', { name: 'Apps', exact: true }).click();
     await page.waitForFunction(() => location.hash === '#/apps', null, { timeout });
+    // The apps page's own requests are done before the session ends.
+    await rendered(page, 'apps');
     await page.context().clearCookies();
     await nav(page).getByRole('link', { name: 'Sessions', exact: true }).click();
     await loggedOut(page);
@@ -468,6 +471,87 @@ async function scenario() {
     await screenshot(page, 'logon-after-logoff');
   });
   await page.context().close();
+
+  await step('favourites and recent apps follow the user to a new browser; another user does not see them', async () => {
+    const fav = (pg, r) => pg.locator(`ul#resources > li.resource[data-name="${cssString(r.name)}"]`)
+      .getByRole('button', { name: `Favourite ${r.display_name}`, exact: true });
+    const starred = ctx.resources.filter((r) => r.name !== ctx.target.name)[7];
+    const saved = (pg) => pg.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === '/api/v1/preferences');
+
+    const first = await newPage();
+    await first.goto(`${origin}/`);
+    await loggedOut(first);
+    await logOn(first);
+    await rendered(first, 'apps');
+    if (await fav(first, starred).getAttribute('aria-pressed') === 'true') {
+      const unstarred = saved(first);
+      await fav(first, starred).click();
+      assert.equal((await unstarred).status(), 200);
+    }
+    const put = saved(first);
+    await fav(first, starred).click();
+    assert.equal(await fav(first, starred).getAttribute('aria-pressed'), 'true', 'the star does not show pressed at once');
+    const resp = await put;
+    assert.equal(resp.status(), 200, `PUT /api/v1/preferences answered ${resp.status()}`);
+    assert.ok((await resp.json()).favourites.includes(starred.name), 'the server did not keep the favourite');
+    const loggedOff = first.waitForResponse((r) => r.request().method() === 'POST' && /\/logout$/.test(new URL(r.url()).pathname));
+    await headerLogoff(first).click();
+    await loggedOff;
+    await loggedOut(first);
+    await first.context().close();
+
+    // A new browser context: no cookies, no localStorage.
+    const second = await newPage();
+    await second.goto(`${origin}/`);
+    await loggedOut(second);
+    assert.equal(await second.evaluate(() => localStorage.length), 0, 'a new context has localStorage');
+    await logOn(second);
+    await rendered(second, 'apps');
+    assert.equal(await fav(second, starred).getAttribute('aria-pressed'), 'true', `${starred.name} is not starred in a new browser`);
+    const folder = second.locator('select#folder');
+    await folder.selectOption(':fav');
+    const shownFavs = await resources(second).evaluateAll((els) => els.filter((el) => !el.hidden).map((el) => el.dataset.name));
+    assert.ok(shownFavs.includes(starred.name), `Favourites shows ${shownFavs.join(', ')}, not ${starred.name}`);
+    // The app launched in the first browser is among the recent ones.
+    await folder.selectOption(':recent');
+    const shownRecent = await resources(second).evaluateAll((els) => els.filter((el) => !el.hidden).map((el) => el.dataset.name));
+    assert.ok(shownRecent.includes(ctx.target.name), `Recent shows ${shownRecent.join(', ')}, not ${ctx.target.name}, launched earlier`);
+    info(`favourites in a new browser: ${shownFavs.join(', ')}; recent: ${shownRecent.join(', ')}`);
+    await screenshot(second, 'apps-favourites', false);
+
+    // The site DB unavailable: the star stays, kept in this browser, and a
+    // note says so without blocking anything.
+    await folder.selectOption('');
+    const down = (route) => route.fulfill({
+      status: 503, contentType: 'application/json',
+      body: JSON.stringify({ error: { code: 'site_db_unavailable', message: 'the site DB is unavailable' } }),
+    });
+    await second.route('**/api/v1/preferences', down);
+    const more = ctx.resources.filter((r) => r.name !== ctx.target.name && r.name !== starred.name)[9];
+    const refused = saved(second);
+    await fav(second, more).click();
+    assert.equal((await refused).status(), 503);
+    await second.locator('#prefs-note').waitFor({ state: 'visible' });
+    info(`#prefs-note: "${(await second.locator('#prefs-note').textContent()).trim()}"`);
+    assert.equal(await fav(second, more).getAttribute('aria-pressed'), 'true', 'the star went off when the server could not save it');
+    const kept = await second.evaluate((u) => JSON.parse(localStorage.getItem(`usher.prefs.${u}`) || 'null'), user);
+    assert.ok(kept?.favourites?.includes(more.name), `this browser did not keep ${more.name}: ${JSON.stringify(kept)}`);
+    await screenshot(second, 'apps-favourites-kept-here', false);
+    await axe(second, 'apps page, preferences kept in the browser');
+    await second.unroute('**/api/v1/preferences', down);
+    await second.context().close();
+
+    const other = await newPage();
+    await other.goto(`${origin}/`);
+    await loggedOut(other);
+    await logOn(other, 'user0002');
+    await rendered(other, 'apps');
+    assert.equal(await fav(other, starred).getAttribute('aria-pressed'), 'false', `user0002 sees user0001's favourite ${starred.name}`);
+    const r = await api(other, 'GET', '/api/v1/preferences');
+    assert.equal(r.status, 200, `GET /api/v1/preferences as user0002: ${r.status} ${r.text}`);
+    assert.ok(!r.json.favourites.includes(starred.name), `user0002's preferences hold user0001's favourite: ${r.text}`);
+    await other.context().close();
+  });
 
   await step('phone (390x844): the apps page has no horizontal scrolling', async () => {
     const phone = await newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 3, isMobile: true, hasTouch: true });
