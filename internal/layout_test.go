@@ -83,7 +83,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
 		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest", "internal/pgadmin"},
-		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/block/meter", "internal/block/hostexport", "cmd/usher"},
+		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "cmd/usher"},
 		"github.com/go-ldap/ldap":                        {"internal/auth/ldapauth"},
 	}
 	for name, p := range list(t) {
