@@ -18,7 +18,10 @@ type outageTx struct {
 
 func (t *outageTx) SetSettings(context.Context, site.Settings) error { return t.refuse() }
 func (t *outageTx) SetSecret(context.Context, string, []byte) error  { return t.refuse() }
-func (t *outageTx) Zones() site.Collection[site.Zone]                { return refusing(t.Tx.Zones(), t.refuse) }
+func (t *outageTx) SetDirectory(context.Context, site.Directory) error {
+	return t.refuse()
+}
+func (t *outageTx) Zones() site.Collection[site.Zone] { return refusing(t.Tx.Zones(), t.refuse) }
 func (t *outageTx) Catalogs() site.Collection[site.Catalog] {
 	return refusing(t.Tx.Catalogs(), t.refuse)
 }

@@ -83,6 +83,8 @@ func applyChanges(ctx context.Context, tx Tx, base *Config, changes []ConfigChan
 		switch ch.Kind {
 		case KindSettings:
 			c.Settings, err = tx.Settings(ctx)
+		case KindDirectory:
+			c.Directory, err = tx.Directory(ctx)
 		case KindSecret: // not configuration
 		case KindZone:
 			c.Zones, err = reread(ctx, tx.Zones(), c.Zones, ch.Name, zoneName, false)

@@ -12,6 +12,7 @@ import (
 // no runtime state (machine status, sessions) and no admin accounts.
 type Config struct {
 	Settings       Settings        `json:"settings" yaml:"settings"`
+	Directory      Directory       `json:"directory" yaml:"directory"`
 	Zones          []Zone          `json:"zones" yaml:"zones"`
 	Catalogs       []Catalog       `json:"catalogs" yaml:"catalogs"`
 	Groups         []Group         `json:"groups" yaml:"groups"`
@@ -28,6 +29,9 @@ func LoadConfig(ctx context.Context, tx Tx) (*Config, error) {
 	var c Config
 	var err error
 	if c.Settings, err = tx.Settings(ctx); err != nil {
+		return nil, err
+	}
+	if c.Directory, err = tx.Directory(ctx); err != nil {
 		return nil, err
 	}
 	if c.Zones, err = all(ctx, tx.Zones()); err != nil {
@@ -92,6 +96,7 @@ func (c *Config) normalizeFrom(base *Config) {
 	if base == nil || !sameAccounts(c, base) {
 		c.normalizeAccounts()
 	}
+	c.Directory.normalize()
 	sortByName(c.Zones, func(z Zone) string { return z.Name })
 	sortByName(c.Catalogs, func(x Catalog) string { return x.Name })
 	sortByName(c.Groups, func(g Group) string { return g.Name })
@@ -266,6 +271,9 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 		return v()
 	}
 	if err := c.Settings.Validate(); err != nil {
+		return err
+	}
+	if err := c.Directory.Validate(); err != nil {
 		return err
 	}
 	names := map[Kind]map[string]string{ // kind -> nameKey -> name, sized not to grow

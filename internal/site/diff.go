@@ -38,14 +38,20 @@ type FieldChange struct {
 // Plan is the set of changes that makes a site match a desired Config.
 type Plan struct {
 	Settings *FieldChanges // nil when the settings do not change
-	Changes  []Change
+	// Directory is nil when the directory settings do not change; a
+	// changed bind password shows as "bind_password", never its value.
+	Directory *FieldChanges
+	Changes   []Change
+	// directory is the desired directory, bind password kept, when
+	// Directory is not nil.
+	directory Directory
 }
 
 // FieldChanges is a list of changed fields.
 type FieldChanges = []FieldChange
 
 // Empty reports whether the plan changes nothing.
-func (p *Plan) Empty() bool { return p.Settings == nil && len(p.Changes) == 0 }
+func (p *Plan) Empty() bool { return p.Settings == nil && p.Directory == nil && len(p.Changes) == 0 }
 
 // unchanged returns a report of whether the plan leaves an object as it
 // is: true for every object it neither creates nor updates.
@@ -88,6 +94,12 @@ func (p *Plan) String() string {
 			fmt.Fprintf(&b, "    %s: %s -> %s\n", f.Path, f.Old, f.New)
 		}
 	}
+	if p.Directory != nil {
+		b.WriteString("~ directory\n")
+		for _, f := range *p.Directory {
+			fmt.Fprintf(&b, "    %s: %s -> %s\n", f.Path, f.Old, f.New)
+		}
+	}
 	for _, c := range p.Changes {
 		sign := map[Op]string{OpCreate: "+", OpUpdate: "~", OpDelete: "-"}[c.Op]
 		fmt.Fprintf(&b, "%s %s %q\n", sign, c.Kind, c.Name)
@@ -101,6 +113,8 @@ func (p *Plan) String() string {
 // Diff returns the plan that turns current into desired. Both must be
 // normalized. A desired user without a password hash keeps the current one:
 // passwords are managed through the admin API, not the configuration file.
+// Likewise a desired directory without a bind password keeps the current
+// one.
 //
 // Objects are matched by name in one pass over both configurations, which
 // normalization sorts by name, and compared field by field: the cost is
@@ -120,6 +134,7 @@ func diff(current, desired *Config, keep bool) *Plan {
 			p.Settings = &fc
 		}
 	}
+	p.Directory, p.directory = diffDirectory(&current.Directory, &desired.Directory, keep)
 	keepHash := func(old, u *User) (User, bool) {
 		if u.PasswordHash != "" || old.PasswordHash == "" {
 			return User{}, false
@@ -140,6 +155,28 @@ func diff(current, desired *Config, keep bool) *Plan {
 		diffKind(KindEntitlement, current.Entitlements, desired.Entitlements, entitlementName, equalEntitlement, nil, false),
 	)
 	return p
+}
+
+// diffDirectory returns the fields that change from the current
+// directory to the desired one, nil when none does. A desired directory
+// without a bind password keeps the current one: with keep, written
+// into desired. It returns the directory to write too.
+func diffDirectory(current, desired *Directory, keep bool) (*FieldChanges, Directory) {
+	want := *desired
+	if want.BindPassword == "" {
+		want.BindPassword = current.BindPassword
+		if keep {
+			desired.BindPassword = current.BindPassword
+		}
+	}
+	if current.Equal(want) {
+		return nil, Directory{}
+	}
+	fc := fieldChanges(*current, want)
+	if len(fc) == 0 {
+		return nil, Directory{}
+	}
+	return &fc, want
 }
 
 func zoneName(z *Zone) string                   { return z.Name }
@@ -275,7 +312,24 @@ func fieldChanges(old, new any) []FieldChange {
 	if ok1 && ok2 && ou.PasswordHash != nu.PasswordHash {
 		out = append(out, FieldChange{Path: "password_hash", Old: "(set)", New: "(changed)"})
 	}
+	od, ok1 := old.(Directory)
+	nd, ok2 := new.(Directory)
+	if ok1 && ok2 && od.BindPassword != nd.BindPassword {
+		out = append(out, FieldChange{Path: "bind_password", Old: secretState(od.BindPassword, ""), New: secretState(nd.BindPassword, od.BindPassword)})
+	}
 	return out
+}
+
+// secretState shows a secret in a diff, never its value: "(none)",
+// "(set)", or "(changed)" from an old value that was set.
+func secretState(s, old string) string {
+	switch {
+	case s == "":
+		return "(none)"
+	case old != "":
+		return "(changed)"
+	}
+	return "(set)"
 }
 
 func orNone(s string) string {
@@ -313,10 +367,15 @@ func flatten(v any) map[string]string {
 // apply carries out the plan in tx: settings, then creates and updates in
 // dependency order, then deletes in reverse order, so that no step leaves a
 // dangling reference.
-func (p *Plan) apply(ctx context.Context, tx Tx, settings *Settings) error {
+func (p *Plan) apply(ctx context.Context, tx Tx, settings *Settings, dir *Directory) error {
 	if settings != nil {
 		if err := tx.SetSettings(ctx, *settings); err != nil {
 			return fmt.Errorf("set settings: %w", err)
+		}
+	}
+	if dir != nil {
+		if err := tx.SetDirectory(ctx, *dir); err != nil {
+			return fmt.Errorf("set directory: %w", err)
 		}
 	}
 	for _, c := range p.Changes {
@@ -410,7 +469,11 @@ func (p *Plan) carryOut(ctx context.Context, tx Tx, desired *Config) error {
 	if p.Settings != nil {
 		settings = &desired.Settings
 	}
-	return p.apply(ctx, tx, settings)
+	var dir *Directory
+	if p.Directory != nil {
+		dir = &p.directory
+	}
+	return p.apply(ctx, tx, settings, dir)
 }
 
 // Mutate loads the configuration in tx, lets fn change it, validates the

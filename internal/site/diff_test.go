@@ -55,7 +55,7 @@ func TestDiffMatchesReference(t *testing.T) {
 				}
 				switch i % 16 {
 				case 5: // unsorted
-					if l := reflect.ValueOf(desired).Elem().Field(1 + rng.IntN(9)); l.Len() > 1 {
+					if l := reflect.ValueOf(desired).Elem().Field(2 + rng.IntN(9)); l.Len() > 1 { // past Settings and Directory
 						reflect.Swapper(l.Interface())(0, l.Len()-1)
 						what = append(what, "unsorted")
 					}
@@ -141,15 +141,15 @@ func copyLists(c *site.Config) *site.Config {
 	return &out
 }
 
-// change makes one random change to c: the settings, or one object of a
+// change makes one random change to c: the settings, the directory, or one object of a
 // random kind created (a copy of another under a new name), updated (one
 // field) or deleted. It describes the change.
 func change(rng *rand.Rand, c *site.Config, run int) string {
 	cv := reflect.ValueOf(c).Elem()
 	k := rng.IntN(cv.NumField())
-	if k == 0 {
-		poke(rng, cv.Field(0).Field(rng.IntN(cv.Field(0).NumField())))
-		return "settings"
+	if f := cv.Field(k); f.Kind() == reflect.Struct { // Settings, Directory
+		poke(rng, f)
+		return cv.Type().Field(k).Name
 	}
 	list := cv.Field(k)
 	kind := cv.Type().Field(k).Name

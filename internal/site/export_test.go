@@ -14,6 +14,13 @@ func diffReflect(current, desired *Config) *Plan {
 	if fc := fieldChanges(current.Settings, desired.Settings); len(fc) > 0 {
 		p.Settings = &fc
 	}
+	dir := desired.Directory
+	if dir.BindPassword == "" {
+		dir.BindPassword = current.Directory.BindPassword
+	}
+	if fc := fieldChanges(current.Directory, dir); len(fc) > 0 {
+		p.Directory, p.directory = &fc, dir
+	}
 	users := slices.Clone(desired.Users)
 	have := map[string]User{}
 	for _, u := range current.Users {

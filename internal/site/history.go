@@ -27,13 +27,14 @@ type ChangeRecord struct {
 	Actor string `json:"actor"`
 	Op    Op     `json:"op"`
 	// Kind is the kind of object: a configuration object's, KindSettings,
-	// KindSecret or KindAdmin.
+	// KindDirectory, KindSecret or KindAdmin.
 	Kind Kind `json:"kind"`
 	// Name is the object's name as written ("" for the settings).
 	Name string `json:"name"`
 	// Fields lists, for an update, the paths of the fields it changed
 	// (FieldChange.Path: "load_rules.max_sessions.limit",
-	// "password_hash"), never their values; empty when not known.
+	// "password_hash", "bind_password"), never their values; empty when
+	// not known.
 	Fields []string `json:"fields,omitempty"`
 }
 
@@ -124,12 +125,15 @@ type ChangeHistory interface {
 }
 
 // PlanRecords returns the change records of a plan carried out by actor:
-// one per object, the settings first, with the paths of the fields each
+// one per object, the settings first, then the directory, with the paths of the fields each
 // update changed.
 func PlanRecords(p *Plan, actor string) []ChangeRecord {
-	out := make([]ChangeRecord, 0, len(p.Changes)+1)
+	out := make([]ChangeRecord, 0, len(p.Changes)+2)
 	if p.Settings != nil {
 		out = append(out, ChangeRecord{Actor: actor, Op: OpUpdate, Kind: KindSettings, Fields: fieldPaths(*p.Settings)})
+	}
+	if p.Directory != nil {
+		out = append(out, ChangeRecord{Actor: actor, Op: OpUpdate, Kind: KindDirectory, Fields: fieldPaths(*p.Directory)})
 	}
 	for _, c := range p.Changes {
 		out = append(out, ChangeRecord{Actor: actor, Op: c.Op, Kind: c.Kind, Name: c.Name, Fields: fieldPaths(c.Fields)})

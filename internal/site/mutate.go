@@ -83,6 +83,7 @@ func MutateFrom(ctx context.Context, tx Tx, base *Config, version int64, fn func
 func (c *Config) copyLists() *Config {
 	return &Config{
 		Settings:       c.Settings,
+		Directory:      c.Directory,
 		Zones:          slices.Clone(c.Zones),
 		Catalogs:       slices.Clone(c.Catalogs),
 		Groups:         slices.Clone(c.Groups),

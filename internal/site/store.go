@@ -69,6 +69,14 @@ type Tx interface {
 	// Settings returns the site settings; SetSettings replaces them.
 	Settings(ctx context.Context) (Settings, error)
 	SetSettings(ctx context.Context, s Settings) error
+	// Directory returns the site's directory settings, bind password
+	// included (a new site's are zero); SetDirectory replaces them,
+	// password too (an empty one removes it), after d.Validate. The
+	// password is kept among the site secrets, as
+	// SecretDirectoryBindPassword; SetSecret refuses that name. A write
+	// logs one KindDirectory change.
+	Directory(ctx context.Context) (Directory, error)
+	SetDirectory(ctx context.Context, d Directory) error
 
 	Zones() Collection[Zone]
 	Catalogs() Collection[Catalog]

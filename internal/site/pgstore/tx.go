@@ -667,6 +667,9 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 	if name == "" || len(value) == 0 {
 		return site.Errorf(site.EInvalid, "a secret needs a name and a value")
 	}
+	if name == site.SecretDirectoryBindPassword {
+		return site.Errorf(site.EInvalid, "secret %q is set with the directory settings", name)
+	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO secrets (name, value) VALUES ($1::text, $2::bytea) ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, value)
 	t.wrote = true

@@ -403,6 +403,9 @@ func (t *tx) SetSecret(ctx context.Context, name string, value []byte) error {
 	if name == "" || len(value) == 0 {
 		return site.Errorf(site.EInvalid, "a secret needs a name and a value")
 	}
+	if name == site.SecretDirectoryBindPassword {
+		return site.Errorf(site.EInvalid, "secret %q is set with the directory settings", name)
+	}
 	if _, err := t.exec(ctx, `INSERT INTO secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
 		name, value); err != nil {
 		return fmt.Errorf("set secret %q: %w", name, err)

@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"ChangeHistory", testChangeHistory},
 		{"Preferences", testPreferences},
 		{"Settings", testSettings},
+		{"Directory", testDirectory},
 		{"MachineStatus", testMachineStatus},
 		{"Sessions", testSessions},
 		{"DeleteMachineWithSessions", testDeleteMachineWithSessions},
