@@ -813,8 +813,10 @@ const configRow = (page, name) => page.locator(`#config-table tbody tr[data-name
 
 // configList waits for the configuration view's list of kind.
 async function configList(page, kind) {
+  // configKind is set once the list of that kind is rendered, and
+  // cleared as soon as another view of the configuration is asked for.
   await page.waitForFunction((k) => document.body.dataset.view === 'config' && document.body.dataset.rendered === 'config' &&
-    location.hash.replace(/^#\/config\/?/, '').split('/')[0] === k, kind, { timeout })
+    document.body.dataset.configKind === k && location.hash === `#/config/${k}`, kind, { timeout })
     .catch(async () => assert.fail(`the ${kind} list did not show: view ${await page.evaluate(() => `${document.body.dataset.view}/${document.body.dataset.rendered} ${location.hash}`)}`));
   assert.equal(await page.locator(`#config-kinds a[data-kind="${kind}"]`).getAttribute('aria-current'), 'page');
 }

@@ -132,6 +132,8 @@ async function version() {
 // "KIND/new" or "KIND/edit/NAME".
 export async function showConfig(rest) {
   const [path = "applications", action, ...name] = rest.split("/");
+  // Says which list is shown once it is (for the browser test).
+  delete document.body.dataset.configKind;
   const kind = KINDS[path] ? path : "applications";
   if (kind !== path || (!action && rest.includes("/"))) history.replaceState(null, "", "#/config/" + kind);
   for (const a of document.querySelectorAll("#config-kinds a")) {
@@ -152,6 +154,7 @@ export async function showConfig(rest) {
   cache.next = "";
   await Promise.all([version(), loadMore()]);
   document.body.dataset.rendered = "config";
+  document.body.dataset.configKind = kind;
 }
 
 async function loadMore() {

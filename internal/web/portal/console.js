@@ -4,6 +4,7 @@
 // POST /api/v1/admin/tokens {session_cookie: true}: this script never
 // sees it. Every text from the site is set with textContent.
 
+import { request } from "./api.js";
 import { initConfig, showConfig, showHistory } from "./config.js";
 import { startDashboard, stopDashboard } from "./dashboard.js";
 
@@ -11,34 +12,17 @@ const $ = (id) => document.getElementById(id);
 
 const state = { admin: null, machines: [], sort: { key: "name", dir: 1 } };
 
-class APIError extends Error {
-  // field is the request's field at fault, when the API names one.
-  constructor(status, code, message, field = "") { super(message); this.status = status; this.code = code; this.field = field; }
-}
 class SessionEnded extends Error {}
 
+// call is request, where a 401 (but the logon's own) ends the console's
+// session.
 async function call(method, path, body, headers = {}) {
-  const init = { method, credentials: "same-origin", headers: { ...headers } };
-  if (body instanceof Blob) {
-    init.body = body; // a file, its Content-Type in headers
-  } else if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
+  try {
+    return await request(method, path, body, headers);
+  } catch (e) {
+    if (e.status === 401 && !headers.Authorization) sessionEnded();
+    throw e;
   }
-  let resp;
-  try { resp = await fetch(path, init); } catch (e) { throw new APIError(0, "network", "The site cannot be reached."); }
-  if (resp.status === 401 && !headers.Authorization) {
-    sessionEnded();
-  }
-  if (resp.status === 204) return null;
-  const text = await resp.text();
-  let doc = null;
-  try { doc = JSON.parse(text); } catch (e) { doc = text; }
-  if (!resp.ok) {
-    const err = (doc && doc.error) || {};
-    throw new APIError(resp.status, err.code || "", err.message || resp.statusText, err.field || "");
-  }
-  return doc;
 }
 
 function sessionEnded() {

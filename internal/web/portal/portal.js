@@ -3,6 +3,8 @@
 // this script never sees the token. Every text from the site is set with
 // textContent, never parsed as HTML.
 
+import { request } from "./api.js";
+
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -18,36 +20,7 @@ const state = {
 
 // ---- the API ----
 
-class APIError extends Error {
-  constructor(status, code, message, retryAfter) {
-    super(message);
-    this.status = status;
-    this.code = code;
-    this.retryAfter = retryAfter;
-  }
-}
-
-async function api(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let resp;
-  try {
-    resp = await fetch(path, init);
-  } catch (e) {
-    throw new APIError(0, "network", "The site cannot be reached. Check your connection and try again.");
-  }
-  if (resp.status === 204) return null;
-  let doc = null;
-  try { doc = await resp.json(); } catch (e) { /* not JSON */ }
-  if (!resp.ok) {
-    const err = (doc && doc.error) || {};
-    throw new APIError(resp.status, err.code || "", err.message || resp.statusText, resp.headers.get("Retry-After"));
-  }
-  return doc;
-}
+const api = request;
 
 // A call that needs the session: a 401 sends the user to log on, and back
 // to the page they were on afterwards.
