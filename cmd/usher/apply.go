@@ -85,6 +85,9 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 	if plan.Settings != nil {
 		u++
 	}
+	if plan.Directory != nil {
+		u++
+	}
 	switch {
 	case plan.Empty():
 		fmt.Fprintf(m.Stdout, "%s: the site already matches (configuration version %d)\n", name, version)
@@ -113,7 +116,7 @@ func (m *Main) export(ctx context.Context, args []string) error {
 	data := m.dataFlag(fs)
 	db := m.dbFlag(fs)
 	out := fs.String("o", "-", "file to write (- for standard output)")
-	secrets := fs.Bool("with-secrets", false, "include users' password hashes")
+	secrets := fs.Bool("with-secrets", false, "include users' password hashes and the directory's bind password")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 // topLevelKeys are the keys of a site file, in the order Encode writes them.
 var topLevelKeys = []string{
-	"settings", "zones", "catalogs", "groups", "users", "machines",
+	"settings", "directory", "zones", "catalogs", "groups", "users", "machines",
 	"delivery_groups", "applications", "desktops", "entitlements",
 }
 
@@ -247,6 +247,8 @@ func (d *decoder) config(root *yaml.Node) error {
 		switch key {
 		case "settings":
 			return true, d.value(v, reflect.ValueOf(&c.Settings).Elem(), where{obj: "settings"})
+		case "directory":
+			return true, d.value(v, reflect.ValueOf(&c.Directory).Elem(), where{obj: "directory"})
 		case "zones":
 			return true, list(d, v, w, site.KindZone, &c.Zones, func() site.Zone { return site.Zone{} })
 		case "catalogs":

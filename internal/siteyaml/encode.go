@@ -17,18 +17,21 @@ const header = `# usher site configuration.
 #
 # "usher apply -f FILE" makes the site match this file: it creates and
 # updates the objects listed here and deletes those it does not list.
-# "usher export" writes it. Users' password hashes are left out unless
-# asked for; apply keeps the current password of a user without one.
+# "usher export" writes it. Users' password hashes and the directory's
+# bind password are left out unless asked for; apply keeps the current
+# password of a user, or of the directory, without one.
 `
 
 // EncodeOptions change what Encode writes.
 type EncodeOptions struct {
-	// WithSecrets writes users' password hashes. Off by default, because an
-	// exported file is often shared, diffed and committed.
+	// WithSecrets writes users' password hashes and the directory's bind
+	// password. Off by default, because an exported file is often shared,
+	// diffed and committed.
 	WithSecrets bool
 }
 
-// Encode writes c as canonical YAML without password hashes: a header
+// Encode writes c as canonical YAML without secrets (password hashes,
+// the directory's bind password): a header
 // comment, then the sections in the order of site.Config, each object's
 // fields in the order of its type, objects and name lists sorted, empty
 // sections left out, two-space indentation. c is not changed.
@@ -53,6 +56,7 @@ func EncodeWith(w io.Writer, c *site.Config, opts EncodeOptions) error {
 		for i := range cp.Users {
 			cp.Users[i].PasswordHash = ""
 		}
+		cp.Directory.BindPassword = ""
 	}
 
 	var buf bytes.Buffer
@@ -63,6 +67,7 @@ func EncodeWith(w io.Writer, c *site.Config, opts EncodeOptions) error {
 		empty bool
 	}{
 		{"settings", cp.Settings, false},
+		{"directory", cp.Directory, cp.Directory.IsZero()},
 		{"zones", cp.Zones, len(cp.Zones) == 0},
 		{"catalogs", cp.Catalogs, len(cp.Catalogs) == 0},
 		{"groups", cp.Groups, len(cp.Groups) == 0},
