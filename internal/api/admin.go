@@ -129,6 +129,7 @@ func (s *Server) registerAdmin() {
 		Summary: "The site settings", Response: reflect.TypeFor[site.Settings]()}, s.getSettings)
 	s.route(Route{Method: "PUT", Pattern: adminPrefix + "/settings", OperationID: "putSettings", Tag: "site",
 		Summary: "Replace the site settings", Request: reflect.TypeFor[site.Settings](), Response: reflect.TypeFor[site.Settings]()}, s.putSettings)
+	s.registerDirectory()
 	s.route(Route{Method: "PUT", Pattern: adminPrefix + "/users/{name}/password", OperationID: "setUserPassword", Tag: "users",
 		Summary: "Set a user's password", Request: reflect.TypeFor[PasswordRequest]()}, s.setUserPassword)
 	s.registerSessions()
