@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/blob"
@@ -587,6 +588,21 @@ func (c *addrCounter) done(addr string) {
 	c.n[addr]--
 }
 
+// jsonPath is a field's path as a request body spells it: encoding/json
+// names a field of an embedded struct through the Go name of the struct
+// ("User.display_name"), which no body holds. Every JSON name of the API
+// is lower case, so the segments that begin with an upper-case letter
+// are those Go names.
+func jsonPath(field string) string {
+	var keep []string
+	for _, seg := range strings.Split(field, ".") {
+		if seg != "" && !unicode.IsUpper([]rune(seg)[0]) {
+			keep = append(keep, seg)
+		}
+	}
+	return strings.Join(keep, ".")
+}
+
 // decodeJSON reads exactly one JSON value from the body into v, refusing
 // unknown fields and trailing data.
 func decodeJSON(r *http.Request, v any) error {
@@ -609,7 +625,8 @@ func decodeJSON(r *http.Request, v any) error {
 		case errors.As(err, &syn):
 			return site.Errorf(site.EInvalid, "request body is not valid JSON (at byte %d)", syn.Offset)
 		case errors.As(err, &typ):
-			return site.Errorf(site.EInvalid, "request body: field %q must be %s", typ.Field, typ.Type).At(typ.Field)
+			field := jsonPath(typ.Field)
+			return site.Errorf(site.EInvalid, "request body: field %q must be %s", field, typ.Type).At(field)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			e := site.Errorf(site.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 			if f, err := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field ")); err == nil {

@@ -1,10 +1,8 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"reflect"
-	"strings"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -57,13 +55,6 @@ func (s *Server) getDirectory(r *http.Request) (any, error) {
 func (s *Server) putDirectory(r *http.Request) (any, error) {
 	var req DirectoryRequest
 	if err := decodeJSON(r, &req); err != nil {
-		// A field of the embedded site.Directory is named as the body
-		// spells it, not through the Go field that embeds it.
-		var e *site.Error
-		if errors.As(err, &e) {
-			e.Field = strings.TrimPrefix(e.Field, "Directory.")
-			e.Message = strings.Replace(e.Message, `"Directory.`, `"`, 1)
-		}
 		return nil, err
 	}
 	d := req.Directory
