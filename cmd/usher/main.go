@@ -79,6 +79,7 @@ func commands() []command {
 		{"export", "write the site configuration as YAML", (*Main).export},
 		{"demo", "write a generated site as YAML (--scale mid|demo|large), for apply, tests and benches", (*Main).demo},
 		{"admin", "manage admin accounts of the admin API (admin add NAME)", (*Main).admin},
+		{"directory", "show what usher sees of a user in the site's LDAP or AD directory (directory test USER)", (*Main).directoryCmd},
 		{"vda", "run the VDA agent on a session host, or --simulate N simulated VDAs", (*Main).vda},
 		{"bench", "run a seed experiment end to end and report beside the published figures (launch, logon-storm, enumerate, ...)", (*Main).bench},
 		{"load", "drive load at an NFuse, REST or HTTP endpoint and report per step (--target, --executor)", (*Main).load},

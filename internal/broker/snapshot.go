@@ -246,10 +246,32 @@ func (s *Snapshot) EntitlementsOf(user string) *Entitlements {
 	if !ok || u.Disabled {
 		return &Entitlements{Key: "none", groups: map[string][]string{}}
 	}
+	return s.entitlements(u)
+}
+
+// EntitlementsOfMember returns what a user who is not one of the site's
+// users (a directory's) may use, as a member of groups, the names of the
+// site's groups. Entitlements that name the user directly count too.
+// Unlike EntitlementsOf it caches nothing: the group sets of a
+// directory's users are not bounded by the site's configuration.
+func (s *Snapshot) EntitlementsOfMember(user string, groups []string) *Entitlements {
+	u := &site.User{Name: user, Groups: groups}
+	return s.resolve(u, entitlementsKey(s, u))
+}
+
+// entitlementsKey names a user's entitlements: the same for every user
+// of the same groups whom no entitlement names.
+func entitlementsKey(s *Snapshot, u *site.User) string {
 	key := "g:" + strings.Join(u.Groups, "\x00")
 	if s.named[u.Name] {
 		key = "u:" + u.Name + "\x01" + key
 	}
+	return key
+}
+
+// entitlements resolves u's entitlements once per key, and caches them.
+func (s *Snapshot) entitlements(u *site.User) *Entitlements {
+	key := entitlementsKey(s, u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.resolved[key]; ok {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/sitegen"
 )
@@ -58,5 +59,39 @@ func TestSnapshotReusesOnlyWhatDidNotChange(t *testing.T) {
 	}
 	if got, _ := s3.User(u); got.DisplayName == "Someone Else" {
 		t.Error("the snapshot before sees the change")
+	}
+}
+
+// TestEntitlementsOfMember: a user the site does not hold gets what its
+// groups' and its own entitlements give, as a site user of those groups
+// would, and nothing is cached for it.
+func TestEntitlementsOfMember(t *testing.T) {
+	c := demo.Site()
+	c.Entitlements = append(c.Entitlements, site.Entitlement{Name: "named", DeliveryGroup: demo.AssignedDesktops, Users: []string{"dir-user"}})
+	s := NewSnapshot(1, c)
+	names := func(e *Entitlements) []string {
+		var out []string
+		for _, r := range e.Resources {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	local := s.EntitlementsOf(demo.UserName(1)) // domain-users, engineering
+	u, _ := s.User(demo.UserName(1))
+	member := s.EntitlementsOfMember("dir-other", u.Groups)
+	if !slices.Equal(names(member), names(local)) || len(local.Resources) == 0 {
+		t.Fatalf("a member of %v gets %d resources, a site user of those groups %d", u.Groups, len(member.Resources), len(local.Resources))
+	}
+	if got := names(s.EntitlementsOfMember("dir-nobody", nil)); len(got) != 0 {
+		t.Fatalf("a member of no group gets %v", got)
+	}
+	named := names(s.EntitlementsOfMember("dir-user", nil))
+	if !slices.Contains(named, demo.Workstation) {
+		t.Fatalf("an entitlement naming the user is not counted: %v", named)
+	}
+	before := len(s.resolved)
+	s.EntitlementsOfMember("dir-third", []string{demo.DomainUsers, "helpdesk"})
+	if len(s.resolved) != before {
+		t.Fatal("a member's entitlements were cached")
 	}
 }
