@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/sitegen"
@@ -35,11 +32,10 @@ func (m *Main) demo(_ context.Context, args []string) error {
 	}
 	var hash string
 	if *fromStdin {
-		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read the password: %w", err)
+		pw, err := m.passwordLine()
+		if err != nil {
+			return err
 		}
-		pw := strings.TrimRight(line, "\r\n")
 		if len(pw) < 8 {
 			return usageError{"the password must have at least 8 characters"}
 		}

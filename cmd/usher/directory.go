@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -42,11 +40,11 @@ func (m *Main) directoryTest(ctx context.Context, args []string) error {
 	name := fs.Arg(0)
 	password := ""
 	if *fromStdin {
-		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read the password: %w", err)
+		var err error
+		if password, err = m.passwordLine(); err != nil {
+			return err
 		}
-		if password = strings.TrimRight(line, "\r\n"); password == "" {
+		if password == "" {
 			return usageError{"--password-stdin: standard input holds no password"}
 		}
 	}

@@ -56,11 +56,11 @@ func (m *Main) adminUnlock(ctx context.Context, args []string) error {
 func (m *Main) adminAuth(req *http.Request, cmd, admin string, fromStdin bool) error {
 	switch token := m.Getenv("USHER_ADMIN_TOKEN"); {
 	case fromStdin:
-		line, err := bufio.NewReader(m.Stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read the password: %w", err)
+		password, err := m.passwordLine()
+		if err != nil {
+			return err
 		}
-		req.SetBasicAuth(admin, strings.TrimRight(line, "\r\n"))
+		req.SetBasicAuth(admin, password)
 	case m.Getenv("USHER_ADMIN_PASSWORD") != "":
 		req.SetBasicAuth(admin, m.Getenv("USHER_ADMIN_PASSWORD"))
 	case token != "":
@@ -69,4 +69,14 @@ func (m *Main) adminAuth(req *http.Request, cmd, admin string, fromStdin bool) e
 		return usageError{cmd + " needs the admin's password (--password-stdin or $USHER_ADMIN_PASSWORD) or $USHER_ADMIN_TOKEN"}
 	}
 	return nil
+}
+
+// passwordLine reads a password, the first line of standard input, for
+// the commands' --password-stdin.
+func (m *Main) passwordLine() (string, error) {
+	line, err := bufio.NewReader(m.Stdin).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", fmt.Errorf("read the password: %w", err)
+	}
+	return strings.TrimRight(line, "\r\n"), nil
 }

@@ -185,7 +185,7 @@ func asDown(s *server, err error) error {
 }
 
 // The attributes read from a user's entry.
-var (
+const (
 	attrDisplayName   = "displayName"
 	attrUAC           = "userAccountControl"
 	attrLockoutTime   = "lockoutTime"

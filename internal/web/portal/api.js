@@ -1,7 +1,7 @@
-// The portal's and the console's client of usher's REST API: one request
-// with the site's cookies, its answer as JSON, and an APIError carrying
-// the API's error document (code, message, the field at fault) for any
-// answer that is not a success.
+// What the portal and the console share: their client of usher's REST
+// API (one request with the site's cookies, its answer as JSON, and an
+// APIError carrying the API's error document: code, message, the field at
+// fault) and the URL of a resource's icon.
 
 export class APIError extends Error {
   constructor(status, code, message, { field = "", retryAfter = null } = {}) {
@@ -42,4 +42,13 @@ export async function request(method, path, body, headers = {}) {
       { field: err.field || "", retryAfter: resp.headers.get("Retry-After") });
   }
   return doc;
+}
+
+// iconURL is the image of a resource's icon: its data URI, or the builtin
+// icon it names, else the default of its kind ("application" or
+// "desktop"), drawn by the server under /portal/icons/.
+export function iconURL(icon, kind) {
+  if (icon && icon.startsWith("data:image/")) return icon;
+  const name = icon && icon.startsWith("builtin:") ? icon.slice(8) : kind;
+  return /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name) ? "/portal/icons/" + name + ".png" : "/portal/icons/app.png";
 }

@@ -5,6 +5,8 @@
 // show (a delivery group's other load rules) is kept. Every text from the
 // site is set with textContent or as a value, never as HTML.
 
+import { iconURL } from "./api.js";
+
 const $ = (id) => document.getElementById(id);
 
 // The kinds the console edits. A field's key is its JSON path, dotted
@@ -223,13 +225,6 @@ function renderList() {
   $("config-more").hidden = !cache.next;
 }
 
-// iconURL is the icon of a resource as the portal draws it.
-function iconURL(icon, noun) {
-  if (icon && icon.startsWith("data:image/")) return icon;
-  const name = icon && icon.startsWith("builtin:") ? icon.slice(8) : noun === "desktop" ? "desktop" : "application";
-  return /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name) ? "/portal/icons/" + name + ".png" : "/portal/icons/app.png";
-}
-
 async function remove(kind, name) {
   const spec = KINDS[kind];
   if (!(await ctx.confirm("Delete " + spec.noun + "?", "Delete " + spec.noun + " " + name + "? This cannot be undone.", "Delete"))) return;
@@ -351,7 +346,7 @@ function field(f, base, existing, choices) {
         const img = document.createElement("img");
         img.alt = "Current icon";
         img.width = img.height = 32;
-        img.src = iconURL(value, f.key);
+        img.src = iconURL(value, KINDS[editing.kind].noun);
         img.className = "icon-preview";
         wrap.append(img);
       }

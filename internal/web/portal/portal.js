@@ -3,7 +3,7 @@
 // this script never sees the token. Every text from the site is set with
 // textContent, never parsed as HTML.
 
-import { request } from "./api.js";
+import { iconURL, request } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -282,12 +282,6 @@ async function start() {
 }
 
 // ---- apps ----
-
-function iconURL(icon, kind) {
-  if (icon && icon.startsWith("data:image/")) return icon;
-  const name = icon && icon.startsWith("builtin:") ? icon.slice(8) : kind;
-  return /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(name) ? "/portal/icons/" + name + ".png" : "/portal/icons/app.png";
-}
 
 async function showApps() {
   show("apps");
