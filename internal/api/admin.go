@@ -113,12 +113,14 @@ func (s *Server) registerAdmin() {
 	register(s, collection[site.DeliveryGroup]{kind: site.KindDeliveryGroup, path: "delivery-groups",
 		get: site.Tx.DeliveryGroups, items: func(c *site.Config) *[]site.DeliveryGroup { return &c.DeliveryGroups },
 		name: func(g *site.DeliveryGroup) *string { return &g.Name }, fresh: func() site.DeliveryGroup { return site.NewDeliveryGroup("") }})
-	register(s, collection[site.Resource]{kind: site.KindApplication, path: "applications",
+	apps := collection[site.Resource]{kind: site.KindApplication, path: "applications",
 		get: site.Tx.Applications, items: func(c *site.Config) *[]site.Resource { return &c.Applications },
-		name: func(r *site.Resource) *string { return &r.Name }, fresh: func() site.Resource { return site.Resource{Kind: site.Application} }})
-	register(s, collection[site.Resource]{kind: site.KindDesktop, path: "desktops",
+		name: func(r *site.Resource) *string { return &r.Name }, fresh: func() site.Resource { return site.Resource{Kind: site.Application} }}
+	desktops := collection[site.Resource]{kind: site.KindDesktop, path: "desktops",
 		get: site.Tx.Desktops, items: func(c *site.Config) *[]site.Resource { return &c.Desktops },
-		name: func(r *site.Resource) *string { return &r.Name }, fresh: func() site.Resource { return site.Resource{Kind: site.Desktop} }})
+		name: func(r *site.Resource) *string { return &r.Name }, fresh: func() site.Resource { return site.Resource{Kind: site.Desktop} }}
+	register(s, apps)
+	register(s, desktops)
 	register(s, collection[site.Entitlement]{kind: site.KindEntitlement, path: "entitlements",
 		get: site.Tx.Entitlements, items: func(c *site.Config) *[]site.Entitlement { return &c.Entitlements },
 		name: func(e *site.Entitlement) *string { return &e.Name }, fresh: func() site.Entitlement { return site.Entitlement{} }})
@@ -137,7 +139,7 @@ func (s *Server) registerAdmin() {
 	s.registerMachineCredentials()
 	s.registerLockouts()
 	s.registerChanges()
-	s.registerIcons()
+	s.registerIcons(apps, desktops)
 }
 
 func register[T any](s *Server, c collection[T]) {
@@ -179,14 +181,13 @@ func register[T any](s *Server, c collection[T]) {
 			return nil, err
 		}
 		name := *c.name(&obj)
-		out, err := c.change(s, r.Context(), name, func(list *[]T) error {
+		return c.change(s, r.Context(), name, func(list *[]T) error {
 			if c.index(*list, name) >= 0 {
 				return site.Conflict(c.kind, name)
 			}
 			*list = append(*list, obj)
 			return nil
 		})
-		return out, aboutObject(err, c.kind, name)
 	})
 	s.route(Route{Method: "GET", Pattern: item, OperationID: "get" + singular(op), Tag: c.path, Summary: "Get a " + noun,
 		Response: shown}, func(r *http.Request) (any, error) {
@@ -215,7 +216,7 @@ func register[T any](s *Server, c collection[T]) {
 		default:
 			return nil, site.Errorf(site.EInvalid, "the body names %s %q but the URL names %q; objects cannot be renamed", c.kind, *n, name).At("name")
 		}
-		out, err := c.change(s, r.Context(), name, func(list *[]T) error {
+		return c.change(s, r.Context(), name, func(list *[]T) error {
 			i := c.index(*list, name)
 			if i < 0 {
 				return site.NotFound(c.kind, name)
@@ -223,7 +224,6 @@ func register[T any](s *Server, c collection[T]) {
 			(*list)[i] = obj
 			return nil
 		})
-		return out, aboutObject(err, c.kind, name)
 	})
 	s.route(Route{Method: "DELETE", Pattern: item, OperationID: "delete" + singular(op), Tag: c.path, Summary: "Delete a " + noun,
 		Status: http.StatusNoContent, Query: c.delQuery}, func(r *http.Request) (any, error) {
@@ -272,7 +272,9 @@ func (c collection[T]) read(s *Server, r *http.Request, obj *T) error {
 
 // change applies fn to the configuration in one transaction, with the
 // whole-site validation of site.Mutate, and returns the stored object. fn
-// adds, replaces or deletes whole objects of the list (see Server.mutate).
+// adds, replaces or deletes whole objects of the list, or sets a field of
+// one (see Server.mutate). An error names the object name changes
+// (aboutObject), so that its field is shown only for that object.
 func (c collection[T]) change(s *Server, ctx context.Context, name string, fn func(*[]T) error) (any, error) {
 	var out any
 	err := s.mutate(ctx, func(cfg *site.Config) error { return fn(c.items(cfg)) }, func(tx site.Tx) error {
@@ -283,7 +285,7 @@ func (c collection[T]) change(s *Server, ctx context.Context, name string, fn fu
 		out, err = c.showOne(ctx, tx, obj)
 		return err
 	})
-	return out, err
+	return out, aboutObject(err, c.kind, name)
 }
 
 func (c collection[T]) show(ctx context.Context, tx site.Tx, objs []T) (any, error) {

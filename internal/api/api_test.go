@@ -190,6 +190,13 @@ func TestAdminTokens(t *testing.T) {
 	f.want(f.do("DELETE", "/api/v1/admin/admins/ops", nil), 204, "")
 	f.want(f.do("GET", "/api/v1/admin/site", nil, "Bearer "+tok.Token), 401, site.EUnauthorized)
 	f.want(f.do("DELETE", "/api/v1/admin/admins/admin", nil), 409, site.EConflict) // yourself, and the last one
+	// Yourself, spelled in another case, while another admin exists.
+	f.want(f.do("POST", "/api/v1/admin/admins", map[string]string{"name": "ops2", "password": "ops-password"}), 201, "")
+	r = f.do("DELETE", "/api/v1/admin/admins/ADMIN", nil)
+	f.want(r, 409, site.EConflict)
+	if !strings.Contains(r.errorMessage(), "their own account") {
+		t.Fatalf("deleting yourself as ADMIN: %s", r.body)
+	}
 }
 
 func TestListApplicationsPaging(t *testing.T) {

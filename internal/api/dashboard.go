@@ -342,10 +342,13 @@ type dashboard struct {
 
 	mu sync.Mutex
 	// readings are the counters read over the last window, oldest first;
-	// latest and latestJSON are the figures of the last.
+	// latest and latestJSON are the figures of the last, whose Gather
+	// ended at readAt: a slow Gather (the site DB's session counts) must
+	// not leave a reading stale on arrival, for every waiter to read again.
 	readings   []reading
 	latest     Dashboard
 	latestJSON []byte
+	readAt     time.Time
 }
 
 // reading is the counters of one reading of the metrics.
@@ -377,7 +380,7 @@ func (d *dashboard) figures(ctx context.Context) (Dashboard, []byte, error) {
 	defer d.mu.Unlock()
 	now := d.now()
 	if d.latestJSON != nil {
-		if age := now.Sub(d.latest.At); age >= 0 && age < dashboardFresh {
+		if age := now.Sub(d.readAt); age >= 0 && age < dashboardFresh {
 			return d.latest, d.latestJSON, nil
 		}
 	}
@@ -411,7 +414,7 @@ func (d *dashboard) figures(ctx context.Context) (Dashboard, []byte, error) {
 	if err != nil {
 		return Dashboard{}, nil, err
 	}
-	d.latest, d.latestJSON = fig, b
+	d.latest, d.latestJSON, d.readAt = fig, b, d.now()
 	return fig, b, nil
 }
 
@@ -423,30 +426,8 @@ type series struct {
 	hist   histogram
 }
 
-// flatten reads the families the dashboard needs into series. It goes
-// through the families' getters only, so that this package needs no
-// import of the metrics' wire types.
-func flatten[F interface {
-	GetName() string
-	GetMetric() []M
-}, M interface {
-	GetLabel() []L
-	GetGauge() G
-	GetCounter() C
-	GetUntyped() U
-	GetHistogram() H
-}, L interface {
-	GetName() string
-	GetValue() string
-},
-	G interface{ GetValue() float64 }, C interface{ GetValue() float64 }, U interface{ GetValue() float64 },
-	H interface {
-		GetSampleCount() uint64
-		GetBucket() []B
-	}, B interface {
-		GetUpperBound() float64
-		GetCumulativeCount() uint64
-	}](fams []F) []series {
+// flatten reads the families the dashboard needs into series.
+func flatten(fams []*dto.MetricFamily) []series {
 	var out []series
 	for _, f := range fams {
 		name := f.GetName()

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"slices"
 
 	"github.com/usher-vdi/usher/internal/icon"
 	"github.com/usher-vdi/usher/internal/site"
@@ -17,15 +16,8 @@ var iconTypes = []string{"image/png", "image/jpeg", "image/gif"}
 // registerIcons adds the icon upload of applications and desktops: the
 // image file is the request body, stored as the resource's icon (a PNG
 // data URI, scaled down when large: icon.Import).
-func (s *Server) registerIcons() {
-	for _, c := range []struct {
-		path string
-		kind site.Kind
-		list func(*site.Config) *[]site.Resource
-	}{
-		{"applications", site.KindApplication, func(c *site.Config) *[]site.Resource { return &c.Applications }},
-		{"desktops", site.KindDesktop, func(c *site.Config) *[]site.Resource { return &c.Desktops }},
-	} {
+func (s *Server) registerIcons(cs ...collection[site.Resource]) {
+	for _, c := range cs {
 		s.route(Route{Method: "PUT", Pattern: adminPrefix + "/" + c.path + "/{name}/icon", OperationID: "put" + singular(camel(c.path)) + "Icon",
 			Tag: c.path, Summary: "Upload a " + string(c.kind) + "'s icon: a PNG, JPEG or GIF file of at most 1 MiB and 4096 pixels a side, " +
 				"kept as a PNG of at most 128 pixels a side", RawBody: iconTypes, Response: reflect.TypeFor[site.Resource]()},
@@ -45,19 +37,14 @@ func (s *Server) registerIcons() {
 				case err != nil:
 					return nil, site.Errorf(site.EInvalid, "the file is %v", err).At("icon")
 				}
-				var out site.Resource
-				err = s.mutate(r.Context(), func(cfg *site.Config) error {
-					list := c.list(cfg)
-					i := slices.IndexFunc(*list, func(x site.Resource) bool { return x.Name == name })
+				return c.change(s, r.Context(), name, func(list *[]site.Resource) error {
+					i := c.index(*list, name)
 					if i < 0 {
 						return site.NotFound(c.kind, name)
 					}
-					res := (*list)[i]
-					res.Icon = uri
-					(*list)[i], out = res, res
+					(*list)[i].Icon = uri
 					return nil
-				}, nil)
-				return out, aboutObject(err, c.kind, name)
+				})
 			})
 	}
 }

@@ -164,9 +164,6 @@ func (s *Server) registerAdmins() {
 	s.route(Route{Method: "DELETE", Pattern: base + "/{name}", OperationID: "deleteAdmin", Tag: "admins",
 		Summary: "Delete an admin account (not the last one, nor yourself)", Status: http.StatusNoContent}, func(r *http.Request) (any, error) {
 		name := r.PathValue("name")
-		if name == adminFrom(r.Context()) {
-			return nil, site.Errorf(site.EConflict, "an admin cannot delete their own account")
-		}
 		return nil, s.cfg.Store.Update(r.Context(), func(tx site.Tx) error {
 			p, err := tx.Admins().List(r.Context(), site.ListOptions{Limit: 1})
 			if err != nil {
@@ -178,6 +175,10 @@ func (s *Server) registerAdmins() {
 			a, err := tx.Admins().Get(r.Context(), name)
 			if err != nil {
 				return err
+			}
+			// As stored: names match whatever their case, and so must this.
+			if a.Name == adminFrom(r.Context()) {
+				return site.Errorf(site.EConflict, "an admin cannot delete their own account")
 			}
 			if err := tx.Admins().Delete(r.Context(), a.Name); err != nil {
 				return err

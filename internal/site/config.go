@@ -273,7 +273,9 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 	if err := c.Settings.Validate(); err != nil {
 		return err
 	}
-	if err := c.Directory.Validate(); err != nil {
+	// The directory's CA bundle and DNs cost parsing: checked only when
+	// the change touches them.
+	if err := own(KindDirectory, "", c.Directory.Validate); err != nil {
 		return err
 	}
 	names := map[Kind]map[string]string{ // kind -> nameKey -> name, sized not to grow

@@ -66,6 +66,9 @@ func (p *Plan) unchanged() func(Kind, string) bool {
 		}
 		touched[c.Kind][c.Name] = true
 	}
+	if p.Directory != nil {
+		touched[KindDirectory] = map[string]bool{"": true}
+	}
 	return func(k Kind, name string) bool { return !touched[k][name] }
 }
 

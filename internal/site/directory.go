@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -175,10 +176,10 @@ func (d Directory) Validate() error {
 	}
 	for i, s := range d.Servers {
 		if err := validateServerURL(s); err != nil {
-			return directoryError(fmt.Sprintf("servers.%d", i), "server %q: %s", s, err)
+			return directoryError(fmt.Sprintf("servers.%d", i), "server %s: %s", shownURL(s), err)
 		}
 		if slices.Index(d.Servers, s) != i {
-			return directoryError(fmt.Sprintf("servers.%d", i), "server %q is listed twice", s)
+			return directoryError(fmt.Sprintf("servers.%d", i), "server %s is listed twice", shownURL(s))
 		}
 	}
 	if d.CABundle != "" {
@@ -258,18 +259,22 @@ func validateServerURL(s string) error {
 		return fmt.Errorf("want %s://host[:port], nothing more", u.Scheme)
 	}
 	if p := u.Port(); p != "" {
-		n := 0
-		for _, c := range p {
-			n = n*10 + int(c-'0')
-			if n > 65535 {
-				break
-			}
-		}
-		if n < 1 || n > 65535 {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("port %s is not between 1 and 65535", p)
 		}
 	}
 	return nil
+}
+
+// shownURL is a server URL as an error may quote it: without the password
+// of any user information it holds, and not at all when it does not parse
+// (what it holds cannot be told apart).
+func shownURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(not a URL)"
+	}
+	return strconv.Quote(u.Redacted())
 }
 
 // validateCABundle checks that b is PEM text of certificates only, at

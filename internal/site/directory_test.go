@@ -94,7 +94,7 @@ func TestDirectoryValidate(t *testing.T) {
 		{"PlainSchemeSpelling", "servers.0", func(d *site.Directory) { d.Servers[0] = "ldap+plain://dc1.example.com" }},
 		{"NoScheme", "servers.0", func(d *site.Directory) { d.Servers[0] = "dc1.example.com" }},
 		{"ServerWithPath", "servers.0", func(d *site.Directory) { d.Servers[0] = "ldaps://dc1.example.com/dc=example" }},
-		{"ServerWithUser", "servers.0", func(d *site.Directory) { d.Servers[0] = "ldaps://admin:pw@dc1.example.com" }},
+		{"ServerWithUser", "servers.0", func(d *site.Directory) { d.Servers[0] = "ldaps://admin:" + testBindPassword + "@dc1.example.com" }},
 		{"ServerWithBadPort", "servers.0", func(d *site.Directory) { d.Servers[0] = "ldaps://dc1.example.com:99999" }},
 		{"ServerTwice", "servers.1", func(d *site.Directory) { d.Servers[1] = d.Servers[0] }},
 		{"CANotPEM", "ca_bundle", func(d *site.Directory) { d.CABundle = "not a certificate" }},

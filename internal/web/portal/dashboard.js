@@ -75,7 +75,10 @@ async function why(gen) {
   try {
     const resp = await fetch(snapshotURL, { credentials: "same-origin", headers: { Accept: "application/json" } });
     status = resp.status;
-    if (resp.ok && gen === dash.gen) render(await resp.json());
+    if (resp.ok && gen === dash.gen) {
+      render(await resp.json());
+      dash.last = new Date();
+    }
   } catch (e) {
     // the site cannot be reached: try again later
   }
@@ -86,8 +89,11 @@ async function why(gen) {
     if (ended) ended();
     return;
   }
-  const wait = status === 429 ? 10 : 5;
-  note((status === 429
+  // The snapshot has no cap on streams: when it answers, the stream was
+  // refused for being one too many (429).
+  const full = status === 429 || (status >= 200 && status < 300);
+  const wait = full ? 10 : 5;
+  note((full
     ? "Too many live dashboards are open on this broker; the figures are read once now, and the live ones tried again"
     : "The live figures cannot be read" + (status ? " (HTTP " + status + ")" : " (the site cannot be reached)") + "; reconnecting") +
     " in " + wait + " s…" + shownSince());
