@@ -254,7 +254,7 @@ func (s *Server) route(rt Route, h handler) {
 				"cross-site requests are refused: " + r.Method + " must come from this site's own pages or from a non-browser client"})
 			return
 		}
-		r, err := s.readBodyOf(w, r, rt.RawBody)
+		r, err := s.readBody(w, r, rt.RawBody)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -297,6 +297,8 @@ func (s *Server) route(rt Route, h handler) {
 			h["Content-Length"] = []string{strconv.Itoa(v.Len())}
 			w.WriteHeader(rt.Status)
 			blob.Write(w, v)
+		case stream:
+			v(w)
 		case file:
 			w.Header().Set("Content-Type", v.contentType)
 			w.Header().Set("Content-Disposition", `attachment; filename="`+v.name+`"`)
@@ -320,6 +322,19 @@ type withCookie struct {
 	cookie *http.Cookie
 	more   []*http.Cookie
 }
+
+// stream is an answer that writes itself, such as a stream of
+// server-sent events, once route's checks have passed.
+type stream func(w http.ResponseWriter)
+
+// retryLater is an error whose answer tells the client when to try again
+// (Retry-After, in seconds).
+type retryLater struct {
+	error
+	after string
+}
+
+func (e *retryLater) Unwrap() error { return e.error }
 
 // file is an answer sent as a download.
 type file struct {
@@ -386,6 +401,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	var tooBig *http.MaxBytesError
 	var body ErrorBody
+	if rl := (*retryLater)(nil); errors.As(err, &rl) {
+		w.Header().Set("Retry-After", rl.after)
+	}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &he):
@@ -495,15 +513,11 @@ func isJSON(ct string) bool {
 
 // readBody receives the request's whole body, at most MaxBodyBytes within
 // BodyTimeout, and returns the request with the body in memory. A request
-// with a body must be application/json. Over MaxBodyReadersPerAddress
-// bodies at once from the client's address, it answers 429 at once.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*http.Request, error) {
-	return s.readBodyOf(w, r, nil)
-}
-
-// readBodyOf is readBody for a body of one of the media types raw when
-// not nil (a route taking a file: Route.RawBody) instead of JSON.
-func (s *Server) readBodyOf(w http.ResponseWriter, r *http.Request, raw []string) (*http.Request, error) {
+// with a body must be application/json, or of one of the media types raw
+// when not nil (a route taking a file: Route.RawBody). Over
+// MaxBodyReadersPerAddress bodies at once from the client's address, it
+// answers 429 at once.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, raw []string) (*http.Request, error) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return r, nil
 	}

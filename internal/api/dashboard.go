@@ -160,72 +160,51 @@ func (s *Server) registerDashboard() {
 			fig, _, err := d.figures(r.Context())
 			return fig, err
 		})
-	s.streamRoute(Route{Method: "GET", Pattern: adminPrefix + "/dashboard/events", OperationID: "streamDashboard", Tag: "dashboard",
+	s.route(Route{Method: "GET", Pattern: adminPrefix + "/dashboard/events", OperationID: "streamDashboard", Tag: "dashboard",
 		Summary: "The dashboard's figures as server-sent events (text/event-stream): an event \"figures\" whose data is the document of " +
 			"GET " + adminPrefix + "/dashboard, at once and then every 2 s, until the client goes, the admin's token expires or the " +
 			"server shuts down. At most " + strconv.Itoa(int(d.max)) + " streams are open at once on a broker; over that, 429."},
-		func(w http.ResponseWriter, r *http.Request) error { return s.streamDashboard(w, r, d) })
-}
-
-// streamRoute registers rt, as route does, for an answer that h writes
-// itself, such as a stream of events: the same checks, the request's
-// body received and the caller authenticated before h runs, and an error
-// that h returns before it has written anything answered as route
-// answers it.
-func (s *Server) streamRoute(rt Route, h func(w http.ResponseWriter, r *http.Request) error) {
-	if rt.Status == 0 {
-		rt.Status = http.StatusOK
-	}
-	s.routes = append(s.routes, rt)
-	s.mux.HandleFunc(rt.Method+" "+rt.Pattern, func(w http.ResponseWriter, r *http.Request) {
-		if err := s.crossOrigin.Check(r); err != nil {
-			s.writeError(w, r, &httpError{http.StatusForbidden, site.EForbidden,
-				"cross-site requests are refused: " + r.Method + " must come from this site's own pages or from a non-browser client"})
-			return
-		}
-		r, err := s.readBody(w, r)
-		if err == nil {
-			r, err = s.authenticate(w, r, rt.Auth)
-		}
-		if err == nil {
-			err = h(w, r)
-		}
-		if err != nil {
-			s.writeError(w, r, err)
-		}
-	})
+		func(r *http.Request) (any, error) { return s.streamDashboard(r, d) })
 }
 
 var errNoMetrics = site.Errorf(site.EUnavailable, "this server has no metrics to show")
 
-// streamDashboard sends the figures as server-sent events until the
-// request's context ends, the admin's credentials lapse, the server
-// stops (Config.Stopping) or a write fails. It returns an error only
-// before the stream starts.
-func (s *Server) streamDashboard(w http.ResponseWriter, r *http.Request, d *dashboard) error {
+// streamDashboard answers with the stream of the figures as server-sent
+// events, which goes on until the request's context ends, the admin's
+// credentials lapse, the server stops (Config.Stopping) or a write fails.
+// It returns an error only before the stream starts.
+func (s *Server) streamDashboard(r *http.Request, d *dashboard) (any, error) {
 	if d.metrics == nil {
-		return errNoMetrics
+		return nil, errNoMetrics
 	}
 	// Reserved, then checked: however many requests race here, no more
 	// than max streams are ever open.
 	if n := d.streams.Add(1); n > d.max {
 		d.streams.Add(-1)
-		w.Header().Set("Retry-After", "10")
-		return &httpError{http.StatusTooManyRequests, site.EOverloaded, fmt.Sprintf(
-			"this broker already sends the dashboard to %d clients, as many as it will; close one of them, or read GET %s/dashboard instead", d.max, adminPrefix)}
+		return nil, &retryLater{&httpError{http.StatusTooManyRequests, site.EOverloaded, fmt.Sprintf(
+			"this broker already sends the dashboard to %d clients, as many as it will; close one of them, or read GET %s/dashboard instead", d.max, adminPrefix)}, "10"}
 	}
-	defer d.streams.Add(-1)
 	ctx := r.Context()
 	admin, expires := adminFrom(ctx), adminTokenExpiry(ctx)
 	hash, err := s.adminHash(ctx, admin)
-	if err != nil {
-		return err
+	if err == nil {
+		_, first, ferr := d.figures(ctx)
+		if ferr == nil {
+			return stream(func(w http.ResponseWriter) {
+				defer d.streams.Add(-1)
+				s.sendDashboard(w, r, d, first, admin, hash, expires)
+			}), nil
+		}
+		err = ferr
 	}
-	_, first, err := d.figures(ctx)
-	if err != nil {
-		return err
-	}
+	d.streams.Add(-1)
+	return nil, err
+}
 
+// sendDashboard writes the stream: the first figures, then the figures
+// every dashboardInterval, as long as streamDashboard says.
+func (s *Server) sendDashboard(w http.ResponseWriter, r *http.Request, d *dashboard, first []byte, admin, hash string, expires time.Time) {
+	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -233,7 +212,7 @@ func (s *Server) streamDashboard(w http.ResponseWriter, r *http.Request, d *dash
 	h.Set("X-Accel-Buffering", "no") // a proxy must not hold events back
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
-		return nil
+		return
 	}
 	// send writes one event within the write timeout; its own deadline,
 	// not the server's WriteTimeout, bounds it, so that a stream outlives
@@ -248,26 +227,26 @@ func (s *Server) streamDashboard(w http.ResponseWriter, r *http.Request, d *dash
 		return rc.Flush() == nil
 	}
 	if !send(append(fmt.Appendf(nil, "retry: %d\n\n", dashboardRetry.Milliseconds()), event("figures", first)...)) {
-		return nil
+		return
 	}
 	tick := time.NewTicker(dashboardInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-s.cfg.Stopping:
-			return nil
+			return
 		case <-tick.C:
 		}
 		if why := s.lapsed(ctx, admin, hash, expires); why != "" {
 			s.log.DebugContext(ctx, "dashboard stream ended", "admin", admin, "why", why)
-			return nil
+			return
 		}
 		_, b, err := d.figures(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			// The client keeps its last figures; a comment instead of
 			// them still finds out a client that stopped reading.
@@ -279,7 +258,7 @@ func (s *Server) streamDashboard(w http.ResponseWriter, r *http.Request, d *dash
 			msg = event("figures", b)
 		}
 		if !send(msg) {
-			return nil
+			return
 		}
 	}
 }
