@@ -2,6 +2,7 @@ package site
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
@@ -419,4 +420,32 @@ func validAttrType(s string) bool {
 		}
 	}
 	return true
+}
+
+// EncodeDirectory checks d and returns what a store keeps of it: the
+// settings as JSON, without the bind password, and the password, which
+// the store keeps as the site secret SecretDirectoryBindPassword (none
+// when empty).
+func EncodeDirectory(d Directory) (settings, password []byte, err error) {
+	if err := d.Validate(); err != nil {
+		return nil, nil, err
+	}
+	settings, err = json.Marshal(d) // BindPassword is json:"-"
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.BindPassword != "" {
+		password = []byte(d.BindPassword)
+	}
+	return settings, password, nil
+}
+
+// DecodeDirectory returns the directory a store kept (EncodeDirectory).
+func DecodeDirectory(settings, password []byte) (Directory, error) {
+	var d Directory
+	if err := json.Unmarshal(settings, &d); err != nil {
+		return Directory{}, fmt.Errorf("stored settings: %w", err)
+	}
+	d.BindPassword = string(password)
+	return d, nil
 }

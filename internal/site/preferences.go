@@ -2,6 +2,8 @@ package site
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -91,6 +93,41 @@ func PreparePreferences(user string, p Preferences, now time.Time) (Preferences,
 		out.Recent[i] = RecentLaunch{Resource: r.Resource, At: r.At.UTC().Truncate(time.Microsecond)}
 	}
 	slices.SortStableFunc(out.Recent, func(a, b RecentLaunch) int { return b.At.Compare(a.At) })
+	return out, nil
+}
+
+// PreferencesKey is the key a store keeps a user's preferences under:
+// the name folded as account names are, once checked by ValidateName.
+func PreferencesKey(user string) (string, error) {
+	if err := ValidateName(KindUser, user); err != nil {
+		return "", err
+	}
+	return FoldName(user), nil
+}
+
+// Columns returns the lists of p (as PreparePreferences returned them) as
+// the JSON documents a store keeps.
+func (p Preferences) Columns() (favourites, recent []byte, err error) {
+	if favourites, err = json.Marshal(p.Favourites); err != nil {
+		return nil, nil, err
+	}
+	if recent, err = json.Marshal(p.Recent); err != nil {
+		return nil, nil, err
+	}
+	return favourites, recent, nil
+}
+
+// DecodePreferences returns the preferences a store kept as Columns and
+// the time they were written.
+func DecodePreferences(favourites, recent []byte, updatedAt time.Time) (Preferences, error) {
+	out := NoPreferences()
+	if err := json.Unmarshal(favourites, &out.Favourites); err != nil {
+		return Preferences{}, fmt.Errorf("favourites: %w", err)
+	}
+	if err := json.Unmarshal(recent, &out.Recent); err != nil {
+		return Preferences{}, fmt.Errorf("recent: %w", err)
+	}
+	out.UpdatedAt = updatedAt.UTC()
 	return out, nil
 }
 

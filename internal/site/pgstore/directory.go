@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -28,11 +27,10 @@ func (t *tx) Directory(ctx context.Context) (site.Directory, error) {
 	if !found {
 		return site.Directory{}, fmt.Errorf("directory: no settings row")
 	}
-	var d site.Directory
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return site.Directory{}, fmt.Errorf("directory: stored settings: %w", err)
+	d, err := site.DecodeDirectory(raw, password)
+	if err != nil {
+		return site.Directory{}, fmt.Errorf("directory: %w", err)
 	}
-	d.BindPassword = string(password)
 	return d, nil
 }
 
@@ -43,20 +41,17 @@ func (t *tx) SetDirectory(ctx context.Context, d site.Directory) error {
 	if err := t.usable(true); err != nil {
 		return err
 	}
-	if err := d.Validate(); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(d) // BindPassword is json:"-"
+	raw, password, err := site.EncodeDirectory(d)
 	if err != nil {
-		return fmt.Errorf("set directory: %w", err)
+		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE settings SET directory = $1::jsonb WHERE id = 1`, string(raw))
-	if d.BindPassword == "" {
+	if password == nil {
 		b.Queue(`DELETE FROM secrets WHERE name = $1::text`, site.SecretDirectoryBindPassword)
 	} else {
 		b.Queue(`INSERT INTO secrets (name, value) VALUES ($1::text, $2::bytea) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
-			site.SecretDirectoryBindPassword, []byte(d.BindPassword))
+			site.SecretDirectoryBindPassword, password)
 	}
 	t.wrote = true
 	if err := t.send(ctx, b, true); err != nil {

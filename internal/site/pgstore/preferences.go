@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -22,7 +21,8 @@ func (p preferences) Get(ctx context.Context, user string) (site.Preferences, er
 	if err := p.t.usable(false); err != nil {
 		return site.Preferences{}, err
 	}
-	if err := site.ValidateName(site.KindUser, user); err != nil {
+	key, err := site.PreferencesKey(user)
+	if err != nil {
 		return site.Preferences{}, err
 	}
 	var favourites, recent []byte
@@ -30,21 +30,17 @@ func (p preferences) Get(ctx context.Context, user string) (site.Preferences, er
 	found := false
 	b := &pgx.Batch{}
 	queueOne(b, &found, `SELECT favourites, recent, updated_at FROM user_preferences WHERE user_key = $1::text`,
-		[]any{site.FoldName(user)}, &favourites, &recent, &at)
+		[]any{key}, &favourites, &recent, &at)
 	if err := p.t.send(ctx, b, false); err != nil {
 		return site.Preferences{}, fmt.Errorf("preferences of %q: %w", user, err)
 	}
-	out := site.NoPreferences()
 	if !found {
-		return out, nil
+		return site.NoPreferences(), nil
 	}
-	if err := json.Unmarshal(favourites, &out.Favourites); err != nil {
-		return site.Preferences{}, fmt.Errorf("preferences of %q: favourites: %w", user, err)
+	out, err := site.DecodePreferences(favourites, recent, at)
+	if err != nil {
+		return site.Preferences{}, fmt.Errorf("preferences of %q: %w", user, err)
 	}
-	if err := json.Unmarshal(recent, &out.Recent); err != nil {
-		return site.Preferences{}, fmt.Errorf("preferences of %q: recent: %w", user, err)
-	}
-	out.UpdatedAt = at.UTC()
 	return out, nil
 }
 
@@ -56,11 +52,7 @@ func (p preferences) Put(ctx context.Context, user string, prefs site.Preference
 	if err != nil {
 		return site.Preferences{}, err
 	}
-	favourites, err := json.Marshal(prefs.Favourites)
-	if err != nil {
-		return site.Preferences{}, err
-	}
-	recent, err := json.Marshal(prefs.Recent)
+	favourites, recent, err := prefs.Columns()
 	if err != nil {
 		return site.Preferences{}, err
 	}

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/usher-vdi/usher/internal/site"
@@ -18,16 +17,10 @@ func (t *tx) Directory(ctx context.Context) (site.Directory, error) {
 	if err != nil {
 		return site.Directory{}, fmt.Errorf("directory: %w", err)
 	}
-	return decodeDirectory(raw, password)
-}
-
-// decodeDirectory builds the directory from its JSON column and password.
-func decodeDirectory(raw string, password []byte) (site.Directory, error) {
-	var d site.Directory
-	if err := json.Unmarshal([]byte(raw), &d); err != nil {
-		return site.Directory{}, fmt.Errorf("directory: stored settings: %w", err)
+	d, err := site.DecodeDirectory([]byte(raw), password)
+	if err != nil {
+		return site.Directory{}, fmt.Errorf("directory: %w", err)
 	}
-	d.BindPassword = string(password)
 	return d, nil
 }
 
@@ -37,21 +30,18 @@ func (t *tx) SetDirectory(ctx context.Context, d site.Directory) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	if err := d.Validate(); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(d) // BindPassword is json:"-"
+	raw, password, err := site.EncodeDirectory(d)
 	if err != nil {
-		return fmt.Errorf("set directory: %w", err)
+		return err
 	}
 	if _, err := t.exec(ctx, `UPDATE settings SET directory = ?1 WHERE id = 1`, string(raw)); err != nil {
 		return fmt.Errorf("set directory: %w", err)
 	}
-	if d.BindPassword == "" {
+	if password == nil {
 		_, err = t.exec(ctx, `DELETE FROM secrets WHERE name = ?1`, site.SecretDirectoryBindPassword)
 	} else {
 		_, err = t.exec(ctx, `INSERT INTO secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
-			site.SecretDirectoryBindPassword, []byte(d.BindPassword))
+			site.SecretDirectoryBindPassword, password)
 	}
 	if err != nil {
 		return fmt.Errorf("set directory bind password: %w", err)

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,26 +17,25 @@ type preferences struct{ t *tx }
 func (t *tx) Preferences() site.UserPreferences { return preferences{t} }
 
 func (p preferences) Get(ctx context.Context, user string) (site.Preferences, error) {
-	if err := site.ValidateName(site.KindUser, user); err != nil {
+	key, err := site.PreferencesKey(user)
+	if err != nil {
 		return site.Preferences{}, err
 	}
 	var favourites, recent, at string
-	err := p.t.scanOne(ctx, `SELECT favourites, recent, updated_at FROM user_preferences WHERE user_key = ?1`,
-		[]any{site.FoldName(user)}, &favourites, &recent, &at)
+	err = p.t.scanOne(ctx, `SELECT favourites, recent, updated_at FROM user_preferences WHERE user_key = ?1`,
+		[]any{key}, &favourites, &recent, &at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return site.NoPreferences(), nil
 	}
 	if err != nil {
 		return site.Preferences{}, fmt.Errorf("preferences of %q: %w", user, err)
 	}
-	out := site.NoPreferences()
-	if err := json.Unmarshal([]byte(favourites), &out.Favourites); err != nil {
-		return site.Preferences{}, fmt.Errorf("preferences of %q: favourites: %w", user, err)
+	updated, err := parseTime(at)
+	if err != nil {
+		return site.Preferences{}, fmt.Errorf("preferences of %q: %w", user, err)
 	}
-	if err := json.Unmarshal([]byte(recent), &out.Recent); err != nil {
-		return site.Preferences{}, fmt.Errorf("preferences of %q: recent: %w", user, err)
-	}
-	if out.UpdatedAt, err = parseTime(at); err != nil {
+	out, err := site.DecodePreferences([]byte(favourites), []byte(recent), updated)
+	if err != nil {
 		return site.Preferences{}, fmt.Errorf("preferences of %q: %w", user, err)
 	}
 	return out, nil
@@ -51,11 +49,7 @@ func (p preferences) Put(ctx context.Context, user string, prefs site.Preference
 	if err != nil {
 		return site.Preferences{}, err
 	}
-	favourites, err := json.Marshal(prefs.Favourites)
-	if err != nil {
-		return site.Preferences{}, err
-	}
-	recent, err := json.Marshal(prefs.Recent)
+	favourites, recent, err := prefs.Columns()
 	if err != nil {
 		return site.Preferences{}, err
 	}
