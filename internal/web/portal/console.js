@@ -26,10 +26,15 @@ async function call(method, path, body, headers = {}) {
 }
 
 function sessionEnded() {
-  sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
-  state.admin = null;
-  stopDashboard();
-  showLogon("Your console session has ended. Log on again to go on.");
+  // Requests made together all learn it: the first shows the logon, the
+  // others must not show it again (and take the focus from what the
+  // admin is typing in it).
+  if (state.admin !== null || document.body.dataset.view !== "logon") {
+    sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
+    state.admin = null;
+    stopDashboard();
+    showLogon("Your console session has ended. Log on again to go on.");
+  }
   throw new SessionEnded();
 }
 

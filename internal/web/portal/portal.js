@@ -38,10 +38,14 @@ async function authed(method, path, body) {
 class SessionEnded extends Error {}
 
 function sessionEnded() {
-  const wanted = location.hash || "#/apps";
-  sessionStorage.setItem("usher.wanted", wanted);
-  state.me = null;
-  showLogon("Your session has ended. Log on again to go on.");
+  // Requests made together all learn it: the first shows the logon, the
+  // others must not show it again (and take the focus from what the user
+  // is typing in it).
+  if (state.me !== null || document.body.dataset.view !== "logon") {
+    sessionStorage.setItem("usher.wanted", location.hash || "#/apps");
+    state.me = null;
+    showLogon("Your session has ended. Log on again to go on.");
+  }
   throw new SessionEnded();
 }
 
