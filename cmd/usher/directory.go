@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/usher-vdi/usher/internal/auth/ldapauth"
@@ -112,17 +111,12 @@ func (m *Main) directoryTest(ctx context.Context, args []string) error {
 	for i, g := range id.Groups {
 		fmt.Fprintf(w, "  %s (%s)\n", g, id.GroupDNs[i])
 	}
-	// Directory groups are matched with the site's groups by name, as
-	// account names are (case and Unicode form do not matter).
-	var matched []string
-	for _, g := range cfg.Groups {
-		if slices.ContainsFunc(id.Groups, func(d string) bool { return site.FoldName(d) == site.FoldName(g.Name) }) {
-			matched = append(matched, g.Name)
-		}
-	}
-	slices.Sort(matched)
-	fmt.Fprintf(w, "site groups (%d, by name): %s\n", len(matched), strings.Join(matched, ", "))
-	e := broker.NewSnapshot(version, cfg).EntitlementsOfMember(id.Name, matched)
+	// A site group stands for a directory group by its DN when it has
+	// one, else by name (as account names match: in any case).
+	snap := broker.NewSnapshot(version, cfg)
+	matched := snap.DirectoryGroups(id.Groups, id.GroupDNs)
+	fmt.Fprintf(w, "site groups (%d): %s\n", len(matched), strings.Join(matched, ", "))
+	e := snap.EntitlementsOfMember(id.Name, matched)
 	fmt.Fprintf(w, "may use (%d):\n", len(e.Resources))
 	for _, r := range e.Resources {
 		fmt.Fprintf(w, "  %s (%s %s)\n", r.DisplayName, r.Kind, r.Name)

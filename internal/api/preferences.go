@@ -43,7 +43,7 @@ func (s *Server) getPreferences(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return launchable(p, s.cfg.Broker.Snapshot().EntitlementsOf(user)), nil
+	return launchable(p, s.cfg.Broker.EntitlementsOf(s.cfg.Broker.Snapshot(), user)), nil
 }
 
 func (s *Server) putPreferences(r *http.Request) (any, error) {
@@ -57,7 +57,7 @@ func (s *Server) putPreferences(r *http.Request) (any, error) {
 		return nil, err
 	}
 	ctx, user := r.Context(), userFrom(r.Context())
-	req = launchable(req, s.cfg.Broker.Snapshot().EntitlementsOf(user))
+	req = launchable(req, s.cfg.Broker.EntitlementsOf(s.cfg.Broker.Snapshot(), user))
 	var out site.Preferences
 	err := s.cfg.Store.Update(ctx, func(tx site.Tx) (err error) {
 		out, err = tx.Preferences().Put(ctx, user, req)

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/auth"
@@ -149,18 +148,6 @@ func (s *Server) registerUser() {
 	})
 }
 
-// SplitUsername returns the user and domain of "user", "DOMAIN\user" or
-// "user@domain".
-func SplitUsername(s string) (user, domain string) {
-	if d, u, ok := strings.Cut(s, `\`); ok {
-		return u, d
-	}
-	if u, d, ok := strings.Cut(s, "@"); ok {
-		return u, d
-	}
-	return s, ""
-}
-
 // admitted runs a handler in one of the broker's transaction slots, or
 // answers at once that the broker is busy.
 func (s *Server) admitted(h handler) handler {
@@ -188,7 +175,7 @@ func (s *Server) login(r *http.Request) (any, error) {
 		return nil, err
 	}
 	tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: u.Name, Audience: UserAudience,
-		Expires: s.cfg.Signer.Now().Add(s.cfg.UserTokenTTL), Stamp: s.cfg.Signer.Stamp(u.PasswordHash)})
+		Expires: s.cfg.Signer.Now().Add(s.cfg.UserTokenTTL), Stamp: s.cfg.Signer.Stamp(u.Credential())})
 	resp := LoginResponse{Token: tok, ExpiresAt: exp, User: u.Name, DisplayName: u.DisplayName}
 	if !req.SessionCookie {
 		return resp, nil
@@ -218,12 +205,9 @@ func sessionCookie(r *http.Request, name, token string, exp time.Time) *http.Coo
 }
 
 func (s *Server) loginUser(ctx context.Context, req LoginRequest, source string) (*site.User, error) {
-	name, domain := SplitUsername(req.Username)
+	name := broker.LogonName(s.cfg.Broker.Snapshot().Settings.Domain, req.Username, "")
 	if name == "" || req.Password == "" {
-		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
-	}
-	if domain != "" && !strings.EqualFold(domain, s.cfg.Broker.Snapshot().Settings.Domain) {
-		return nil, site.Errorf(site.EUnauthorized, "wrong user name or password")
+		return nil, broker.ErrBadCredentials
 	}
 	return s.cfg.Broker.Authenticate(ctx, name, req.Password, source)
 }
@@ -244,9 +228,12 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 	if err != nil {
 		return "", errUnauthorized
 	}
-	u, ok := s.cfg.Broker.Snapshot().User(claims.Subject)
+	u, err := s.cfg.Broker.User(r.Context(), claims.Subject)
+	if site.ErrorCode(err) == site.EUnavailable {
+		return "", err // a directory user, and the directory cannot say
+	}
 	// A token issued under an older password (another stamp) is revoked.
-	if !ok || u.Disabled || !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(u.PasswordHash))) {
+	if err != nil || !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(u.Credential()))) {
 		return "", errUnauthorized
 	}
 	return u.Name, nil
@@ -255,9 +242,8 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 func (s *Server) me(r *http.Request) (any, error) {
 	snap := s.cfg.Broker.Snapshot()
 	name := userFrom(r.Context())
-	u, _ := snap.User(name)
 	out := MeResponse{User: name, Domain: snap.Settings.Domain, Site: snap.Settings.Name}
-	if u != nil {
+	if u, err := s.cfg.Broker.User(r.Context(), name); err == nil {
 		out.DisplayName = u.DisplayName
 	}
 	return out, nil

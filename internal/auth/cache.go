@@ -99,14 +99,28 @@ func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) 
 	if err != nil || !match {
 		return false, err
 	}
+	c.remember(name, k, now)
+	return true, nil
+}
+
+// Remember records that password is name's, checked by other means than
+// a stored hash (a directory's bind): stamp stands for the hash, and
+// must change when the password does (a directory's password-change
+// time), so that a changed password misses the cache.
+func (c *VerifiedCache) Remember(name, password, stamp string) {
+	c.remember(name, c.id(name, password, stamp), c.now())
+}
+
+func (c *VerifiedCache) remember(name string, k [32]byte, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {
 		c.evictLocked(now)
 	}
+	if _, ok := c.entries[k]; !ok {
+		c.byName[name] = append(c.byName[name], k)
+	}
 	c.entries[k] = now.Add(c.ttl)
-	c.byName[name] = append(c.byName[name], k)
-	return true, nil
 }
 
 // Known reports whether the cache holds a live match of password and

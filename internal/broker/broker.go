@@ -129,6 +129,10 @@ type Config struct {
 	// refuses at once. 0 means DefaultMaxConcurrent; negative, no bound.
 	MaxConcurrent int
 
+	// OpenDirectory opens the site's directory (LDAP, Active Directory)
+	// when its settings are enabled; nil: the site's own users only.
+	OpenDirectory OpenDirectory
+
 	// AllowAddressChange lets a VDA register a display-protocol address
 	// whose host differs from its machine's configured address. Off, such
 	// a registration is refused.
@@ -170,6 +174,8 @@ type Broker struct {
 	launches userGate
 	// dummyHash is verified against (as a decoy) for unknown users.
 	dummyHash string
+	// dir is the site's directory and the users read from it.
+	dir atomic.Pointer[directoryState]
 }
 
 // Admit takes one of the broker's transaction slots, or returns
@@ -303,6 +309,7 @@ func (b *Broker) install(version int64, cfg *site.Config) {
 	if !same {
 		b.machines.configure(s) // machines, catalogs or load rules changed
 	}
+	b.setDirectory(cfg)
 	b.snap.Store(s)
 	b.log.Debug("configuration snapshot", "version", version)
 }
@@ -440,9 +447,23 @@ func (b *Broker) watch(ctx context.Context, w site.ConfigWatcher, changed chan<-
 //     user.
 //
 // Repeated verifications are served from a cache.
+//
+// A name that is none of the site's users is the site directory's to
+// check, when the site has one (Config.OpenDirectory, site.Directory),
+// under the same reservations; name may then be DOMAIN\user or
+// user@suffix too. Beside the errors above, a directory user may get
+// ErrDirectoryLocked or ErrPasswordExpired (after a right password), and
+// ErrDirectoryUnavailable when the directory cannot be reached. The user
+// returned for a directory user is made from the directory's entry (its
+// Directory field is set).
 func (b *Broker) Authenticate(ctx context.Context, name, password, source string) (*site.User, error) {
 	s := b.Snapshot()
 	u, ok := s.User(name)
+	if !ok {
+		if st, key, ok := b.directory(name); ok {
+			return b.authenticateDirectory(ctx, st, key, name, password, source)
+		}
+	}
 	if !ok || u.PasswordHash == "" {
 		at, err := b.guard.Reserve("", source)
 		if err != nil {
@@ -533,7 +554,7 @@ func (b *Broker) Verified() *auth.VerifiedCache { return b.cfg.Verified }
 // Resources returns what the user may use, from the snapshot.
 func (b *Broker) Resources(ctx context.Context, user string) *Entitlements {
 	defer b.begin(OpEnumerate)(nil)
-	return b.Snapshot().EntitlementsOf(user)
+	return b.EntitlementsOf(b.Snapshot(), user)
 }
 
 // LaunchRequest asks for a session.
@@ -581,7 +602,7 @@ func (b *Broker) launch(ctx context.Context, req LaunchRequest, started string) 
 	defer func() { done(err) }()
 	s := b.Snapshot()
 	res, ok := s.Resource(req.Resource)
-	groups := s.EntitlementsOf(req.User).Groups(req.Resource)
+	groups := b.EntitlementsOf(s, req.User).Groups(req.Resource)
 	if !ok || len(groups) == 0 {
 		return nil, ErrNotEntitled
 	}

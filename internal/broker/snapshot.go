@@ -45,6 +45,9 @@ type Snapshot struct {
 	// named are users named directly by some entitlement: their
 	// resolution depends on more than their groups.
 	named map[string]bool
+	// byName and byDN find the site group a directory group stands for,
+	// by site.FoldName of its name and by NormalizeDN of its DN.
+	byName, byDN map[string]string
 
 	// counts are the configuration's object counts, for summaries.
 	counts map[site.Kind]int
@@ -76,6 +79,14 @@ func buildSnapshot(prev *Snapshot, version int64, c *site.Config) (s *Snapshot, 
 		groupOf: map[string]string{}, appsOf: map[string][]string{}, grants: map[string][]*site.Entitlement{},
 		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
 		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
+		byName: map[string]string{}, byDN: map[string]string{},
+	}
+	for _, g := range c.Groups {
+		if g.DN != "" {
+			s.byDN[NormalizeDN(g.DN)] = g.Name
+		} else {
+			s.byName[site.FoldName(g.Name)] = g.Name
+		}
 	}
 	if prev != nil && c.SameObjects(prev.config, site.KindUser) {
 		s.users = prev.users
@@ -251,12 +262,56 @@ func (s *Snapshot) EntitlementsOf(user string) *Entitlements {
 
 // EntitlementsOfMember returns what a user who is not one of the site's
 // users (a directory's) may use, as a member of groups, the names of the
-// site's groups. Entitlements that name the user directly count too.
-// Unlike EntitlementsOf it caches nothing: the group sets of a
-// directory's users are not bounded by the site's configuration.
+// site's groups in name order. Entitlements that name the user directly
+// count too. Users of the same groups share one resolution, as the
+// site's users do.
 func (s *Snapshot) EntitlementsOfMember(user string, groups []string) *Entitlements {
-	u := &site.User{Name: user, Groups: groups}
-	return s.resolve(u, entitlementsKey(s, u))
+	return s.entitlements(&site.User{Name: user, Groups: groups})
+}
+
+// DirectoryGroups returns the site's groups, in name order, that a
+// directory user belongs to as a member of the directory groups of the
+// given names (cn) and DNs, in the same order: a site group with a DN
+// (site.Group.DN) stands for the directory group of that DN; one without,
+// for a directory group of its name. Names and DNs match in any case.
+func (s *Snapshot) DirectoryGroups(names, dns []string) []string {
+	var out []string
+	for i, n := range names {
+		if g, ok := s.byName[site.FoldName(n)]; ok {
+			out = append(out, g)
+		}
+		if i < len(dns) {
+			if g, ok := s.byDN[NormalizeDN(dns[i])]; ok {
+				out = append(out, g)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// NormalizeDN returns dn in the form DirectoryGroups compares: lower
+// case, without spaces around its RDNs and around their equals signs
+// ("CN=Staff, OU=Groups" is "cn=staff,ou=groups").
+func NormalizeDN(dn string) string {
+	var rdns []string
+	start, escaped := 0, false
+	for i := 0; i <= len(dn); i++ {
+		switch {
+		case escaped:
+			escaped = false
+		case i < len(dn) && dn[i] == '\\':
+			escaped = true
+		case i == len(dn) || dn[i] == ',':
+			rdn := dn[start:i]
+			if k, v, ok := strings.Cut(rdn, "="); ok {
+				rdn = strings.TrimSpace(k) + "=" + strings.TrimSpace(v)
+			}
+			rdns = append(rdns, strings.TrimSpace(rdn))
+			start = i + 1
+		}
+	}
+	return strings.ToLower(strings.Join(rdns, ","))
 }
 
 // entitlementsKey names a user's entitlements: the same for every user
@@ -269,7 +324,12 @@ func entitlementsKey(s *Snapshot, u *site.User) string {
 	return key
 }
 
-// entitlements resolves u's entitlements once per key, and caches them.
+// maxResolved bounds the entitlement sets a snapshot keeps: the group sets
+// of a directory's users are bounded by the directory, not the site.
+const maxResolved = 10_000
+
+// entitlements resolves u's entitlements once per key, and caches them
+// (up to maxResolved sets).
 func (s *Snapshot) entitlements(u *site.User) *Entitlements {
 	key := entitlementsKey(s, u)
 	s.mu.Lock()
@@ -278,7 +338,9 @@ func (s *Snapshot) entitlements(u *site.User) *Entitlements {
 		return e
 	}
 	e := s.resolve(u, key)
-	s.resolved[key] = e
+	if len(s.resolved) < maxResolved {
+		s.resolved[key] = e
+	}
 	return e
 }
 

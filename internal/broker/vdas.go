@@ -262,6 +262,9 @@ func (b *Broker) keepReported(ctx context.Context, tx site.Tx, s *Snapshot, mach
 			continue
 		}
 		_, userOK := s.User(rs.User)
+		if !userOK {
+			_, _, userOK = b.directory(rs.User) // a name the site's directory may hold
+		}
 		_, resOK := s.Resource(rs.Resource)
 		if !userOK || !resOK {
 			b.log.WarnContext(ctx, "a VDA reports a session of an unknown user or resource; not recorded", "machine", machine,

@@ -188,7 +188,7 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 		return h.fail(x, err)
 	}
 	x.user = u.Name
-	e := snap.EntitlementsOf(u.Name)
+	e := h.broker.EntitlementsOf(snap, u.Name)
 	defer h.broker.Observe(broker.OpEnumerate, start, nil)
 	if q.cacheable() {
 		x.shared = e.Rendered(variantKeys[q.variant()], func() []byte { return h.renderAppData(sc, e.Resources, &q) })

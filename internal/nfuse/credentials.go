@@ -21,23 +21,24 @@ var errNoCredentials = fmt.Errorf("no credentials: %w", broker.ErrBadCredentials
 
 // authenticate returns the user the credentials name. A password may be
 // cleartext or ctx1; the user name "user", "DOMAIN\user" or "user@domain",
-// with or without a Domain element; any domain named must be the site's.
+// with or without a Domain element: the site's own domain names the
+// site's users (and its directory's), any other the directory's only
+// (broker.LogonName).
 // ID-only credentials are honoured only when the site trusts XML requests.
 // Failures are throttled per source, the connection's address (never one
 // the request names). Errors: errNoCredentials, broker.ErrBadCredentials
 // (also for a password that is not valid ctx1, and for a locked-out
-// account), broker.ErrAccountDisabled, a broker.ThrottledError.
+// account), broker.ErrAccountDisabled, a broker.ThrottledError, and for
+// a directory's users broker.ErrDirectoryLocked, broker.ErrPasswordExpired
+// and broker.ErrDirectoryUnavailable.
 func (h *Handler) authenticate(ctx context.Context, snap *broker.Snapshot, c *Credentials, source string) (*site.User, error) {
 	switch {
 	case c == nil || (c.UserName == "" && len(c.IDs) == 0):
 		return nil, errNoCredentials
 	case c.UserName == "":
-		return h.trusted(snap, c.IDs)
+		return h.trusted(ctx, snap, c.IDs)
 	}
-	name, domain := SplitUserName(c.UserName)
-	if !h.ownDomain(snap, domain) || !h.ownDomain(snap, c.Domain) {
-		return nil, broker.ErrBadCredentials
-	}
+	name := broker.LogonName(snap.Settings.Domain, c.UserName, c.Domain)
 	password, err := c.Password.decode()
 	if err != nil || name == "" || password == "" {
 		return nil, broker.ErrBadCredentials
@@ -54,12 +55,6 @@ func remoteHost(x *exchange) string {
 	return host
 }
 
-// ownDomain reports whether a domain given with credentials is the site's;
-// none given is.
-func (h *Handler) ownDomain(snap *broker.Snapshot, domain string) bool {
-	return domain == "" || strings.EqualFold(domain, snap.Settings.Domain)
-}
-
 // decode returns the password in clear.
 func (p Password) decode() (string, error) {
 	switch p.Encoding {
@@ -71,44 +66,34 @@ func (p Password) decode() (string, error) {
 	return "", fmt.Errorf("unknown password encoding %q", p.Encoding)
 }
 
-// SplitUserName returns the user and domain of "user", "DOMAIN\user" or
-// "user@domain".
-func SplitUserName(s string) (user, domain string) {
-	if d, u, ok := strings.Cut(s, `\`); ok {
-		return u, d
-	}
-	if u, d, ok := strings.Cut(s, "@"); ok {
-		return u, d
-	}
-	return s, ""
-}
-
 // trusted resolves ID-only credentials, which a trusted server (a
 // StoreFront that authenticated the user itself) sends. SAM and UPN
-// identities name the user; a SID must be the one usher gives the user
-// (see userSID), since usher cannot look users up by SID alone. All
-// identities must agree.
-func (h *Handler) trusted(snap *broker.Snapshot, ids []ID) (*site.User, error) {
+// identities name the user (see broker.LogonName); a SID must be the one
+// usher gives a site user (see userSID), since usher cannot look users up
+// by SID alone. All identities must agree. A directory's user is taken
+// as named, whatever SID comes with the name: usher does not read the
+// directory's SIDs.
+func (h *Handler) trusted(ctx context.Context, snap *broker.Snapshot, ids []ID) (*site.User, error) {
 	if !snap.Settings.TrustXMLRequests {
 		return nil, broker.ErrBadCredentials
 	}
 	var name string
 	for _, id := range ids {
-		var n, d string
-		switch id.Type {
-		case "SAM", "UPN":
-			n, d = SplitUserName(id.Value)
-		default:
+		if id.Type != "SAM" && id.Type != "UPN" {
 			continue
 		}
-		if n == "" || !h.ownDomain(snap, d) || (name != "" && n != name) {
+		n := broker.LogonName(snap.Settings.Domain, id.Value, "")
+		if n == "" || (name != "" && !strings.EqualFold(n, name)) {
 			return nil, broker.ErrBadCredentials
 		}
 		name = n
 	}
-	u, ok := snap.User(name)
-	if name == "" || !ok {
+	if name == "" {
 		return nil, broker.ErrBadCredentials
+	}
+	u, ok := snap.User(name)
+	if !ok {
+		return h.broker.User(ctx, name)
 	}
 	for _, id := range ids {
 		if id.Type == "SID" && !strings.EqualFold(id.Value, userSID(snap.Settings.Domain, u.Name)) {

@@ -13,14 +13,18 @@ const (
 	ErrorFailedCredentials      = "failed-credentials"
 	ErrorAccountDisabled        = "account-disabled"
 	ErrorAccountLockedOut       = "account-locked-out"
+	ErrorMustChangeCredentials  = "must-change-credentials"
 	ErrorNoAvailableWorkstation = "no-available-workstation"
 	ErrorRetryRequired          = "retry-required"
 )
 
-// errorID maps an error onto an NFuse ErrorId. A locked-out account
-// answers failed-credentials (broker.LockedError unwraps to
-// ErrBadCredentials), as an unknown one does: usher never sends
-// account-locked-out, so that lock-out tells no one which names exist. Everything without a
+// errorID maps an error onto an NFuse ErrorId. An account locked out by
+// usher answers failed-credentials (broker.LockedError unwraps to
+// ErrBadCredentials), as an unknown one does, so that usher's lock-out
+// tells no one which names exist; account-locked-out is only the
+// directory's lock of an account, told once the password is right (or
+// by the directory itself), as account-disabled and
+// must-change-credentials (an expired password) are. Everything without a
 // specific ErrorId is unspecified, including a resource that does not
 // exist or that the user may not use (broker.ErrNotEntitled): the answer
 // must not tell the two apart, and no code of the protocol says "not
@@ -31,6 +35,10 @@ func errorID(err error) string {
 		return ErrorFailedCredentials
 	case errors.Is(err, broker.ErrAccountDisabled):
 		return ErrorAccountDisabled
+	case errors.Is(err, broker.ErrDirectoryLocked):
+		return ErrorAccountLockedOut
+	case errors.Is(err, broker.ErrPasswordExpired):
+		return ErrorMustChangeCredentials
 	}
 	switch site.ErrorCode(err) {
 	case site.EOverloaded, site.EUnavailable:

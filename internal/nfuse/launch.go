@@ -40,7 +40,7 @@ func (h *Handler) address(ctx context.Context, x *exchange) []byte {
 		if app == "" {
 			app = name.Session.InName
 		}
-		res, ok := entitledResource(snap.EntitlementsOf(u.Name), app)
+		res, ok := entitledResource(h.broker.EntitlementsOf(snap, u.Name), app)
 		if !ok {
 			return h.fail(x, broker.ErrNotEntitled)
 		}

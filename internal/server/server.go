@@ -18,6 +18,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/auth/ldapauth/ldapprom"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/broker/brokerprom"
 	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
@@ -309,6 +310,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := metrics.Register(registry); err != nil {
 		return nil, err
 	}
+	directoryMetrics := ldapprom.New()
+	if err := directoryMetrics.Register(registry); err != nil {
+		return nil, err
+	}
 	// One guard and one cache of verified passwords for users and admins:
 	// a source is throttled for both, and every argon2id computation waits
 	// in one queue.
@@ -321,10 +326,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
 		Zone: zone, OwnZoneVDAs: cfg.Zone != "", SiteLockout: IsPostgres(cfg.DB),
-		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange})
+		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange,
+		OpenDirectory: openDirectory(log, directoryMetrics)})
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
+	s.cleanup = append(s.cleanup, brk.CloseDirectory)
 	metrics.Attach(brk)
 	metrics.AttachStore(store)
 	s.broker = brk

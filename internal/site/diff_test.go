@@ -112,13 +112,16 @@ func TestDiffComparesEveryField(t *testing.T) {
 	})
 }
 
-// leafFields returns the index paths of t's fields, those of nested
+// leafFields returns the index paths of t's configuration fields (not
+// those tagged yaml:"-"), those of nested
 // structs field by field.
 func leafFields(t reflect.Type, prefix []int) [][]int {
 	var out [][]int
 	for i := range t.NumField() {
 		path := append(slices.Clone(prefix), i)
-		if f := t.Field(i); f.Type.Kind() == reflect.Struct {
+		if f := t.Field(i); f.Tag.Get("yaml") == "-" {
+			continue // not configuration (site.User.Directory)
+		} else if f.Type.Kind() == reflect.Struct {
 			out = append(out, leafFields(f.Type, path)...)
 		} else {
 			out = append(out, path)

@@ -273,12 +273,31 @@ type User struct {
 	// PasswordHash is a PHC-format argon2id hash, "" for a user who cannot
 	// log on with a password. It never leaves the server through the API.
 	PasswordHash string `json:"-" yaml:"password_hash,omitempty"`
+	// Directory is set only on a user the broker made from a directory's
+	// entry (never stored): what identifies the entry and its password
+	// (its DN and when the password last changed). Site users have none.
+	Directory string `json:"-" yaml:"-"`
+}
+
+// Credential is what a token issued to u is bound to, so that a new
+// password revokes it: a site user's password hash, a directory user's
+// entry and password-change time.
+func (u *User) Credential() string {
+	if u.Directory != "" {
+		return u.Directory
+	}
+	return u.PasswordHash
 }
 
 // Group is a local group of users.
 type Group struct {
 	Name        string `json:"name" yaml:"name"`
 	Description string `json:"description,omitempty" yaml:"description,omitempty"`
+	// DN, when set, is the directory group this group stands for: a
+	// directory user belongs to the group when the directory puts them
+	// in the group of that DN (directly or through nesting). Without a
+	// DN, a directory group of the same name (its cn, in any case) does.
+	DN string `json:"dn,omitempty" yaml:"dn,omitempty"`
 }
 
 // Entitlement grants users and groups access to a delivery group, or, when

@@ -269,6 +269,11 @@ func (g Group) Validate() error {
 	if err := ValidateAccountName(KindGroup, g.Name); err != nil {
 		return err
 	}
+	if g.DN != "" {
+		if err := validateDN(g.DN); err != nil {
+			return invalid(KindGroup, g.Name, "dn %s", err).At("dn")
+		}
+	}
 	return validateTexts(KindGroup, g.Name, "description", g.Description)
 }
 

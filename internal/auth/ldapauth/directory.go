@@ -89,6 +89,14 @@ func (d *Directory) Authenticate(ctx context.Context, name, password string) (Id
 	return id, nil
 }
 
+// Key returns what name is looked up by (see Config.UserAttr), the same
+// for every form of one user's name (user, DOMAIN\user, user@suffix), or
+// ErrWrongCredentials when name cannot be one of the directory's users.
+// It does no I/O.
+func (d *Directory) Key(name string) (string, error) {
+	return logonValue(name, d.cfg.UserAttr, d.cfg.Domain, d.cfg.UPNSuffix)
+}
+
 // Lookup returns name's identity and groups without a password, for an
 // administrator's diagnosis. It returns ErrNotFound for an unknown name,
 // and the Identity together with ErrAccountDisabled, ErrAccountLocked or
@@ -192,6 +200,9 @@ const (
 	attrPwdLastSet    = "pwdLastSet"
 	attrAcctExpires   = "accountExpires"
 	attrPPolicyLocked = "pwdAccountLockedTime"
+	// attrPwdChanged is OpenLDAP ppolicy's operational attribute, set
+	// when the password changes (AD's is pwdLastSet).
+	attrPwdChanged = "pwdChangedTime"
 )
 
 // findUser returns the one entry whose user attribute equals value, nil
@@ -201,7 +212,7 @@ func (d *Directory) findUser(ctx context.Context, s *server, value string) (*lda
 	if d.cfg.UserFilter != "" {
 		filter = "(&" + filter + d.cfg.UserFilter + ")"
 	}
-	attrs := []string{d.cfg.UserAttr, attrDisplayName, "cn", attrUAC, attrLockoutTime, attrPwdLastSet, attrAcctExpires, attrPPolicyLocked}
+	attrs := []string{d.cfg.UserAttr, attrDisplayName, "cn", attrUAC, attrLockoutTime, attrPwdLastSet, attrAcctExpires, attrPPolicyLocked, attrPwdChanged}
 	var found []*ldap.Entry
 	for _, base := range d.cfg.BaseDNs {
 		req := ldap.NewSearchRequest(base, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases, 2, 0, false, filter, attrs, nil)
@@ -283,6 +294,9 @@ func (d *Directory) identity(ctx context.Context, s *server, entry *ldap.Entry) 
 	}
 	if id.DisplayName == "" {
 		id.DisplayName = entry.GetEqualFoldAttributeValue("cn")
+	}
+	if last, changed := entry.GetEqualFoldAttributeValue(attrPwdLastSet), entry.GetEqualFoldAttributeValue(attrPwdChanged); last+changed != "" {
+		id.PasswordChanged = last + "|" + changed
 	}
 	if id.DisplayName == "" {
 		id.DisplayName = id.Name

@@ -60,6 +60,10 @@ type Identity struct {
 	// to, directly or through nesting; GroupDNs are their DNs, in the
 	// same order.
 	Groups, GroupDNs []string
+	// PasswordChanged changes when the password does: it holds AD's
+	// pwdLastSet and OpenLDAP ppolicy's pwdChangedTime, empty when the
+	// directory keeps neither.
+	PasswordChanged string
 }
 
 // Op is a kind of directory operation, for Metrics.

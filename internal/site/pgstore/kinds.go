@@ -58,15 +58,15 @@ var catalogs = newSpec(spec[site.Catalog]{
 var groups = newSpec(spec[site.Group]{
 	kind:  site.KindGroup,
 	table: "groups",
-	cols:  []column{nameCol, keyCol, col("description", tText)},
-	args:  func(g site.Group) []any { return []any{g.Name, site.FoldName(g.Name), g.Description} },
+	cols:  []column{nameCol, keyCol, col("description", tText), col("dn", tText)},
+	args:  func(g site.Group) []any { return []any{g.Name, site.FoldName(g.Name), g.Description, g.DN} },
 	fold:  true,
 	prepare: func(g *site.Group) error {
 		g.Name = site.NormalizeName(g.Name)
 		return nil
 	},
-	sel:  "t.name, t.description",
-	dest: func(g *site.Group) []any { return []any{&g.Name, &g.Description} },
+	sel:  "t.name, t.description, t.dn",
+	dest: func(g *site.Group) []any { return []any{&g.Name, &g.Description, &g.DN} },
 	name: func(g site.Group) string { return g.Name },
 	referrers: []string{
 		linkedBy(0, site.KindUser, "user_groups", "user_name", "group_name"),

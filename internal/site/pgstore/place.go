@@ -124,8 +124,6 @@ func placeErr(p site.Placement, err error) error {
 	}
 	s, machine := p.Session, pg.Detail
 	switch pg.Code {
-	case "UP001":
-		err = site.MissingRef(site.KindSession, s.ID, site.Ref{Field: "user", Kind: site.KindUser, Name: s.User})
 	case "UP002":
 		err = site.Errorf(site.EInvalid, "session %q: resource %q does not exist", s.ID, s.Resource)
 	case "UP003":

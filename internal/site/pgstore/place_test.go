@@ -568,7 +568,6 @@ func TestPlaceErrors(t *testing.T) {
 		p    site.Placement
 		code string
 	}{
-		{"unknown user", site.Placement{Session: newSession("s1", "nobody", "app", "dg"), Candidates: []site.Candidate{{Machine: "m1"}}}, site.EInvalid},
 		{"unknown user to assign to", site.Placement{Session: newSession("s1", "nobody", "desk", "ddg"), Candidates: []site.Candidate{{Machine: "d1", Assign: true}}}, site.EInvalid},
 		{"unknown resource", site.Placement{Session: newSession("s1", "alice", "nothing", "dg"), Candidates: []site.Candidate{{Machine: "m1"}}}, site.EInvalid},
 		{"taken ID", site.Placement{Session: newSession("taken", "alice", "app", "dg"), Candidates: []site.Candidate{{Machine: "m2"}}}, site.EConflict},

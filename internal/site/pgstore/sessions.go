@@ -132,13 +132,14 @@ func (ss sessions) list(ctx context.Context, f site.SessionFilter, opts site.Lis
 // does not exist or its ID is taken, and returns which. It locks the
 // machine's row to share until the transaction ends: the machine cannot
 // be deleted before the session is committed and counted.
-const createSession = `WITH u AS (SELECT 1 FROM users WHERE name = $2::text),
-	r AS (SELECT 1 FROM resources WHERE name = $3::text),
+// createSession inserts a session whose resource and machine exist. Its
+// user is a name only: a directory's users are not in the site DB.
+const createSession = `WITH r AS (SELECT 1 FROM resources WHERE name = $3::text),
 	m AS (SELECT 1 FROM machines WHERE name = $5::text FOR KEY SHARE),
 	ins AS (INSERT INTO sessions (` + sessionCols + `) SELECT ` + sessionParams + `
-		WHERE EXISTS (SELECT 1 FROM u) AND EXISTS (SELECT 1 FROM r) AND EXISTS (SELECT 1 FROM m)
+		WHERE EXISTS (SELECT 1 FROM r) AND EXISTS (SELECT 1 FROM m)
 		ON CONFLICT (id) DO NOTHING RETURNING id)
-	SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM r), EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins)`
+	SELECT EXISTS (SELECT 1 FROM r), EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins)`
 
 func (ss sessions) Create(ctx context.Context, s site.Session) error {
 	t := ss.t
@@ -148,16 +149,14 @@ func (ss sessions) Create(ctx context.Context, s site.Session) error {
 	if err := validateSession(s); err != nil {
 		return err
 	}
-	var user, resource, machine, inserted bool
+	var resource, machine, inserted bool
 	b := &pgx.Batch{}
-	b.Queue(createSession, sessionArgs(s)...).QueryRow(func(r pgx.Row) error { return r.Scan(&user, &resource, &machine, &inserted) })
+	b.Queue(createSession, sessionArgs(s)...).QueryRow(func(r pgx.Row) error { return r.Scan(&resource, &machine, &inserted) })
 	t.wrote = true
 	if err := t.send(ctx, b, false); err != nil {
 		return fmt.Errorf("create session %q: %w", s.ID, err)
 	}
 	switch {
-	case !user:
-		return site.MissingRef(site.KindSession, s.ID, site.Ref{Field: "user", Kind: site.KindUser, Name: s.User})
 	case !resource:
 		return site.Errorf(site.EInvalid, "session %q: resource %q does not exist", s.ID, s.Resource)
 	case !machine:

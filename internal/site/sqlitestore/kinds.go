@@ -73,16 +73,16 @@ var catalogs = newSpec(spec[site.Catalog]{
 var groups = newSpec(spec[site.Group]{
 	kind:  site.KindGroup,
 	table: "groups",
-	cols:  []string{"name", "description", "name_key"},
-	args:  func(g site.Group) []any { return []any{g.Name, g.Description, site.FoldName(g.Name)} },
+	cols:  []string{"name", "description", "name_key", "dn"},
+	args:  func(g site.Group) []any { return []any{g.Name, g.Description, site.FoldName(g.Name), g.DN} },
 	fold:  true,
 	prepare: func(g *site.Group) error {
 		g.Name = site.NormalizeName(g.Name)
 		return nil
 	},
-	sel: "name, description",
+	sel: "name, description, dn",
 	scan: func(r scanner) (g site.Group, err error) {
-		err = r.Scan(&g.Name, &g.Description)
+		err = r.Scan(&g.Name, &g.Description, &g.DN)
 		return g, err
 	},
 	name: func(g site.Group) string { return g.Name },

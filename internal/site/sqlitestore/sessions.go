@@ -136,8 +136,8 @@ func (ss sessions) Create(ctx context.Context, s site.Session) error {
 	if err := validateSession(s); err != nil {
 		return err
 	}
+	// The user is a name only: a directory's users are not in the site DB.
 	for _, ref := range []site.Ref{
-		{Field: "user", Kind: site.KindUser, Name: s.User},
 		{Field: "resource", Kind: site.KindApplication, Name: s.Resource},
 		{Field: "machine", Kind: site.KindMachine, Name: s.Machine},
 	} {

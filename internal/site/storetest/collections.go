@@ -51,10 +51,12 @@ func testCollections(t *testing.T, open func(*testing.T) site.Store) {
 		config:  true,
 	})
 	runKind(t, open, kindCase[site.Group]{
-		kind:    site.KindGroup,
-		col:     site.Tx.Groups,
-		name:    func(g site.Group) string { return g.Name },
-		valid:   func(n string) site.Group { return site.Group{Name: n, Description: "A group"} },
+		kind: site.KindGroup,
+		col:  site.Tx.Groups,
+		name: func(g site.Group) string { return g.Name },
+		valid: func(n string) site.Group {
+			return site.Group{Name: n, Description: "A group", DN: "cn=Staff,ou=Groups,dc=example,dc=com"}
+		},
 		change:  func(g site.Group) site.Group { g.Description = ""; return g },
 		invalid: func(n string) site.Group { return site.Group{Name: " " + n} },
 		config:  true,

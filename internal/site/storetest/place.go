@@ -337,11 +337,21 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 		}
 	})
 
+	t.Run("PlacesAUserTheSiteDoesNotHold", func(t *testing.T) {
+		t.Parallel()
+		// A directory's users are not in the site DB; their sessions are.
+		_, p := placer(t)
+		out, err := p.Place(t.Context(), site.Placement{Session: newSession("s-dir", `jdoe`, "notepad", "apps"),
+			Candidates: []site.Candidate{{Machine: "app1"}}})
+		if err != nil || out.Session.Machine != "app1" || out.Session.User != "jdoe" {
+			t.Fatalf("place = %+v, %v; want jdoe's session on app1", out, err)
+		}
+	})
+
 	t.Run("AFailedPlacementChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		s, p := placer(t)
 		for name, sess := range map[string]site.Session{
-			"unknown user":     newSession("s1", "ghost", "notepad", "apps"),
 			"unknown resource": newSession("s2", "alice", "ghost-app", "apps"),
 		} {
 			_, err := p.Place(t.Context(), site.Placement{Session: sess, Candidates: []site.Candidate{{Machine: "app1"}}})

@@ -241,12 +241,11 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 			wantMessage(t, err, site.EConflict, `"s-full"`)
 		})
 
-		t.Run("CreateNeedsUserResourceAndMachine", func(t *testing.T) {
+		t.Run("CreateNeedsResourceAndMachine", func(t *testing.T) {
 			for _, c := range []struct {
 				missing string
 				change  func(*site.Session)
 			}{
-				{`user "ghost"`, func(s *site.Session) { s.User = "ghost" }},
 				{`resource "ghost-app"`, func(s *site.Session) { s.Resource = "ghost-app" }},
 				{`machine "ghost-vda"`, func(s *site.Session) { s.Machine = "ghost-vda" }},
 			} {
@@ -256,6 +255,21 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 				err := try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, sess) })
 				wantMessage(t, err, site.EInvalid, c.missing)
 			}
+		})
+
+		t.Run("CreateTakesAUserTheSiteDoesNotHold", func(t *testing.T) {
+			// A directory's users are not in the site DB; their sessions are.
+			sess := full
+			sess.ID, sess.User = "s-directory", "jdoe@corp.example"
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Create(ctx, sess) })
+			view(t, s, func(ctx context.Context, tx site.Tx) error {
+				got, err := tx.Sessions().Get(ctx, sess.ID)
+				if err != nil || got.User != sess.User {
+					t.Errorf("get = %+v, %v; want the session of %s", got, err, sess.User)
+				}
+				return nil
+			})
+			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, sess.ID) })
 		})
 
 		t.Run("UpdateReplacesTheSession", func(t *testing.T) {
