@@ -1,0 +1,415 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/auth"
+	"github.com/usher-vdi/usher/internal/ctx1"
+	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/server"
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// directorySite is a demo site whose users come from a real slapd (two
+// servers with the same data: ldaps first, StartTLS second), beside one
+// local user. The demo's own users are gone (they are named as the
+// directory's are, and a site's users come first). all-staff, which every
+// directory user reaches through two levels of nested groups, is entitled
+// to the office applications; "engineers" stands for the directory group
+// team50 by its DN (spelt in another case, with spaces) and is entitled
+// to the engineering applications.
+type directorySite struct {
+	*server.Server
+	dir *ldaptest.Directory
+}
+
+const (
+	localUser     = "alice"
+	localPassword = "alice-pw-1234"
+	// team50 are user0981 to user1000; user0990 is one of them, user0500
+	// is not.
+	engineer, clerk = "user0990", "user0500"
+	team50DN        = "CN=team50, OU=groups, DC=usher, DC=test"
+)
+
+func startDirectorySite(t *testing.T) *directorySite {
+	t.Helper()
+	d := ldaptest.Start(t, ldaptest.Options{Servers: 2})
+	ctx := t.Context()
+	params := auth.Params{Iterations: 1, MemoryKiB: 1024, Parallelism: 1, SaltLen: 16, KeyLen: 32}
+	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
+		DemoPassword: "demo-pw-1234", SimVDAs: -1, SimLogonDelay: -1, HeartbeatInterval: 200 * time.Millisecond,
+		PasswordParams: params, SourceFree: -1}) // the refusals below come from one address
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	hash, err := auth.HashPassword(localPassword, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Store().Update(ctx, func(tx site.Tx) error {
+		_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+			c.Users = []site.User{{Name: localUser, Groups: []string{demo.DomainUsers}, PasswordHash: hash}}
+			for i := range c.Machines {
+				c.Machines[i].AssignedUser = ""
+			}
+			var kept []site.Entitlement
+			for _, e := range c.Entitlements {
+				e.Users = nil
+				if len(e.Groups) > 0 {
+					kept = append(kept, e)
+				}
+			}
+			c.Entitlements = append(kept,
+				site.Entitlement{Name: "all-staff-office", DeliveryGroup: demo.OfficeApps, Groups: []string{ldaptest.AllStaff}},
+				site.Entitlement{Name: "engineers-apps", DeliveryGroup: demo.EngineeringApps, Groups: []string{"engineers"}})
+			c.Groups = append(c.Groups, site.Group{Name: ldaptest.AllStaff}, site.Group{Name: "engineers", DN: team50DN})
+			c.Directory = site.Directory{Enabled: true, Servers: []string{d.Servers[0].LDAPS, d.Servers[1].StartTLS},
+				CABundle: string(d.CAPEM), BindDN: d.BindDN, BindPassword: d.BindPassword,
+				UserBaseDNs: []string{ldaptest.BaseDN}, GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: "uid",
+				NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Broker().Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitRegistered(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return &directorySite{Server: s, dir: d}
+}
+
+// login posts a REST logon and returns the status, the token and the
+// user name answered.
+func (s *directorySite) login(t *testing.T, name, password string) (code int, token, user string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"username": name, "password": password})
+	resp, err := http.Post(s.URL()+"/api/v1/login", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Token, User string
+	}
+	b, _ := io.ReadAll(resp.Body)
+	json.Unmarshal(b, &out)
+	return resp.StatusCode, out.Token, out.User
+}
+
+// resources lists what a token's user may use.
+func (s *directorySite) resources(t *testing.T, token string) (int, []string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL()+"/api/v1/resources", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Resources []struct{ Name string }
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	var names []string
+	for _, r := range out.Resources {
+		names = append(names, r.Name)
+	}
+	return resp.StatusCode, names
+}
+
+// appData asks for the user's applications over NFuse and returns the
+// answer's ErrorId ("" for none) and the applications' names.
+func (s *directorySite) appData(t *testing.T, creds string) (string, []string) {
+	t.Helper()
+	body := `<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE NFuseProtocol SYSTEM "NFuse.dtd"><NFuseProtocol version="5.4">` +
+		`<RequestAppData><Scope traverse="subtree"/><DesiredDetails>defaults</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType>` +
+		creds + `</RequestAppData></NFuseProtocol>`
+	resp, err := http.Post(s.URL()+"/scripts/wpnbr.dll", "text/xml", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if m := errorIDRE.FindSubmatch(b); m != nil {
+		return string(m[1]), nil
+	}
+	var names []string
+	for _, m := range inNameRE.FindAllSubmatch(b, -1) {
+		names = append(names, string(m[1]))
+	}
+	return "", names
+}
+
+var (
+	errorIDRE = regexp.MustCompile(`<ErrorId>([^<]*)</ErrorId>`)
+	inNameRE  = regexp.MustCompile(`<InName>([^<]*)</InName>`)
+)
+
+func cleartextCreds(user, password, domain string) string {
+	d := ""
+	if domain != "" {
+		d = `<Domain type="NT">` + domain + `</Domain>`
+	}
+	return `<Credentials><UserName>` + user + `</UserName><Password encoding="cleartext">` + password + `</Password>` + d + `</Credentials>`
+}
+
+func ctx1Creds(user, password, domain string) string {
+	return `<Credentials><UserName>` + user + `</UserName><Password encoding="ctx1">` + ctx1.Encode(password) +
+		`</Password><Domain type="NT">` + domain + `</Domain></Credentials>`
+}
+
+// TestDirectoryLogons logs directory users on over REST and NFuse by every
+// form of their names, against a real slapd, and checks what they may
+// use through nested groups and a group named by DN; the accounts the
+// directory refuses; and that the site's own user is untouched.
+func TestDirectoryLogons(t *testing.T) {
+	s := startDirectorySite(t)
+	office, engineering := s.resourcesOf(t, demo.OfficeApps), s.resourcesOf(t, demo.EngineeringApps)
+	pw := s.dir.UserPassword
+
+	t.Run("REST, three name forms", func(t *testing.T) {
+		var want []string
+		for _, name := range []string{engineer, ldaptest.Domain + `\` + engineer, strings.ToLower(ldaptest.Domain) + `\` + engineer,
+			engineer + "@" + ldaptest.UPNSuffix} {
+			code, token, user := s.login(t, name, pw)
+			if code != 200 || user != engineer {
+				t.Fatalf("logon as %s: %d, user %q; want 200 as %s", name, code, user, engineer)
+			}
+			code, got := s.resources(t, token)
+			if code != 200 {
+				t.Fatalf("resources of %s: %d", name, code)
+			}
+			if want == nil {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Fatalf("logged on as %s, %s may use %d resources; as another form, %d", name, engineer, len(got), len(want))
+			}
+		}
+		// all-staff through team50 -> dept10 -> all-staff; engineers by DN.
+		for _, r := range []string{office[0], engineering[0]} {
+			if !slices.Contains(want, r) {
+				t.Errorf("%s may not use %q: %v", engineer, r, want)
+			}
+		}
+		code, token, _ := s.login(t, clerk, pw)
+		if code != 200 {
+			t.Fatalf("logon as %s: %d", clerk, code)
+		}
+		_, got := s.resources(t, token)
+		if !slices.Contains(got, office[0]) || slices.Contains(got, engineering[0]) {
+			t.Errorf("%s (not in team50) may use %v; want the office applications only", clerk, got)
+		}
+	})
+
+	t.Run("NFuse, three name forms, cleartext and ctx1", func(t *testing.T) {
+		for _, creds := range []string{
+			cleartextCreds(engineer, pw, ""),
+			cleartextCreds(engineer, pw, ldaptest.Domain),
+			cleartextCreds(ldaptest.Domain+`\`+engineer, pw, ""),
+			cleartextCreds(engineer+"@"+ldaptest.UPNSuffix, pw, ""),
+			ctx1Creds(engineer, pw, ldaptest.Domain),
+		} {
+			id, apps := s.appData(t, creds)
+			if id != "" || !slices.Contains(apps, engineering[0]) {
+				t.Fatalf("%s: ErrorId %q, %d applications; want %q among them", creds, id, len(apps), engineering[0])
+			}
+		}
+	})
+
+	t.Run("refused accounts", func(t *testing.T) {
+		for _, c := range []struct {
+			name, password string
+			rest           int
+			nfuse          string
+		}{
+			{engineer, "wrong-password", 401, "failed-credentials"},
+			{"nobody-here", pw, 401, "failed-credentials"},
+			{"OTHERDOMAIN\\" + engineer, pw, 401, "failed-credentials"},
+			{ldaptest.Disabled, pw, 403, "account-disabled"},
+			{ldaptest.LockedAD, pw, 403, "account-locked-out"},
+			{ldaptest.LockedPPolicy, pw, 403, "account-locked-out"},
+			{ldaptest.Expired, pw, 403, "must-change-credentials"},
+			{ldaptest.Twin, pw, 401, "failed-credentials"},
+			{"user09*", pw, 401, "failed-credentials"}, // never a wildcard
+			{"*", pw, 401, "failed-credentials"},
+			{"user0990)(uid=*", pw, 401, "failed-credentials"},
+			{ldaptest.Star, "wrong-password", 401, "failed-credentials"},
+		} {
+			if code, _, _ := s.login(t, c.name, c.password); code != c.rest {
+				t.Errorf("REST logon as %q: %d, want %d", c.name, code, c.rest)
+			}
+			if id, _ := s.appData(t, cleartextCreds(c.name, c.password, "")); id != c.nfuse {
+				t.Errorf("NFuse logon as %q: ErrorId %q, want %q", c.name, id, c.nfuse)
+			}
+		}
+	})
+
+	t.Run("a name holding a star matches itself only", func(t *testing.T) {
+		if code, _, user := s.login(t, ldaptest.Star, pw); code != 200 || user != ldaptest.Star {
+			t.Errorf("logon as %q: %d as %q", ldaptest.Star, code, user)
+		}
+	})
+
+	t.Run("the site's own user", func(t *testing.T) {
+		code, token, user := s.login(t, localUser, localPassword)
+		if code != 200 || user != localUser {
+			t.Fatalf("local logon: %d %q", code, user)
+		}
+		if _, got := s.resources(t, token); !slices.Contains(got, office[0]) {
+			t.Errorf("the local user may use %v", got)
+		}
+	})
+
+	t.Run("launch", func(t *testing.T) {
+		_, token, _ := s.login(t, engineer, pw)
+		req, _ := http.NewRequest("POST", s.URL()+"/api/v1/resources/"+url.PathEscape(engineering[0])+"/launch", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), engineer) {
+			t.Fatalf("launch by a directory user: %d %s", resp.StatusCode, b)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		_, body := get(t, s.URL()+"/metrics")
+		for _, want := range []string{`usher_directory_operations_total{op="user_bind",result="ok",server="` + s.dir.Servers[0].LDAPS + `"}`,
+			`usher_directory_connections{server="` + s.dir.Servers[0].LDAPS + `",state="open"}`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+}
+
+// resourcesOf returns the names of the applications a delivery group
+// publishes, in the snapshot's order.
+func (s *directorySite) resourcesOf(t *testing.T, group string) []string {
+	t.Helper()
+	var out []string
+	for _, r := range s.Broker().Snapshot().Config().Applications {
+		if slices.Contains(r.DeliveryGroups, group) {
+			out = append(out, r.Name)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s publishes no application", group)
+	}
+	return out
+}
+
+// TestDirectoryFailoverAndOutage stops the first directory server (new
+// logons go to the second), then both in the middle of a storm of
+// logons: users already verified keep enumerating, new ones are refused
+// fast with retry-required (NFuse) or 503 (REST), and once the directory
+// is back new users log on again.
+func TestDirectoryFailoverAndOutage(t *testing.T) {
+	s := startDirectorySite(t)
+	pw := s.dir.UserPassword
+	verified := []string{"user0101", "user0102", "user0103", "user0104"}
+	for _, u := range verified {
+		if id, _ := s.appData(t, cleartextCreds(u, pw, "")); id != "" {
+			t.Fatalf("%s: %s", u, id)
+		}
+	}
+
+	s.dir.Servers[0].Stop(t)
+	for _, u := range []string{"user0201", "user0202"} {
+		if code, _, _ := s.login(t, u, pw); code != 200 {
+			t.Fatalf("logon of %s with the first server stopped: %d, want 200 (failover to the second)", u, code)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var verifiedFailed, newOK, newRefused int
+	var slowest time.Duration
+	var unexpected []string
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				if w%2 == 0 {
+					u := verified[(w/2+i)%len(verified)]
+					if id, _ := s.appData(t, cleartextCreds(u, pw, "")); id != "" {
+						mu.Lock()
+						verifiedFailed++
+						unexpected = append(unexpected, u+": "+id)
+						mu.Unlock()
+					}
+					continue
+				}
+				u := ldaptest.UserName(301 + (100*w+i)%600)
+				start := time.Now()
+				id, _ := s.appData(t, cleartextCreds(u, pw, ""))
+				took := time.Since(start)
+				mu.Lock()
+				switch id {
+				case "":
+					newOK++
+				case "retry-required":
+					newRefused++
+					slowest = max(slowest, took)
+				default:
+					unexpected = append(unexpected, u+": "+id)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	s.dir.Servers[1].Stop(t)
+	time.Sleep(3 * time.Second)
+	cancel()
+	wg.Wait()
+	if verifiedFailed > 0 || len(unexpected) > 0 {
+		t.Errorf("during the outage: %d enumerations of verified users failed; unexpected answers: %v", verifiedFailed, unexpected)
+	}
+	if newRefused == 0 {
+		t.Errorf("no new logon was refused with the directory down (%d succeeded)", newOK)
+	}
+	// Dial timeout 1 s per server; once marked down, refusals are at once.
+	if slowest > 3*time.Second {
+		t.Errorf("a new logon took %s to be refused with the directory down", slowest)
+	}
+	t.Logf("outage: %d new logons before it, %d refused (slowest %s); verified users unaffected", newOK, newRefused, slowest)
+	if code, _, _ := s.login(t, "user0999", pw); code != 503 {
+		t.Errorf("REST logon with the directory down: %d, want 503", code)
+	}
+
+	s.dir.Servers[1].Start(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _, _ := s.login(t, "user0998", pw)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the directory came back, logons still answer %d", code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
