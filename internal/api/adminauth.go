@@ -24,6 +24,9 @@ type adminKey struct{}
 type adminCaller struct {
 	name    string
 	expires time.Time
+	// credential is what the admin's tokens are bound to: an admin
+	// account's password hash, a directory admin's site.User.Credential.
+	credential string
 }
 
 func withAdmin(ctx context.Context, a adminCaller) context.Context {
@@ -34,6 +37,13 @@ func withAdmin(ctx context.Context, a adminCaller) context.Context {
 func adminFrom(ctx context.Context) string {
 	a, _ := ctx.Value(adminKey{}).(adminCaller)
 	return a.name
+}
+
+// adminCredential returns what the authenticated admin's tokens are
+// bound to.
+func adminCredential(ctx context.Context) string {
+	a, _ := ctx.Value(adminKey{}).(adminCaller)
+	return a.credential
 }
 
 // adminActor is the authenticated admin as the change history names the
@@ -140,6 +150,9 @@ func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 		switch site.ErrorCode(err) {
 		case "":
 		case site.ENotFound:
+			if s.cfg.Broker != nil && s.cfg.Broker.DirectoryName(name) {
+				return s.directoryAdmin(ctx, name, password, source)
+			}
 			at, err := s.cfg.Guard.Reserve("", source)
 			if err != nil {
 				return adminCaller{}, s.adminRefused(ctx, name, source, err)
@@ -167,7 +180,7 @@ func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 			s.log.InfoContext(ctx, "admin authentication failed", "admin", name, "remote", r.RemoteAddr)
 			return adminCaller{}, errUnauthorized
 		}
-		return adminCaller{name: name}, nil
+		return adminCaller{name: name, credential: hash}, nil
 	}
 	token := bearer(r)
 	if token == "" {
@@ -188,17 +201,58 @@ func (s *Server) authenticateAdmin(r *http.Request) (adminCaller, error) {
 		})
 		switch site.ErrorCode(err) {
 		case "":
-		case site.ENotFound: // the admin was deleted after the token was issued
-			return adminCaller{}, errUnauthorized
+		case site.ENotFound: // a directory admin, or an admin deleted after the token was issued
+			u, err := s.directoryAdminUser(ctx, claims.Subject)
+			if err != nil {
+				return adminCaller{}, err
+			}
+			hash = u.Credential()
 		default:
 			return adminCaller{}, err
 		}
 		if !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(hash))) {
 			return adminCaller{}, errUnauthorized // issued under an older password
 		}
-		return adminCaller{name: claims.Subject, expires: claims.Expires}, nil
+		return adminCaller{name: claims.Subject, expires: claims.Expires, credential: hash}, nil
 	}
 	return adminCaller{}, errUnauthorized
+}
+
+// directoryAdmin authenticates name, one of the directory's users, as an
+// admin: a member of one of the directory's admin groups. The password
+// check is a user logon's (Broker.Authenticate: the same lock-out and
+// verified cache); a right password of a user in no admin group is the
+// same bare 401 as a wrong one.
+func (s *Server) directoryAdmin(ctx context.Context, name, password, source string) (adminCaller, error) {
+	u, err := s.cfg.Broker.Authenticate(ctx, name, password, source)
+	switch {
+	case errors.Is(err, broker.ErrThrottled), site.ErrorCode(err) == site.EUnavailable:
+		return adminCaller{}, err
+	case err != nil:
+		s.log.InfoContext(ctx, "directory admin authentication failed", "admin", name, "remote", source, "why", err)
+		return adminCaller{}, errUnauthorized
+	case !s.cfg.Broker.DirectoryAdmin(u):
+		s.log.InfoContext(ctx, "directory user refused on the admin API: in no admin group", "user", u.Name, "remote", source)
+		return adminCaller{}, errUnauthorized
+	}
+	return adminCaller{name: u.Name, credential: u.Credential()}, nil
+}
+
+// directoryAdminUser returns the directory admin a token names, or
+// errUnauthorized when it names none (no such directory user, one in no
+// admin group, or an admin account deleted since).
+func (s *Server) directoryAdminUser(ctx context.Context, name string) (*site.User, error) {
+	if s.cfg.Broker == nil || !s.cfg.Broker.DirectoryName(name) {
+		return nil, errUnauthorized
+	}
+	u, err := s.cfg.Broker.User(ctx, name)
+	switch {
+	case site.ErrorCode(err) == site.EUnavailable:
+		return nil, err
+	case err != nil || !s.cfg.Broker.DirectoryAdmin(u):
+		return nil, errUnauthorized
+	}
+	return u, nil
 }
 
 // adminRefused logs a guard's refusal and returns what the client is told:

@@ -203,16 +203,7 @@ func (s *Server) registerAdmins() {
 			}
 			ttl = time.Duration(req.TTLSeconds) * time.Second
 		}
-		name := adminFrom(r.Context())
-		var hash string
-		err := s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
-			a, err := tx.Admins().Get(r.Context(), name)
-			hash = a.PasswordHash
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
+		name, hash := adminFrom(r.Context()), adminCredential(r.Context())
 		exp := s.cfg.Signer.Now().Add(ttl)
 		// A token mints no token that outlives it.
 		if limit := adminTokenExpiry(r.Context()); !limit.IsZero() && exp.After(limit) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,4 +373,37 @@ func (b *Broker) CloseDirectory() {
 	if st := b.dir.Load(); st != nil && st.dir != nil {
 		st.dir.Close()
 	}
+}
+
+// DirectoryAdmin reports whether u, a directory user the broker returned,
+// belongs (directly or through nesting, as last read) to one of the
+// directory's admin groups (site.Directory.AdminGroups: names match a
+// group's cn in any case, DNs as NormalizeDN has them).
+func (b *Broker) DirectoryAdmin(u *site.User) bool {
+	if u == nil || u.Directory == "" {
+		return false
+	}
+	e := b.directoryEntry(u.Name)
+	st := b.dir.Load()
+	if e == nil || st == nil || e.user.Directory != u.Directory {
+		return false
+	}
+	for _, g := range st.settings.AdminGroups {
+		if strings.Contains(g, "=") {
+			if slices.ContainsFunc(e.groups.GroupDNs, func(dn string) bool { return NormalizeDN(dn) == NormalizeDN(g) }) {
+				return true
+			}
+		} else if slices.ContainsFunc(e.groups.Groups, func(n string) bool { return site.FoldName(n) == site.FoldName(g) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// DirectoryName reports whether name may be one of the site directory's
+// users (whether Authenticate would ask the directory, were name none of
+// the site's users).
+func (b *Broker) DirectoryName(name string) bool {
+	_, _, ok := b.directory(name)
+	return ok
 }

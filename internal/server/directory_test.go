@@ -80,7 +80,8 @@ func startDirectorySite(t *testing.T) *directorySite {
 			c.Directory = site.Directory{Enabled: true, Servers: []string{d.Servers[0].LDAPS, d.Servers[1].StartTLS},
 				CABundle: string(d.CAPEM), BindDN: d.BindDN, BindPassword: d.BindPassword,
 				UserBaseDNs: []string{ldaptest.BaseDN}, GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: "uid",
-				NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2}
+				NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2,
+				AdminGroups: []string{team50DN}}
 			return nil
 		})
 		return err
@@ -291,6 +292,47 @@ func TestDirectoryLogons(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || !strings.Contains(string(b), engineer) {
 			t.Fatalf("launch by a directory user: %d %s", resp.StatusCode, b)
+		}
+	})
+
+	t.Run("admins from an admin group", func(t *testing.T) {
+		admin := func(auth func(*http.Request), method, path string) (int, string) {
+			t.Helper()
+			req, _ := http.NewRequest(method, s.URL()+path, nil)
+			auth(req)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		basic := func(user, password string) func(*http.Request) {
+			return func(r *http.Request) { r.SetBasicAuth(user, password) }
+		}
+		if code, body := admin(basic(ldaptest.Domain+`\`+engineer, pw), "GET", "/api/v1/admin/directory"); code != 200 || strings.Contains(body, s.dir.BindPassword) {
+			t.Fatalf("a member of the admin group on the admin API: %d %.200s", code, body)
+		}
+		for _, c := range [][2]string{{clerk, pw}, {engineer, "wrong-password"}, {localUser, localPassword}} {
+			if code, _ := admin(basic(c[0], c[1]), "GET", "/api/v1/admin/directory"); code != 401 {
+				t.Errorf("%s on the admin API: %d, want 401", c[0], code)
+			}
+		}
+		code, body := admin(basic(engineer, pw), "POST", "/api/v1/admin/tokens")
+		var tok struct{ Token string }
+		json.Unmarshal([]byte(body), &tok)
+		if code != 201 || tok.Token == "" {
+			t.Fatalf("an admin token for a directory admin: %d %s", code, body)
+		}
+		bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok.Token) }
+		if code, _ := admin(bearer, "GET", "/api/v1/admin/directory"); code != 200 {
+			t.Errorf("the directory admin's token: %d", code)
+		}
+		// A user token is no admin token.
+		_, userToken, _ := s.login(t, engineer, pw)
+		if code, _ := admin(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+userToken) }, "GET", "/api/v1/admin/directory"); code != 401 {
+			t.Errorf("a user token on the admin API: %d", code)
 		}
 	})
 

@@ -93,6 +93,10 @@ type Directory struct {
 	PoolSize             int    `json:"pool_size,omitempty" yaml:"pool_size,omitempty"`
 	GroupCacheTTLSeconds int    `json:"group_cache_ttl_seconds,omitempty" yaml:"group_cache_ttl_seconds,omitempty"`
 	MaxNestingDepth      int    `json:"max_nesting_depth,omitempty" yaml:"max_nesting_depth,omitempty"`
+	// AdminGroups are directory groups, by name (cn) or DN, whose members
+	// (directly or through nesting) are the site's admins on the admin
+	// API, beside its own admin accounts.
+	AdminGroups []string `json:"admin_groups,omitempty" yaml:"admin_groups,omitempty"`
 }
 
 // IsZero reports whether d is the directory of a new site: nothing set.
@@ -106,7 +110,8 @@ func (d Directory) Equal(o Directory) bool {
 		d.DialTimeoutSeconds == o.DialTimeoutSeconds && d.TimeoutSeconds == o.TimeoutSeconds &&
 		d.PoolSize == o.PoolSize && d.GroupCacheTTLSeconds == o.GroupCacheTTLSeconds &&
 		d.MaxNestingDepth == o.MaxNestingDepth &&
-		equalList(d.Servers, o.Servers) && equalList(d.UserBaseDNs, o.UserBaseDNs) && equalList(d.GroupBaseDNs, o.GroupBaseDNs)
+		equalList(d.Servers, o.Servers) && equalList(d.UserBaseDNs, o.UserBaseDNs) && equalList(d.GroupBaseDNs, o.GroupBaseDNs) &&
+		equalList(d.AdminGroups, o.AdminGroups)
 }
 
 // DialTimeout, Timeout and GroupCacheTTL are the tuning fields as
@@ -208,6 +213,18 @@ func (d Directory) Validate() error {
 			if err := validateDN(dn); err != nil {
 				return directoryError(fmt.Sprintf("%s.%d", l.field, i), "base DN %q: %s", dn, err)
 			}
+		}
+	}
+	if len(d.AdminGroups) > maxDirectoryBaseDNs {
+		return directoryError("admin_groups", "%d admin groups: at most %d", len(d.AdminGroups), maxDirectoryBaseDNs)
+	}
+	for i, g := range d.AdminGroups {
+		if strings.Contains(g, "=") {
+			if err := validateDN(g); err != nil {
+				return directoryError(fmt.Sprintf("admin_groups.%d", i), "admin group %q: %s", g, err)
+			}
+		} else if strings.TrimSpace(g) == "" || len(g) > maxDirectoryDNLen || !utf8.ValidString(g) {
+			return directoryError(fmt.Sprintf("admin_groups.%d", i), "admin group %q is empty, too long or not UTF-8", g)
 		}
 	}
 	switch d.UserAttribute {
