@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -453,5 +454,104 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 			t.Fatalf("after the directory came back, logons still answer %d", code)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a log the server writes from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestDirectoryMisconfiguredAtStart starts a site whose directory cannot
+// work: one server refuses connections, the other presents a certificate
+// that the site does not trust. The log says so at start, naming each
+// server and never the bind password; directory logons are refused fast
+// with 503, and the site's own user logs on.
+func TestDirectoryMisconfiguredAtStart(t *testing.T) {
+	d := ldaptest.Start(t, ldaptest.Options{Users: 10})
+	const bindPassword = "s3cret-bind-pw-do-not-log"
+	closed := "ldaps://127.0.0.1:1"
+	var logs syncBuffer
+	params := auth.Params{Iterations: 1, MemoryKiB: 1024, Parallelism: 1, SaltLen: 16, KeyLen: 32}
+	dataDir := t.TempDir()
+	hash, err := auth.HashPassword(localPassword, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	{
+		// The site, with its directory, before the server starts.
+		s, err := server.Open(t.Context(), server.Config{DataDir: dataDir, Listen: "127.0.0.1:0", PasswordParams: params})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Store().Update(t.Context(), func(tx site.Tx) error {
+			_, err := site.Mutate(t.Context(), tx, func(c *site.Config) error {
+				c.Users = append(c.Users, site.User{Name: localUser, PasswordHash: hash})
+				c.Directory = site.Directory{Enabled: true, Servers: []string{closed, d.Servers[0].LDAPS},
+					BindDN: d.BindDN, BindPassword: bindPassword, UserBaseDNs: []string{ldaptest.BaseDN},
+					UserAttribute: "uid", DialTimeoutSeconds: 1, TimeoutSeconds: 2}
+				return nil
+			})
+			return err
+		})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := server.Open(t.Context(), server.Config{DataDir: dataDir, Listen: "127.0.0.1:0", PasswordParams: params,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("a site whose directory does not work must still start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "directory does not answer") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error about the directory in the log:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	line := ""
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "directory does not answer") {
+			line = l
+		}
+	}
+	for _, want := range []string{closed, d.Servers[0].LDAPS, "certificate"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the error does not say %q: %s", want, line)
+		}
+	}
+	if strings.Contains(logs.String(), bindPassword) {
+		t.Error("the bind password is in the log")
+	}
+	t.Logf("logged: %s", line)
+	ds := &directorySite{Server: s, dir: d}
+	start := time.Now()
+	if code, _, _ := ds.login(t, "user0001", d.UserPassword); code != 503 {
+		t.Errorf("a directory logon: %d, want 503", code)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the refusal took %s", took)
+	}
+	if code, _, _ := ds.login(t, localUser, localPassword); code != 200 {
+		t.Errorf("the site's own user: %d, want 200", code)
+	}
+	if strings.Contains(logs.String(), bindPassword) {
+		t.Error("the bind password is in the log")
 	}
 }

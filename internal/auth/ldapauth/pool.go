@@ -177,7 +177,7 @@ func (s *server) dial(ctx context.Context) (c *conn, err error) {
 		tc := tls.Client(raw, s.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			return nil, s.down("tls", err)
+			return nil, s.down("TLS handshake", err)
 		}
 		nc = tc
 	}
