@@ -170,6 +170,11 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 			if derr == nil {
 				e := st.put(key, id, b.cfg.Now(), b.cfg.Verified, gkey)
 				b.cfg.Verified.Remember(gkey, password, e.user.Directory)
+				if b.dir.Load() != st {
+					// The settings changed while the directory was asked:
+					// the new one must check this password again.
+					b.cfg.Verified.Forget(gkey)
+				}
 			}
 			return !errors.Is(derr, ErrBadCredentials)
 		})
