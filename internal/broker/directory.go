@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -66,6 +67,12 @@ var (
 // I/O: a directory opens its connections when first asked.
 type OpenDirectory func(site.Directory) (Directory, error)
 
+// DefaultDirectoryTTL is how long a directory user's entry, as read, is
+// served before it is read again in the background, when the settings
+// do not say (site.Directory.GroupCacheTTLSeconds): the directory
+// client's group cache lasts as long.
+const DefaultDirectoryTTL = 5 * time.Minute
+
 // maxDirectoryUsers bounds the directory users the broker remembers:
 // past it, those unread for longer than the TTL go, and all of them if
 // that is not enough (each then reads the directory at its next request).
@@ -99,7 +106,8 @@ func (b *Broker) setDirectory(cfg *site.Config) {
 	if cur != nil && cur.settings.Equal(cfg.Directory) {
 		return
 	}
-	next := &directoryState{settings: cfg.Directory, ttl: cfg.Directory.GroupCacheTTL(), users: map[string]*dirEntry{}}
+	next := &directoryState{settings: cfg.Directory, ttl: cmp.Or(cfg.Directory.GroupCacheTTL(), DefaultDirectoryTTL),
+		users: map[string]*dirEntry{}}
 	if cfg.Directory.Enabled && b.cfg.OpenDirectory != nil {
 		next.dir, next.err = b.cfg.OpenDirectory(cfg.Directory)
 		if next.err != nil {

@@ -1038,3 +1038,26 @@ func TestDirectorySettingsChangeDuringLogon(t *testing.T) {
 		t.Errorf("the new directory was asked %d times for a password only the replaced one verified, want once", auths)
 	}
 }
+
+// TestDirectoryDefaultTTL: settings that leave the TTL unset read a
+// user's entry again after DefaultDirectoryTTL, not at every request.
+func TestDirectoryDefaultTTL(t *testing.T) {
+	h := newDirHarness(t, nil)
+	cfg := *h.cfg
+	cfg.Directory.GroupCacheTTLSeconds = 0
+	h.publish(&cfg)
+	h.mustLogon("alice", alicePassword)
+	d := h.dir()
+	for range 10 {
+		h.clock.Advance(DefaultDirectoryTTL / 20)
+		h.mustLogon("alice", alicePassword)
+		h.b.EntitlementsOf(h.b.Snapshot(), "alice")
+	}
+	time.Sleep(100 * time.Millisecond) // reads run in the background
+	if _, lookups := d.calls("alice"); lookups != 0 {
+		t.Fatalf("%d reads of the entry within the default TTL, want 0", lookups)
+	}
+	h.clock.Advance(DefaultDirectoryTTL)
+	h.mustLogon("alice", alicePassword)
+	h.waitRefreshed("alice")
+}
