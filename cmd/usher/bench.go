@@ -49,6 +49,13 @@ Experiments:
                sizing test: 100,000 at 20/s, at least 1h23m20s), then a
                ramp of rates (--ramp) for the highest usher holds with p99
                under --p99 and errors under 1%.
+               With --directory: logons alone of --users directory users
+               (OpenLDAP slapd started for the run, over ldaps, nested
+               groups; default 500) beside as many local users, --workers
+               at once (default 16): local (argon2id), local again
+               (verified cache), directory cold (search, bind, group
+               searches) and directory warm; logons/s, p50, p99, the
+               directory's operations and slapd's CPU per logon.
   enumerate    the LHC and IMA/FMA enumeration tests: 400 applications enumerated over NFuse
                (the IMA/FMA test's RequestAppData, ctx1 credentials) at each
                --concurrency (10,20,40,60,100), beside nginx serving the
@@ -289,10 +296,14 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	ramp := fs.String("ramp", loadgen.FormatRates(cfg.Ramp), "rates tried after the storm, each with fresh users, until one is not held (\"none\" to skip)")
 	fs.DurationVar(&cfg.RampStep, "ramp-step", cfg.RampStep, "how long each rate of the ramp lasts")
 	fs.DurationVar(&cfg.P99, "p99", cfg.P99, "a rate is held while p99 stays under this (and errors under 1%)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "most logons in flight; arrivals beyond wait, and the wait counts")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "most logons in flight; arrivals beyond wait, and the wait counts (with --directory: logons at once, default 16)")
+	directory := fs.Bool("directory", false, "logons alone of directory users (slapd started for the run) beside local users, cold and warm, --users each (default 500); --rate and --ramp do not apply")
 	b.register(fs, "logon-storm")
 	if err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	if *directory {
+		return m.benchDirectoryStorm(ctx, fs, args, b, cfg)
 	}
 	switch {
 	case cfg.Users < 1 || cfg.Users > 1_000_000:
@@ -315,6 +326,49 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	}
 	defer done()
 	rep, err := bench.LogonStorm(ctx, env, cfg)
+	done()
+	if rep == nil {
+		return err
+	}
+	if rerr := m.benchReport(rep, b, args, "logon-storm"); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// benchDirectoryStorm is bench logon-storm --directory: the flags the
+// user set of --users, --workers and --out, the directory storm's
+// defaults otherwise (its report in usher-bench/logon-storm-directory).
+func (m *Main) benchDirectoryStorm(ctx context.Context, fs *flag.FlagSet, args []string, b benchFlags, storm bench.StormConfig) error {
+	cfg := bench.DefaultDirectoryStormConfig
+	b.out = filepath.Join("usher-bench", "logon-storm-directory")
+	var usage error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "out":
+			b.out = fs.Lookup("out").Value.String()
+		case "users":
+			cfg.Users = storm.Users
+		case "workers":
+			cfg.Workers = storm.Workers
+		case "rate", "ramp", "ramp-step", "p99":
+			usage = usageError{"--" + f.Name + " does not apply with --directory: its logons are a closed model (--workers at once)"}
+		}
+	})
+	switch {
+	case usage != nil:
+		return usage
+	case cfg.Users < 1 || cfg.Users > 100_000:
+		return usageError{"--users must be 1 to 100000 with --directory"}
+	case cfg.Workers < 1:
+		return usageError{"--workers must be positive"}
+	}
+	env, done, err := m.benchEnv(b)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := bench.DirectoryLogonStorm(ctx, env, cfg)
 	done()
 	if rep == nil {
 		return err

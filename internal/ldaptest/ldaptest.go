@@ -16,10 +16,14 @@
 // binds of an account whose pwdAccountLockedTime is set.
 //
 // Without slapd (or slapadd, or ldapsearch) Start skips the test, saying
-// why; with CI=true in the environment it fails it instead.
+// why; with CI=true in the environment it fails it instead. Launch and
+// Close do the same without a test, for the bench (usher bench
+// logon-storm --directory): Launch returns ErrNotInstalled instead.
 //
-// Only tests import this package; it does not import the LDAP library
-// (it drives slapd, slapadd, ldapsearch and ldapmodify as processes).
+// Tests and the bench import this package; it imports neither the LDAP
+// library (it drives slapd, slapadd, ldapsearch and ldapmodify as
+// processes) nor package testing (TB is the part of testing.TB it uses),
+// so that the usher binary does not link them.
 package ldaptest
 
 import (
@@ -37,7 +41,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -56,7 +59,7 @@ type Options struct {
 	Servers int
 }
 
-// Directory is what Start started.
+// Directory is what Start or Launch started.
 type Directory struct {
 	// Servers are the servers, in the order a client should try them.
 	Servers []*Server
@@ -69,7 +72,23 @@ type Directory struct {
 	UserPassword string
 	// Users is the number of numbered users.
 	Users int
+
+	root string // the temporary directory holding every server's files
 }
+
+// TB is the part of testing.TB that the harness uses; a *testing.T, a
+// *testing.B or any testing.TB is one.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(func())
+}
+
+// ErrNotInstalled is Launch's error when slapd or one of its tools is
+// missing.
+var ErrNotInstalled = errors.New("ldaptest: slapd or ldap-utils is not installed (Debian: apt-get install slapd ldap-utils)")
 
 // Server is one running slapd.
 type Server struct {
@@ -107,19 +126,32 @@ func (b *logBuffer) String() string {
 // tools are the programs the harness runs.
 var tools = []string{"slapd", "slapadd", "ldapsearch", "ldapmodify"}
 
-// Start starts opts.Servers slapd servers with the same data and stops
-// them when tb ends. It skips tb (fails it with CI=true) when slapd or its
-// tools are missing.
-func Start(tb testing.TB, opts Options) *Directory {
+// Start starts opts.Servers slapd servers with the same data (Launch)
+// and stops them when tb ends (Close). It skips tb (fails it with
+// CI=true) when slapd or its tools are missing.
+func Start(tb TB, opts Options) *Directory {
 	tb.Helper()
-	for _, tool := range tools {
-		if _, err := lookPath(tool); err != nil {
-			msg := fmt.Sprintf("ldaptest: %s is not installed (Debian: apt-get install slapd ldap-utils): %v", tool, err)
-			if os.Getenv("CI") == "true" {
-				tb.Fatal(msg)
-			}
-			tb.Skip(msg)
+	d, err := Launch(opts)
+	if errors.Is(err, ErrNotInstalled) {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(err)
 		}
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
+// Launch starts opts.Servers slapd servers with the same data, in a
+// temporary directory, and returns once each accepts connections on both
+// of its ports. It returns an error wrapping ErrNotInstalled when slapd
+// or its tools are missing. The caller must Close the directory.
+func Launch(opts Options) (*Directory, error) {
+	if err := Installed(); err != nil {
+		return nil, err
 	}
 	if opts.Users <= 0 {
 		opts.Users = 1000
@@ -129,7 +161,7 @@ func Start(tb testing.TB, opts Options) *Directory {
 	}
 	ca, err := NewCA("usher ldaptest CA")
 	if err != nil {
-		tb.Fatalf("ldaptest: %v", err)
+		return nil, fmt.Errorf("ldaptest: %w", err)
 	}
 	d := &Directory{
 		CAPEM:        ca.PEM,
@@ -140,22 +172,49 @@ func Start(tb testing.TB, opts Options) *Directory {
 	}
 	var ldif bytes.Buffer
 	if err := writeLDIF(&ldif, opts.Users, d.BindPassword, d.UserPassword); err != nil {
-		tb.Fatalf("ldaptest: ldif: %v", err)
+		return nil, fmt.Errorf("ldaptest: ldif: %w", err)
+	}
+	if d.root, err = os.MkdirTemp("", "usher-ldaptest-*"); err != nil {
+		return nil, fmt.Errorf("ldaptest: %w", err)
 	}
 	adminPW := "admin-" + randomHex(8)
 	for i := range opts.Servers {
-		dir := filepath.Join(tb.TempDir(), fmt.Sprintf("slapd%d", i))
-		s, err := newServer(dir, ca, adminPW, ldif.Bytes())
+		s, err := newServer(filepath.Join(d.root, fmt.Sprintf("slapd%d", i)), ca, adminPW, ldif.Bytes())
+		if err == nil {
+			d.Servers = append(d.Servers, s)
+			err = s.start()
+		}
 		if err != nil {
-			tb.Fatalf("ldaptest: server %d: %v", i, err)
+			d.Close()
+			return nil, fmt.Errorf("ldaptest: server %d: %w", i, err)
 		}
-		tb.Cleanup(func() { s.kill() })
-		if err := s.start(); err != nil {
-			tb.Fatalf("ldaptest: server %d: %v", i, err)
-		}
-		d.Servers = append(d.Servers, s)
 	}
-	return d
+	return d, nil
+}
+
+// Installed returns nil when slapd and its tools are installed, else an
+// error wrapping ErrNotInstalled that names the one missing.
+func Installed() error {
+	for _, tool := range tools {
+		if _, err := lookPath(tool); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrNotInstalled, tool, err)
+		}
+	}
+	return nil
+}
+
+// Close kills every server (SIGKILL) and removes their files. It returns
+// the error of the removal, if any; a second Close does nothing.
+func (d *Directory) Close() error {
+	for _, s := range d.Servers {
+		s.kill()
+	}
+	if d.root == "" {
+		return nil
+	}
+	err := os.RemoveAll(d.root)
+	d.root = ""
+	return err
 }
 
 func lookPath(tool string) (string, error) {
@@ -264,7 +323,7 @@ func freePorts(n int) ([]int, error) {
 }
 
 // Start starts the server again after Stop, on the same ports.
-func (s *Server) Start(tb testing.TB) {
+func (s *Server) Start(tb TB) {
 	tb.Helper()
 	if err := s.start(); err != nil {
 		tb.Fatalf("ldaptest: %v", err)
@@ -273,7 +332,7 @@ func (s *Server) Start(tb testing.TB) {
 
 // Stop stops the server (SIGTERM) and waits for it to exit; its clients'
 // connections close.
-func (s *Server) Stop(tb testing.TB) {
+func (s *Server) Stop(tb TB) {
 	tb.Helper()
 	if err := s.stop(syscall.SIGTERM); err != nil {
 		tb.Fatalf("ldaptest: %v", err)
@@ -281,7 +340,7 @@ func (s *Server) Stop(tb testing.TB) {
 }
 
 // Kill kills the server (SIGKILL) and waits for it to exit.
-func (s *Server) Kill(tb testing.TB) {
+func (s *Server) Kill(tb TB) {
 	tb.Helper()
 	if err := s.stop(syscall.SIGKILL); err != nil {
 		tb.Fatalf("ldaptest: %v", err)
@@ -290,12 +349,12 @@ func (s *Server) Kill(tb testing.TB) {
 
 // Pause stops the server's process (SIGSTOP) without closing anything: its
 // ports accept connections that nothing answers, as a hung server does.
-func (s *Server) Pause(tb testing.TB) { tb.Helper(); s.signal(tb, syscall.SIGSTOP) }
+func (s *Server) Pause(tb TB) { tb.Helper(); s.signal(tb, syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume(tb testing.TB) { tb.Helper(); s.signal(tb, syscall.SIGCONT) }
+func (s *Server) Resume(tb TB) { tb.Helper(); s.signal(tb, syscall.SIGCONT) }
 
-func (s *Server) signal(tb testing.TB, sig syscall.Signal) {
+func (s *Server) signal(tb TB, sig syscall.Signal) {
 	tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -387,6 +446,17 @@ func (s *Server) stop(sig syscall.Signal) error {
 
 func (s *Server) kill() { s.stop(syscall.SIGKILL) }
 
+// PID returns the process ID of the server's slapd, 0 when it is not
+// running: what a bench reads the server's CPU time by, from /proc.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Logs returns what slapd wrote since it last started.
 func (s *Server) Logs() string {
 	s.mu.Lock()
@@ -400,7 +470,7 @@ func (s *Server) Logs() string {
 // Connections returns the number of connections the server has open now
 // and the number it has accepted since it started, from its cn=Monitor,
 // each counting the one this call opens to ask.
-func (s *Server) Connections(tb testing.TB) (current, total int) {
+func (s *Server) Connections(tb TB) (current, total int) {
 	tb.Helper()
 	out := s.ldap(tb, "ldapsearch", nil, "-LLL", "-b", "cn=Connections,cn=Monitor", "-s", "one",
 		"(|(cn=Current)(cn=Total))", "monitorCounter")
@@ -429,13 +499,13 @@ func (s *Server) Connections(tb testing.TB) (current, total int) {
 }
 
 // Modify applies an LDIF of changes (ldapmodify's input) as the root DN.
-func (s *Server) Modify(tb testing.TB, ldif string) {
+func (s *Server) Modify(tb TB, ldif string) {
 	tb.Helper()
 	s.ldap(tb, "ldapmodify", strings.NewReader(ldif))
 }
 
 // ldap runs an ldap-utils tool as the root DN over the plain port.
-func (s *Server) ldap(tb testing.TB, tool string, stdin *strings.Reader, args ...string) string {
+func (s *Server) ldap(tb TB, tool string, stdin *strings.Reader, args ...string) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,9 +1,11 @@
 package ldaptest_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,4 +55,44 @@ func TestStartLoadsUsersAndRestarts(t *testing.T) {
 		t.Fatalf("current connections %d after restart", current)
 	}
 	s.Modify(t, "dn: "+ldaptest.UserDN(ldaptest.UserName(7))+"\nchangetype: modify\nreplace: displayName\ndisplayName: Seven\n")
+}
+
+// TestLaunchAndClose starts a server without a test, as the bench does:
+// it runs as its PID says, and Close stops it and removes its files.
+func TestLaunchAndClose(t *testing.T) {
+	if err := ldaptest.Installed(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	d, err := ldaptest.Launch(ldaptest.Options{Users: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := d.Servers[0]
+	pid := s.PID()
+	if pid <= 0 {
+		t.Fatalf("pid %d", pid)
+	}
+	exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+	if err != nil || filepath.Base(exe) != "slapd" {
+		t.Fatalf("process %d is %q (%v), not slapd", pid, exe, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.PID(); got != 0 {
+		t.Errorf("pid %d after Close", got)
+	}
+	if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+		t.Errorf("slapd %d still runs after Close", pid)
+	}
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.LDAPS, "ldaps://"), time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still answers after Close", s.LDAPS)
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 }
