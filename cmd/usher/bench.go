@@ -297,6 +297,7 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.RampStep, "ramp-step", cfg.RampStep, "how long each rate of the ramp lasts")
 	fs.DurationVar(&cfg.P99, "p99", cfg.P99, "a rate is held while p99 stays under this (and errors under 1%)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "most logons in flight; arrivals beyond wait, and the wait counts (with --directory: logons at once, default 16)")
+	fs.Int("warm-rounds", bench.DefaultDirectoryStormConfig.WarmRounds, "with --directory: logons of each user in each warm phase")
 	directory := fs.Bool("directory", false, "logons alone of directory users (slapd started for the run) beside local users, cold and warm, --users each (default 500); --rate and --ramp do not apply")
 	b.register(fs, "logon-storm")
 	if err := parse(fs, args, 0); err != nil {
@@ -351,6 +352,8 @@ func (m *Main) benchDirectoryStorm(ctx context.Context, fs *flag.FlagSet, args [
 			cfg.Users = storm.Users
 		case "workers":
 			cfg.Workers = storm.Workers
+		case "warm-rounds":
+			cfg.WarmRounds = f.Value.(flag.Getter).Get().(int)
 		case "rate", "ramp", "ramp-step", "p99":
 			usage = usageError{"--" + f.Name + " does not apply with --directory: its logons are a closed model (--workers at once)"}
 		}
@@ -362,6 +365,8 @@ func (m *Main) benchDirectoryStorm(ctx context.Context, fs *flag.FlagSet, args [
 		return usageError{"--users must be 1 to 100000 with --directory"}
 	case cfg.Workers < 1:
 		return usageError{"--workers must be positive"}
+	case cfg.WarmRounds < 1 || cfg.WarmRounds > 1000:
+		return usageError{"--warm-rounds must be 1 to 1000"}
 	}
 	env, done, err := m.benchEnv(b)
 	if err != nil {

@@ -25,7 +25,7 @@ func TestBenchLogonStormDirectory(t *testing.T) {
 	}
 	const users = 30
 	out := t.TempDir()
-	code, stdout, stderr := run(t, "", "bench", "logon-storm", "--directory", "--users", strconv.Itoa(users), "--workers", "4", "--out", out)
+	code, stdout, stderr := run(t, "", "bench", "logon-storm", "--directory", "--users", strconv.Itoa(users), "--workers", "4", "--warm-rounds", "3", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
@@ -42,9 +42,12 @@ func TestBenchLogonStormDirectory(t *testing.T) {
 		t.Fatalf("%d runs, want %d", len(rep.Runs), len(phases))
 	}
 	for i, r := range rep.Runs {
-		s := r.Result.Steps[0]
-		if r.Name != phases[i] || s.Requests != users || s.OK != users || s.Errors != 0 {
-			t.Errorf("run %d %q: %d logons, %d ok, %d errors (%v); want %q, %d ok", i, r.Name, s.Requests, s.OK, s.Errors, s.ErrorsByKind, phases[i], users)
+		s, want := r.Result.Steps[0], int64(users)
+		if r.Name == bench.PhaseLocalWarm || r.Name == bench.PhaseDirWarm {
+			want = 3 * int64(users) // --warm-rounds
+		}
+		if r.Name != phases[i] || s.Requests != want || s.OK != want || s.Errors != 0 {
+			t.Errorf("run %d %q: %d logons, %d ok, %d errors (%v); want %q, %d ok", i, r.Name, s.Requests, s.OK, s.Errors, s.ErrorsByKind, phases[i], want)
 		}
 	}
 	if len(rep.Headlines) != 2 {
@@ -87,8 +90,10 @@ func TestBenchLogonStormDirectory(t *testing.T) {
 	if n := count(bench.PhaseDirCold, "user_search"); n < users {
 		t.Errorf("cold: %v user searches for %d users", n, users)
 	}
-	if n := count(bench.PhaseDirWarm, "user_bind"); n != 0 {
-		t.Errorf("warm: %v user binds, want none", n)
+	for _, op := range []string{"user_bind", "user_search", "group_search"} {
+		if n := count(bench.PhaseDirWarm, op); n != 0 {
+			t.Errorf("warm: %v %s operations, want none", n, op)
+		}
 	}
 	for _, phase := range []string{bench.PhaseLocal, bench.PhaseLocalWarm} {
 		if n := count(phase, "user_bind"); n != 0 {
