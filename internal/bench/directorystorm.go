@@ -412,8 +412,8 @@ func directoryReport(rep *loadgen.Report, phases []DirectoryPhase, cfg Directory
 		}
 		s := p.Step()
 		h := loadgen.Headline{
-			What: fmt.Sprintf("REST logons of directory users (OpenLDAP over ldaps, nested groups), %s: %d users, %d at once", strings.TrimPrefix(name, "directory, "),
-				cfg.Users, cfg.Workers),
+			What: fmt.Sprintf("REST logons of directory users (OpenLDAP over ldaps, nested groups), %s: %d logons of %d users, %d at once",
+				strings.TrimPrefix(name, "directory, "), s.Requests, cfg.Users, cfg.Workers),
 			Usher: fmt.Sprintf("%s logons/s, p50 %s, p99 %s, %d errors", fmtF(s.TPS, 1), loadgen.FormatMillis(s.Latency.P50),
 				loadgen.FormatMillis(s.Latency.P99), s.Errors),
 			Client: client,

@@ -73,7 +73,8 @@ type Directory struct {
 	// Users is the number of numbered users.
 	Users int
 
-	root string // the temporary directory holding every server's files
+	root   string // the temporary directory holding every server's files
+	unlock func() // releases the machine's Samba lock (StartSamba)
 }
 
 // TB is the part of testing.TB that the harness uses; a *testing.T, a
@@ -208,6 +209,10 @@ func Installed() error {
 func (d *Directory) Close() error {
 	for _, s := range d.Servers {
 		s.kill()
+	}
+	if d.unlock != nil {
+		d.unlock()
+		d.unlock = nil
 	}
 	if d.root == "" {
 		return nil

@@ -34,20 +34,39 @@ import (
 type directorySite struct {
 	*server.Server
 	dir *ldaptest.Directory
+	// samba is set for a Samba AD domain controller, else slapd.
+	samba bool
+	// engineer is a member of the group that "engineers" names by DN,
+	// teamDN; clerk is not.
+	engineer, clerk, teamDN string
 }
 
 const (
 	localUser     = "alice"
 	localPassword = "alice-pw-1234"
-	// team50 are user0981 to user1000; user0990 is one of them, user0500
-	// is not.
-	engineer, clerk = "user0990", "user0500"
-	team50DN        = "CN=team50, OU=groups, DC=usher, DC=test"
 )
 
-func startDirectorySite(t *testing.T) *directorySite {
+// startDirectorySite starts the site on two slapd servers (ldaps first,
+// StartTLS second), or with samba on one Samba AD domain controller
+// (ldaps, then StartTLS to the same one).
+func startDirectorySite(t *testing.T, samba bool) *directorySite {
 	t.Helper()
-	d := ldaptest.Start(t, ldaptest.Options{Servers: 2})
+	var d *ldaptest.Directory
+	var servers []string
+	userAttr := site.AttrUID
+	if samba {
+		d = ldaptest.StartSamba(t, ldaptest.Options{Users: 100})
+		servers = []string{d.Servers[0].LDAPS, d.Servers[0].StartTLS}
+		userAttr = site.AttrSAMAccountName
+	} else {
+		d = ldaptest.Start(t, ldaptest.Options{Servers: 2})
+		servers = []string{d.Servers[0].LDAPS, d.Servers[1].StartTLS}
+	}
+	// A member of the last team but one (written with another case and
+	// spaces), and one of a team halfway.
+	engineer := ldaptest.UserName(d.Users - 10)
+	ds := &directorySite{dir: d, samba: samba, engineer: engineer, clerk: ldaptest.UserName(d.Users / 2),
+		teamDN: "CN=" + ldaptest.Team(d.Users-10) + ", OU=groups, DC=usher, DC=test"}
 	ctx := t.Context()
 	params := auth.Params{Iterations: 1, MemoryKiB: 1024, Parallelism: 1, SaltLen: 16, KeyLen: 32}
 	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
@@ -77,12 +96,12 @@ func startDirectorySite(t *testing.T) *directorySite {
 			c.Entitlements = append(kept,
 				site.Entitlement{Name: "all-staff-office", DeliveryGroup: demo.OfficeApps, Groups: []string{ldaptest.AllStaff}},
 				site.Entitlement{Name: "engineers-apps", DeliveryGroup: demo.EngineeringApps, Groups: []string{"engineers"}})
-			c.Groups = append(c.Groups, site.Group{Name: ldaptest.AllStaff}, site.Group{Name: "engineers", DN: team50DN})
-			c.Directory = site.Directory{Enabled: true, Servers: []string{d.Servers[0].LDAPS, d.Servers[1].StartTLS},
+			c.Groups = append(c.Groups, site.Group{Name: ldaptest.AllStaff}, site.Group{Name: "engineers", DN: ds.teamDN})
+			c.Directory = site.Directory{Enabled: true, Servers: servers,
 				CABundle: string(d.CAPEM), BindDN: d.BindDN, BindPassword: d.BindPassword,
-				UserBaseDNs: []string{ldaptest.BaseDN}, GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: "uid",
+				UserBaseDNs: []string{ldaptest.BaseDN}, GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: userAttr,
 				NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2,
-				AdminGroups: []string{team50DN}}
+				AdminGroups: []string{ds.teamDN}}
 			return nil
 		})
 		return err
@@ -96,7 +115,8 @@ func startDirectorySite(t *testing.T) *directorySite {
 	if err := s.WaitRegistered(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	return &directorySite{Server: s, dir: d}
+	ds.Server = s
+	return ds
 }
 
 // login posts a REST logon and returns the status, the token and the
@@ -183,18 +203,25 @@ func ctx1Creds(user, password, domain string) string {
 // form of their names, against a real slapd, and checks what they may
 // use through nested groups and a group named by DN; the accounts the
 // directory refuses; and that the site's own user is untouched.
-func TestDirectoryLogons(t *testing.T) {
-	s := startDirectorySite(t)
+func TestDirectoryLogons(t *testing.T) { testDirectoryLogons(t, startDirectorySite(t, false)) }
+
+// TestDirectoryLogonsSamba is TestDirectoryLogons against Samba's Active
+// Directory domain controller: AD's schema, its in-chain matching rule
+// for nested groups, its userAccountControl, lockoutTime and pwdLastSet,
+// and its bind errors (data 533, 775, 773).
+func TestDirectoryLogonsSamba(t *testing.T) { testDirectoryLogons(t, startDirectorySite(t, true)) }
+
+func testDirectoryLogons(t *testing.T, s *directorySite) {
 	office, engineering := s.resourcesOf(t, demo.OfficeApps), s.resourcesOf(t, demo.EngineeringApps)
 	pw := s.dir.UserPassword
 
 	t.Run("REST, three name forms", func(t *testing.T) {
 		var want []string
-		for _, name := range []string{engineer, ldaptest.Domain + `\` + engineer, strings.ToLower(ldaptest.Domain) + `\` + engineer,
-			engineer + "@" + ldaptest.UPNSuffix} {
+		for _, name := range []string{s.engineer, ldaptest.Domain + `\` + s.engineer, strings.ToLower(ldaptest.Domain) + `\` + s.engineer,
+			s.engineer + "@" + ldaptest.UPNSuffix} {
 			code, token, user := s.login(t, name, pw)
-			if code != 200 || user != engineer {
-				t.Fatalf("logon as %s: %d, user %q; want 200 as %s", name, code, user, engineer)
+			if code != 200 || user != s.engineer {
+				t.Fatalf("logon as %s: %d, user %q; want 200 as %s", name, code, user, s.engineer)
 			}
 			code, got := s.resources(t, token)
 			if code != 200 {
@@ -203,32 +230,32 @@ func TestDirectoryLogons(t *testing.T) {
 			if want == nil {
 				want = got
 			} else if !slices.Equal(got, want) {
-				t.Fatalf("logged on as %s, %s may use %d resources; as another form, %d", name, engineer, len(got), len(want))
+				t.Fatalf("logged on as %s, %s may use %d resources; as another form, %d", name, s.engineer, len(got), len(want))
 			}
 		}
-		// all-staff through team50 -> dept10 -> all-staff; engineers by DN.
+		// all-staff through team -> department -> all-staff; engineers by DN.
 		for _, r := range []string{office[0], engineering[0]} {
 			if !slices.Contains(want, r) {
-				t.Errorf("%s may not use %q: %v", engineer, r, want)
+				t.Errorf("%s may not use %q: %v", s.engineer, r, want)
 			}
 		}
-		code, token, _ := s.login(t, clerk, pw)
+		code, token, _ := s.login(t, s.clerk, pw)
 		if code != 200 {
-			t.Fatalf("logon as %s: %d", clerk, code)
+			t.Fatalf("logon as %s: %d", s.clerk, code)
 		}
 		_, got := s.resources(t, token)
 		if !slices.Contains(got, office[0]) || slices.Contains(got, engineering[0]) {
-			t.Errorf("%s (not in team50) may use %v; want the office applications only", clerk, got)
+			t.Errorf("%s (not in the engineers' team) may use %v; want the office applications only", s.clerk, got)
 		}
 	})
 
 	t.Run("NFuse, three name forms, cleartext and ctx1", func(t *testing.T) {
 		for _, creds := range []string{
-			cleartextCreds(engineer, pw, ""),
-			cleartextCreds(engineer, pw, ldaptest.Domain),
-			cleartextCreds(ldaptest.Domain+`\`+engineer, pw, ""),
-			cleartextCreds(engineer+"@"+ldaptest.UPNSuffix, pw, ""),
-			ctx1Creds(engineer, pw, ldaptest.Domain),
+			cleartextCreds(s.engineer, pw, ""),
+			cleartextCreds(s.engineer, pw, ldaptest.Domain),
+			cleartextCreds(ldaptest.Domain+`\`+s.engineer, pw, ""),
+			cleartextCreds(s.engineer+"@"+ldaptest.UPNSuffix, pw, ""),
+			ctx1Creds(s.engineer, pw, ldaptest.Domain),
 		} {
 			id, apps := s.appData(t, creds)
 			if id != "" || !slices.Contains(apps, engineering[0]) {
@@ -238,24 +265,31 @@ func TestDirectoryLogons(t *testing.T) {
 	})
 
 	t.Run("refused accounts", func(t *testing.T) {
-		for _, c := range []struct {
+		cases := []struct {
 			name, password string
 			rest           int
 			nfuse          string
 		}{
-			{engineer, "wrong-password", 401, "failed-credentials"},
+			{s.engineer, "wrong-password", 401, "failed-credentials"},
 			{"nobody-here", pw, 401, "failed-credentials"},
-			{"OTHERDOMAIN\\" + engineer, pw, 401, "failed-credentials"},
+			{"OTHERDOMAIN\\" + s.engineer, pw, 401, "failed-credentials"},
 			{ldaptest.Disabled, pw, 403, "account-disabled"},
 			{ldaptest.LockedAD, pw, 403, "account-locked-out"},
-			{ldaptest.LockedPPolicy, pw, 403, "account-locked-out"},
 			{ldaptest.Expired, pw, 403, "must-change-credentials"},
 			{ldaptest.Twin, pw, 401, "failed-credentials"},
 			{"user09*", pw, 401, "failed-credentials"}, // never a wildcard
 			{"*", pw, 401, "failed-credentials"},
 			{"user0990)(uid=*", pw, 401, "failed-credentials"},
 			{ldaptest.Star, "wrong-password", 401, "failed-credentials"},
-		} {
+		}
+		if !s.samba { // Samba has no ppolicy overlay
+			cases = append(cases, struct {
+				name, password string
+				rest           int
+				nfuse          string
+			}{ldaptest.LockedPPolicy, pw, 403, "account-locked-out"})
+		}
+		for _, c := range cases {
 			if code, _, _ := s.login(t, c.name, c.password); code != c.rest {
 				t.Errorf("REST logon as %q: %d, want %d", c.name, code, c.rest)
 			}
@@ -266,6 +300,9 @@ func TestDirectoryLogons(t *testing.T) {
 	})
 
 	t.Run("a name holding a star matches itself only", func(t *testing.T) {
+		if s.samba {
+			t.Skip("AD refuses a '*' in sAMAccountName")
+		}
 		if code, _, user := s.login(t, ldaptest.Star, pw); code != 200 || user != ldaptest.Star {
 			t.Errorf("logon as %q: %d as %q", ldaptest.Star, code, user)
 		}
@@ -282,7 +319,7 @@ func TestDirectoryLogons(t *testing.T) {
 	})
 
 	t.Run("launch", func(t *testing.T) {
-		_, token, _ := s.login(t, engineer, pw)
+		_, token, _ := s.login(t, s.engineer, pw)
 		req, _ := http.NewRequest("POST", s.URL()+"/api/v1/resources/"+url.PathEscape(engineering[0])+"/launch", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
@@ -291,7 +328,7 @@ func TestDirectoryLogons(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), engineer) {
+		if resp.StatusCode != 200 || !strings.Contains(string(b), s.engineer) {
 			t.Fatalf("launch by a directory user: %d %s", resp.StatusCode, b)
 		}
 	})
@@ -312,15 +349,15 @@ func TestDirectoryLogons(t *testing.T) {
 		basic := func(user, password string) func(*http.Request) {
 			return func(r *http.Request) { r.SetBasicAuth(user, password) }
 		}
-		if code, body := admin(basic(ldaptest.Domain+`\`+engineer, pw), "GET", "/api/v1/admin/directory"); code != 200 || strings.Contains(body, s.dir.BindPassword) {
+		if code, body := admin(basic(ldaptest.Domain+`\`+s.engineer, pw), "GET", "/api/v1/admin/directory"); code != 200 || strings.Contains(body, s.dir.BindPassword) {
 			t.Fatalf("a member of the admin group on the admin API: %d %.200s", code, body)
 		}
-		for _, c := range [][2]string{{clerk, pw}, {engineer, "wrong-password"}, {localUser, localPassword}} {
+		for _, c := range [][2]string{{s.clerk, pw}, {s.engineer, "wrong-password"}, {localUser, localPassword}} {
 			if code, _ := admin(basic(c[0], c[1]), "GET", "/api/v1/admin/directory"); code != 401 {
 				t.Errorf("%s on the admin API: %d, want 401", c[0], code)
 			}
 		}
-		code, body := admin(basic(engineer, pw), "POST", "/api/v1/admin/tokens")
+		code, body := admin(basic(s.engineer, pw), "POST", "/api/v1/admin/tokens")
 		var tok struct{ Token string }
 		json.Unmarshal([]byte(body), &tok)
 		if code != 201 || tok.Token == "" {
@@ -331,7 +368,7 @@ func TestDirectoryLogons(t *testing.T) {
 			t.Errorf("the directory admin's token: %d", code)
 		}
 		// A user token is no admin token.
-		_, userToken, _ := s.login(t, engineer, pw)
+		_, userToken, _ := s.login(t, s.engineer, pw)
 		if code, _ := admin(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+userToken) }, "GET", "/api/v1/admin/directory"); code != 401 {
 			t.Errorf("a user token on the admin API: %d", code)
 		}
@@ -370,7 +407,7 @@ func (s *directorySite) resourcesOf(t *testing.T, group string) []string {
 // fast with retry-required (NFuse) or 503 (REST), and once the directory
 // is back new users log on again.
 func TestDirectoryFailoverAndOutage(t *testing.T) {
-	s := startDirectorySite(t)
+	s := startDirectorySite(t, false)
 	pw := s.dir.UserPassword
 	verified := []string{"user0101", "user0102", "user0103", "user0104"}
 	for _, u := range verified {
