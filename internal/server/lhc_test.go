@@ -98,7 +98,16 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 
 // newHistory is a history of the demo's users launching the office
 // desktop.
-func newHistory() *bench.History { return bench.NewHistory(lhcPassword, demo.OfficeDesktop) }
+// newHistory is a history of the office desktop's launches. It tolerates
+// (and logs) the known race of a launch whose placement reached the site
+// DB as it was cut while its client was told it failed (bench.History
+// CutRace): the outage then seats a second session (seen in CI about one
+// run in five; a duplicate made any later still fails the test).
+func newHistory() *bench.History {
+	h := bench.NewHistory(lhcPassword, demo.OfficeDesktop)
+	h.CutRace = time.Second
+	return h
+}
 
 // checkHistory checks h against the site DB that dsn names, failing t
 // with each problem found.

@@ -126,6 +126,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate: commit: %w", s.dbErr(ctx, conn, err))
 	}
+	if current == 0 { // a new database logs one line; an upgrade, each step
+		s.log.Info("created site database", logKeyVersion, len(ms))
+		return nil
+	}
 	for _, m := range ms[current:] {
 		s.log.Info("migrated site database", logKeyVersion, m.version, logKeyName, m.name)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strconv"
@@ -87,10 +88,18 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := tooNew(current, len(ms)); err != nil {
 		return err
 	}
+	// A new database logs one line; an upgrade, each step.
+	level := slog.LevelInfo
+	if current == 0 {
+		level = slog.LevelDebug
+	}
 	for _, m := range ms[current:] {
-		if err := s.apply(ctx, m, len(ms)); err != nil {
+		if err := s.apply(ctx, m, len(ms), level); err != nil {
 			return err
 		}
+	}
+	if current == 0 {
+		s.log.Info("created site database", logKeyVersion, len(ms))
 	}
 	// A new site starts with the default settings at version 1.
 	def := site.DefaultSettings()
@@ -105,7 +114,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // apply applies m unless the database has it already. It reads the
 // version inside the write transaction, so that two processes opening one
 // new database do not both apply it.
-func (s *Store) apply(ctx context.Context, m migration, latest int) error {
+func (s *Store) apply(ctx context.Context, m migration, latest int, level slog.Level) error {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", dbErr(err))
@@ -131,7 +140,7 @@ func (s *Store) apply(ctx context.Context, m migration, latest int) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migration %04d_%s: commit: %w", m.version, m.name, dbErr(err))
 	}
-	s.log.Info("migrated site database", logKeyVersion, m.version, logKeyName, m.name)
+	s.log.Log(ctx, level, "migrated site database", logKeyVersion, m.version, logKeyName, m.name)
 	return nil
 }
 

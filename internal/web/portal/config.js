@@ -61,10 +61,13 @@ export const KINDS = {
   },
   groups: {
     title: "Groups", noun: "group",
-    columns: [["name", "Name"], ["description", "Description"]],
+    columns: [["name", "Name"], ["description", "Description"], ["dn", "Directory group"]],
     fields: [
       { key: "name", label: "Name", type: "text", required: true },
       { key: "description", label: "Description", type: "text" },
+      { key: "dn", label: "Directory group (DN)", type: "text", hint: "The directory group this group stands for, by its distinguished name " +
+        "(CN=Engineering,OU=Groups,DC=corp,DC=example,DC=com); its members, nested ones included, are this group's. " +
+        "Empty: a directory group of this group's name." },
     ],
   },
   entitlements: {
