@@ -120,3 +120,77 @@ func TestConcurrentLaunchesOfOneUserGiveOneSession(t *testing.T) {
 		wantLive(t, primary, user, got)
 	})
 }
+
+// TestLaunchLostAtTheCutIsNotDoubled: a launch whose placement reached the
+// site DB as it went away, and whose answer was lost (the user was told it
+// failed), leaves a pending session there that the outage's copy lacks.
+// The user launches again in the outage and is seated anew; once the site
+// DB is back, the lost launch's session is ended, so that the user keeps
+// one session and goes back to the outage's.
+func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
+	ctx := context.Background()
+	primary := newPrimary(t)
+	s := open(t, primary, t.TempDir())
+	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attach(b)
+	for i, m := range demo.Site().Machines {
+		if err := b.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.copyNow(); err != nil {
+		t.Fatal(err)
+	}
+	user, desktop := demo.UserName(3), demo.PooledDesktop
+	live := func(store site.Store) []site.Session {
+		t.Helper()
+		var out []site.Session
+		err := store.View(ctx, func(tx site.Tx) error {
+			p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+			out = p.Items
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	primary.loseAnswers.Store(true)
+	if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop}); site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("the launch whose answer is lost: %v, want it unavailable", err)
+	}
+	primary.loseAnswers.Store(false)
+	lost := live(primary)
+	if len(lost) != 1 || lost[0].State != site.SessionPending {
+		t.Fatalf("the lost launch left %+v in the site DB, want one pending session", lost)
+	}
+
+	primary.down.Store(true)
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+	if err != nil {
+		t.Fatalf("the launch in the outage: %v", err)
+	}
+	primary.down.Store(false)
+	if _, err := s.Force(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if s.InOutage() {
+		t.Fatal("still in outage mode after the force ended")
+	}
+	after := live(primary)
+	if len(after) != 1 || after[0].ID != l.Session.ID {
+		t.Fatalf("after the outage %s holds %+v in the site DB; want only the outage's session %s (the lost launch's %s ended)",
+			user, after, l.Session.ID, lost[0].ID)
+	}
+	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+	if err != nil || again.Session.ID != l.Session.ID {
+		t.Fatalf("the next launch: %+v, %v; want it back on %s", again, err, l.Session.ID)
+	}
+}

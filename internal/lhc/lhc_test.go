@@ -15,10 +15,11 @@ import (
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
 
-// flaky is a site DB that stops answering while down is set.
+// flaky is a site DB that stops answering while down is set, and whose
+// placements are made but their answers lost while loseAnswers is.
 type flaky struct {
 	site.Store
-	down atomic.Bool
+	down, loseAnswers atomic.Bool
 }
 
 func (f *flaky) err() error {
@@ -46,7 +47,11 @@ func (f *flaky) Place(ctx context.Context, p site.Placement) (site.Placed, error
 	if err := f.err(); err != nil {
 		return site.Placed{}, err
 	}
-	return f.Store.Place(ctx, p)
+	out, err := f.Store.Place(ctx, p)
+	if err == nil && f.loseAnswers.Load() {
+		return site.Placed{}, site.Errorf(site.EUnavailable, "connection lost before the answer (test)")
+	}
+	return out, err
 }
 
 // newPrimary is the demo site in a SQLite site DB standing in for the

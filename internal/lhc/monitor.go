@@ -333,6 +333,9 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	s.gate.Lock()
 	n2, err := s.writeBackFrom(ctx, db, local, written)
 	if err == nil {
+		err = s.endPhantoms(ctx, db, written)
+	}
+	if err == nil {
 		err = s.writeStatuses(ctx, db, local)
 	}
 	if err == nil {
@@ -489,6 +492,65 @@ func upsertSession(ctx context.Context, tx site.Tx, sess site.Session) error {
 		return nil
 	}
 	return tx.Sessions().Update(ctx, sess)
+}
+
+// endPhantoms ends, in db, the sessions of placements whose answer was
+// lost as the site DB went away (recent.unsure) once the outage seated
+// their user again in the same delivery group (another live session
+// there, written back): the launch that made such a session was told it
+// failed, its VDA was never told of it and its user has no ticket for it,
+// so it is a phantom that the user's next launch would otherwise go back
+// to beside the outage's session. One still pending and never seated
+// again is left to expire as any abandoned launch does. It runs before
+// writeStatuses, which then writes the statuses of the machines
+// registered in the outage over what it adjusted.
+func (s *Store) endPhantoms(ctx context.Context, db site.Store, written map[string]site.Session) error {
+	for _, id := range s.recent.unsureIDs() {
+		if _, ok := written[id]; ok {
+			continue
+		}
+		var sess site.Session
+		var other string
+		err := db.View(ctx, func(tx site.Tx) (err error) {
+			if sess, err = tx.Sessions().Get(ctx, id); err != nil || sess.State != site.SessionPending {
+				return err
+			}
+			live, err := tx.Sessions().List(ctx, site.SessionFilter{User: sess.User, Live: true}, site.ListOptions{})
+			for _, l := range live.Items {
+				if l.ID != id && l.DeliveryGroup == sess.DeliveryGroup {
+					other = l.ID
+				}
+			}
+			return err
+		})
+		switch {
+		case site.ErrorCode(err) == site.ENotFound:
+			continue // the placement never reached the site DB
+		case err != nil:
+			return fmt.Errorf("read session %s, placed as the site DB went: %w", id, err)
+		case sess.State != site.SessionPending || other == "":
+			continue
+		}
+		err = db.Update(ctx, func(tx site.Tx) error {
+			st, cur, err := site.MachineSession(ctx, tx, sess.Machine, id)
+			if err != nil || cur.State != site.SessionPending {
+				return err
+			}
+			st.Sessions, st.LogonsInProgress = max(0, st.Sessions-1), max(0, st.LogonsInProgress-1)
+			if err := tx.SetMachineStatus(ctx, cur.Machine, st); err != nil {
+				return err
+			}
+			now := s.opts.Now().UTC()
+			cur.State, cur.UpdatedAt, cur.EndedAt = site.SessionLoggedOff, now, now
+			return tx.Sessions().Update(ctx, cur)
+		})
+		if err != nil {
+			return fmt.Errorf("end session %s, placed as the site DB went: %w", id, err)
+		}
+		s.log.Warn("ended a session placed as the site DB went, whose launch was told it failed: the outage seated its user again",
+			"session", id, "user", sess.User, "machine", sess.Machine, "outage_session", other)
+	}
+	return nil
 }
 
 // writeStatuses writes the statuses of the machines registered in the

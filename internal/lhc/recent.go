@@ -19,6 +19,10 @@ type recent struct {
 	// creds are the machine credentials written (enrolments): a VDA
 	// enrolled after the copy was read presents one the copy lacks.
 	creds map[string]recentCred
+	// unsure are the IDs of the sessions of placements whose answer was
+	// lost (the site DB went away while it placed them): they may be in
+	// the site DB, on a machine no one here knows (see endPhantoms).
+	unsure map[string]uint64
 }
 
 type recentCred struct {
@@ -71,6 +75,28 @@ func (r *recent) changed(c site.SessionChange) {
 	r.entries[c.Session] = recentEntry{seq: r.seq, change: &c}
 }
 
+// putUnsure records a placement whose outcome is unknown.
+func (r *recent) putUnsure(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unsure == nil {
+		r.unsure = map[string]uint64{}
+	}
+	r.seq++
+	r.unsure[id] = r.seq
+}
+
+// unsureIDs returns the session IDs of the placements of unknown outcome.
+func (r *recent) unsureIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.unsure))
+	for id := range r.unsure {
+		out = append(out, id)
+	}
+	return out
+}
+
 // mark returns the sequence number of the last write recorded.
 func (r *recent) mark() uint64 {
 	r.mu.Lock()
@@ -90,6 +116,11 @@ func (r *recent) forget(mark uint64) {
 	for m, c := range r.creds {
 		if c.seq <= mark {
 			delete(r.creds, m)
+		}
+	}
+	for id, seq := range r.unsure {
+		if seq <= mark {
+			delete(r.unsure, id)
 		}
 	}
 }

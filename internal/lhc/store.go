@@ -474,6 +474,9 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 		if out, err = db.Place(ctx, p); err != nil {
+			if !definite(err) {
+				s.recent.putUnsure(p.Session.ID)
+			}
 			return err
 		}
 		if out.Session.ID != "" {
@@ -488,6 +491,17 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 		return site.Placed{}, err
 	}
 	return out, nil
+}
+
+// definite reports whether err is the site DB's answer (the placement was
+// refused, and nothing was written) rather than a call whose answer was
+// lost: a cut connection, a timeout, a database going away.
+func definite(err error) bool {
+	switch site.ErrorCode(err) {
+	case site.EInvalid, site.EConflict, site.ENoCapacity, site.ENotFound, site.EForbidden:
+		return true
+	}
+	return false
 }
 
 func (s *Store) ChangeSessions(ctx context.Context, changes []site.SessionChange) (out []site.SessionVerdict, err error) {
