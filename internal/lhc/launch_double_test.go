@@ -3,6 +3,7 @@ package lhc
 import (
 	"context"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/broker"
@@ -192,5 +193,82 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
 	if err != nil || again.Session.ID != l.Session.ID {
 		t.Fatalf("the next launch: %+v, %v; want it back on %s", again, err, l.Session.ID)
+	}
+}
+
+// TestLaunchLostAtTheCutSeatedLater: as above, but the user is seated
+// again by another broker (the zone's leader), whose session reaches the
+// site DB after this broker recovered: the lost launch's session is
+// watched after recovery and ended once it is seen, and left alone when
+// nothing seats the user.
+func TestLaunchLostAtTheCutSeatedLater(t *testing.T) {
+	ctx := context.Background()
+	primary := newPrimary(t)
+	s := open(t, primary, t.TempDir())
+	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attach(b)
+	for i, m := range demo.Site().Machines {
+		if err := b.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.copyNow(); err != nil {
+		t.Fatal(err)
+	}
+	lose := func(user string) site.Session {
+		t.Helper()
+		primary.loseAnswers.Store(true)
+		defer primary.loseAnswers.Store(false)
+		if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: demo.PooledDesktop}); site.ErrorCode(err) != site.EUnavailable {
+			t.Fatalf("the launch whose answer is lost: %v", err)
+		}
+		var out site.Session
+		err := primary.View(ctx, func(tx site.Tx) error {
+			p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+			if err == nil && len(p.Items) == 1 {
+				out = p.Items[0]
+			}
+			return err
+		})
+		if err != nil || out.ID == "" {
+			t.Fatalf("the lost launch's session: %+v, %v", out, err)
+		}
+		return out
+	}
+	seatedLater, alone := lose(demo.UserName(4)), lose(demo.UserName(5))
+
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Force(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) site.SessionState {
+		t.Helper()
+		var sess site.Session
+		if err := primary.View(ctx, func(tx site.Tx) (err error) { sess, err = tx.Sessions().Get(ctx, id); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return sess.State
+	}
+	if got := state(seatedLater.ID); got != site.SessionPending {
+		t.Fatalf("after recovery, with its user seated nowhere else: %s, want pending", got)
+	}
+	// The leader's write-back: the user's session of the outage.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	other := seatedLater
+	other.ID, other.Machine, other.CreatedAt, other.UpdatedAt = "leader-outage-session", "pooled-vda-02", now, now
+	if err := primary.Update(ctx, func(tx site.Tx) error { return tx.Sessions().Create(ctx, other) }); err != nil {
+		t.Fatal(err)
+	}
+	s.observe(ctx, 0, nil) // a probe's answer
+	if got := state(seatedLater.ID); got != site.SessionLoggedOff {
+		t.Errorf("the lost launch's session once its user was seated by the leader: %s, want logged off", got)
+	}
+	if got := state(alone.ID); got != site.SessionPending {
+		t.Errorf("the lost launch's session of a user seated nowhere else: %s, want it left pending (to expire)", got)
 	}
 }

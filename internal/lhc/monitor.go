@@ -169,6 +169,7 @@ func (s *Store) observe(ctx context.Context, version int64, err error) {
 	case !s.outage.Load() && err != nil && now.Sub(last) >= s.enterAt():
 		s.enterOutage(ctx, fmt.Sprintf("the site DB has not answered for %s: %v", now.Sub(last).Round(time.Millisecond), err))
 	case !s.outage.Load() && err == nil:
+		s.watchPhantoms(ctx)
 		s.maybeCopy(version, false)
 	case s.outage.Load() && err == nil && !forced && okFor >= s.opts.RecoverAfter:
 		s.recover(ctx, fmt.Sprintf("the site DB has answered for %s", okFor.Round(time.Millisecond)))
@@ -332,8 +333,9 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	}
 	s.gate.Lock()
 	n2, err := s.writeBackFrom(ctx, db, local, written)
+	var lingering []string
 	if err == nil {
-		err = s.endPhantoms(ctx, db, written)
+		lingering, err = s.endPhantoms(ctx, db, s.recent.unsureIDs(), written)
 	}
 	if err == nil {
 		err = s.writeStatuses(ctx, db, local)
@@ -351,6 +353,10 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	s.outage.Store(false)
 	s.local = nil
 	local.Close()
+	s.lingering = map[string]time.Time{}
+	for _, id := range lingering {
+		s.lingering[id] = s.opts.Now().Add(phantomWatch)
+	}
 	// The copy on disk holds the outage's end, which is newer than
 	// anything written before it.
 	s.recent.forget(s.recent.mark())
@@ -494,18 +500,25 @@ func upsertSession(ctx context.Context, tx site.Tx, sess site.Session) error {
 	return tx.Sessions().Update(ctx, sess)
 }
 
-// endPhantoms ends, in db, the sessions of placements whose answer was
+// phantomWatch is how long after an outage the sessions of placements of
+// unknown outcome are watched for their users being seated again.
+const phantomWatch = 2 * time.Minute
+
+// endPhantoms ends, in db, the sessions ids of placements whose answer was
 // lost as the site DB went away (recent.unsure) once the outage seated
 // their user again in the same delivery group (another live session
 // there, written back): the launch that made such a session was told it
 // failed, its VDA was never told of it and its user has no ticket for it,
 // so it is a phantom that the user's next launch would otherwise go back
-// to beside the outage's session. One still pending and never seated
-// again is left to expire as any abandoned launch does. It runs before
-// writeStatuses, which then writes the statuses of the machines
-// registered in the outage over what it adjusted.
-func (s *Store) endPhantoms(ctx context.Context, db site.Store, written map[string]site.Session) error {
-	for _, id := range s.recent.unsureIDs() {
+// to beside the outage's session. It returns those still pending whose
+// users are not seated again (yet: on a site of several brokers, the
+// zone's leader may write back after this broker), which recovery
+// watches for phantomWatch (watchPhantoms) and otherwise leaves to expire
+// as any abandoned launch does. At recovery it runs before writeStatuses,
+// which then writes the statuses of the machines registered in the
+// outage over what it adjusted.
+func (s *Store) endPhantoms(ctx context.Context, db site.Store, ids []string, written map[string]site.Session) (lingering []string, err error) {
+	for _, id := range ids {
 		if _, ok := written[id]; ok {
 			continue
 		}
@@ -527,8 +540,11 @@ func (s *Store) endPhantoms(ctx context.Context, db site.Store, written map[stri
 		case site.ErrorCode(err) == site.ENotFound:
 			continue // the placement never reached the site DB
 		case err != nil:
-			return fmt.Errorf("read session %s, placed as the site DB went: %w", id, err)
-		case sess.State != site.SessionPending || other == "":
+			return lingering, fmt.Errorf("read session %s, placed as the site DB went: %w", id, err)
+		case sess.State != site.SessionPending:
+			continue
+		case other == "":
+			lingering = append(lingering, id)
 			continue
 		}
 		err = db.Update(ctx, func(tx site.Tx) error {
@@ -545,12 +561,44 @@ func (s *Store) endPhantoms(ctx context.Context, db site.Store, written map[stri
 			return tx.Sessions().Update(ctx, cur)
 		})
 		if err != nil {
-			return fmt.Errorf("end session %s, placed as the site DB went: %w", id, err)
+			return lingering, fmt.Errorf("end session %s, placed as the site DB went: %w", id, err)
 		}
 		s.log.Warn("ended a session placed as the site DB went, whose launch was told it failed: the outage seated its user again",
 			"session", id, "user", sess.User, "machine", sess.Machine, "outage_session", other)
 	}
-	return nil
+	return lingering, nil
+}
+
+// watchPhantoms runs endPhantoms again on the sessions recovery left
+// lingering, until their users are seated again or phantomWatch has
+// passed. The caller holds trans.
+func (s *Store) watchPhantoms(ctx context.Context) {
+	if len(s.lingering) == 0 {
+		return
+	}
+	db := s.Primary()
+	if db == nil {
+		return
+	}
+	now := s.opts.Now()
+	ids := make([]string, 0, len(s.lingering))
+	for id, until := range s.lingering {
+		if now.After(until) {
+			delete(s.lingering, id)
+		} else {
+			ids = append(ids, id)
+		}
+	}
+	left, err := s.endPhantoms(ctx, db, ids, nil)
+	if err != nil {
+		s.log.Warn("check the sessions placed as the site DB went", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if !slices.Contains(left, id) {
+			delete(s.lingering, id)
+		}
+	}
 }
 
 // writeStatuses writes the statuses of the machines registered in the

@@ -153,6 +153,11 @@ type Store struct {
 		suspect context.Context
 		cancel  context.CancelFunc
 	}
+	// lingering are the sessions of placements of unknown outcome that
+	// recovery found pending and their users not seated again yet (the
+	// zone's leader may write its outage's sessions back later), watched
+	// until the time given (endPhantoms); under trans.
+	lingering map[string]time.Time
 	// trans serializes the transitions between modes; copyMu, a copy's
 	// replacing the file with outage mode's opening it.
 	trans  sync.Mutex
