@@ -3,8 +3,8 @@ package lhc
 import (
 	"context"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/demo"
