@@ -97,8 +97,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 }
 
 // newHistory is a history of the demo's users launching the office
-// desktop.
-// newHistory is a history of the office desktop's launches. A launch
+// desktop. A launch
 // whose placement reached the site DB as it was cut, while its client was
 // told it failed, must not leave its user a second session (lhc
 // endPhantoms): the history does not tolerate one (no CutRace).
