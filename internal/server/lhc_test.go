@@ -97,10 +97,10 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 }
 
 // newHistory is a history of the demo's users launching the office
-// desktop. A launch
-// whose placement reached the site DB as it was cut, while its client was
-// told it failed, must not leave its user a second session (lhc
-// endPhantoms): the history does not tolerate one (no CutRace).
+// desktop. A launch whose placement reached the site DB as it was cut,
+// while its client was told it failed, must not leave its user a second
+// session (lhc endPhantoms): the history does not tolerate one (no
+// CutRace).
 func newHistory() *bench.History { return bench.NewHistory(lhcPassword, demo.OfficeDesktop) }
 
 // checkHistory checks h against the site DB that dsn names, failing t
