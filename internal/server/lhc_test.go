@@ -364,7 +364,6 @@ func newZoneOfTwo(t *testing.T) *zoneOfTwo {
 func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 	z := newZoneOfTwo(t)
 	h := newHistory()
-	// h.CutRace = time.Second
 	stopA := startClients(h, z.a.URL, 2)
 	defer stopA()
 	stopB := startClientsFrom(h, z.b.URL, 2, 60)
