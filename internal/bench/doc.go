@@ -10,6 +10,9 @@
 //   - LogonStorm: users logging on and launching at a fixed arrival rate
 //     (Citrix's 20/s sizing test), and the highest rate held with bounded
 //     latency;
+//   - DirectoryLogonStorm: logons of an LDAP directory's users (slapd
+//     started for the run by internal/ldaptest), cold and warm, beside the
+//     site's own users, with the directory's operations per logon;
 //   - Enumerate: the LHC and IMA/FMA enumeration tests, 400 applications enumerated over NFuse
 //     at stepped concurrency, beside nginx serving the same bytes.
 //
@@ -18,5 +21,6 @@
 // internal/server site), through a StartFunc. It only ever loads the URL
 // of the site it was given. It imports the domain (site, demo, auth) and
 // loadgen, and, for the WAN experiment, pgadmin (a schema per run), pgstore
-// (its pool size) and toxiproxy; only cmd/usher imports it.
+// (its pool size) and toxiproxy, and for the directory storm ldaptest and
+// ldapauth (its operations' names); only cmd/usher imports it.
 package bench
