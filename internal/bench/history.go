@@ -32,10 +32,11 @@ type History struct {
 	// CutRace tolerates, and notes, a user's second session where one of
 	// the two was made (the site DB's created_at) or acknowledged within
 	// CutRace of Mark's time: a launch that raced the site DB's cut can
-	// be missed by the zone's leader (a known bug: the session reaches the
-	// site DB but not the handover). The creation counts because such a
-	// launch's client is often not told (its answer is lost with the cut)
-	// and acknowledges the session only later, going back to it.
+	// leave its user a second session (a known bug: lhc ends the session
+	// of a launch whose answer was lost at the cut, but one made just
+	// before the cut and acknowledged in the outage has been seen doubled
+	// too). The creation counts because such a launch's client is often
+	// not told at once, and acknowledges the session only later.
 	CutRace time.Duration
 
 	mu        sync.Mutex
