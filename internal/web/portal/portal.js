@@ -224,12 +224,24 @@ function focusMain() {
 
 // ---- log on and off ----
 
+// What a failed logon says. A 403 (the password was right: the account is
+// disabled, locked out in the directory, or its password expired) and a 503
+// (too many attempts, the site busy, the directory unreachable) show the
+// server's reason when it gives one; a 401 never tells more than this.
 const logonMessages = {
   401: "Wrong user name or password. After too many failed attempts an account is locked for a while: check your password and try again later, or ask your help desk.",
-  403: "Your account is disabled. Ask your help desk.",
+  403: "Your account cannot log on now. Ask your help desk.",
   429: "Too many attempts from your computer. Wait a moment and try again.",
   503: "Too many attempts from your computer, or the site is busy. Wait a moment and try again.",
 };
+
+function logonMessage(e) {
+  if ((e.status === 403 || e.status === 503) && e.code && e.message) {
+    const m = e.message.charAt(0).toUpperCase() + e.message.slice(1);
+    return /[.!?]$/.test(m) ? m : m + ".";
+  }
+  return logonMessages[e.status] || e.message;
+}
 
 async function logon(ev) {
   ev.preventDefault();
@@ -254,7 +266,7 @@ async function logon(ev) {
     const target = wanted && wanted !== "#/logon" ? wanted : "#/apps";
     if (location.hash === target) route(); else location.hash = target;
   } catch (e) {
-    err.textContent = logonMessages[e.status] || e.message;
+    err.textContent = logonMessage(e);
     $("password").focus();
   } finally {
     button.disabled = false;
