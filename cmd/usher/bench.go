@@ -197,6 +197,27 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return sync.OnceFunc(func() { pprof.StopCPUProfile(); f.Close() }), nil
 }
 
+// runBench runs one experiment in the environment b sets up, prints its
+// report and writes its directory (as bench NAME args). A report comes
+// back with the experiment's error, if any: what was measured before the
+// failure is kept.
+func (m *Main) runBench(b benchFlags, args []string, name string, run func(bench.Env) (*loadgen.Report, error)) error {
+	env, done, err := m.benchEnv(b)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := run(env)
+	done() // the profile and the bench's data go before the report is written
+	if rep == nil {
+		return err
+	}
+	if rerr := m.benchReport(rep, b, args, name); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
 // benchReport prints a report's tables and writes its directory.
 func (m *Main) benchReport(rep *loadgen.Report, b benchFlags, args []string, name string) error {
 	rep.Command = shellCommand(append([]string{"usher", "bench", name}, args...)...)
@@ -262,29 +283,17 @@ func (m *Main) benchLaunch(ctx context.Context, args []string) error {
 	} else if *db != "" {
 		return usageError{"--db needs --rtt: without it the bench site runs on embedded SQLite"}
 	}
-	env, done, err := m.benchEnv(b)
-	if err != nil {
-		return err
-	}
-	defer done()
-	var rep *loadgen.Report
-	if wan.RTTs != nil {
-		rep, err = bench.LaunchOverLatency(ctx, env, wan)
+	return m.runBench(b, args, "launch", func(env bench.Env) (*loadgen.Report, error) {
+		if wan.RTTs == nil {
+			return bench.Launch(ctx, env, cfg)
+		}
+		rep, err := bench.LaunchOverLatency(ctx, env, wan)
 		if errors.Is(err, bench.ErrNoPostgres) {
 			err = fmt.Errorf("%w\nStart the local server (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start, "+
 				"which answers at %s), or name another with --db or $USHER_DB", err, bench.DefaultDB)
 		}
-	} else {
-		rep, err = bench.Launch(ctx, env, cfg)
-	}
-	done()
-	if rep == nil {
-		return err
-	}
-	if rerr := m.benchReport(rep, b, args, "launch"); rerr != nil {
-		return rerr
-	}
-	return err
+		return rep, err
+	})
 }
 
 func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
@@ -321,20 +330,7 @@ func (m *Main) benchLogonStorm(ctx context.Context, args []string) error {
 			return usageError{"--ramp " + err.Error()}
 		}
 	}
-	env, done, err := m.benchEnv(b)
-	if err != nil {
-		return err
-	}
-	defer done()
-	rep, err := bench.LogonStorm(ctx, env, cfg)
-	done()
-	if rep == nil {
-		return err
-	}
-	if rerr := m.benchReport(rep, b, args, "logon-storm"); rerr != nil {
-		return rerr
-	}
-	return err
+	return m.runBench(b, args, "logon-storm", func(env bench.Env) (*loadgen.Report, error) { return bench.LogonStorm(ctx, env, cfg) })
 }
 
 // benchDirectoryStorm is bench logon-storm --directory: the flags the
@@ -368,20 +364,9 @@ func (m *Main) benchDirectoryStorm(ctx context.Context, fs *flag.FlagSet, args [
 	case cfg.WarmRounds < 1 || cfg.WarmRounds > 1000:
 		return usageError{"--warm-rounds must be 1 to 1000"}
 	}
-	env, done, err := m.benchEnv(b)
-	if err != nil {
-		return err
-	}
-	defer done()
-	rep, err := bench.DirectoryLogonStorm(ctx, env, cfg)
-	done()
-	if rep == nil {
-		return err
-	}
-	if rerr := m.benchReport(rep, b, args, "logon-storm"); rerr != nil {
-		return rerr
-	}
-	return err
+	return m.runBench(b, args, "logon-storm", func(env bench.Env) (*loadgen.Report, error) {
+		return bench.DirectoryLogonStorm(ctx, env, cfg)
+	})
 }
 
 func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
@@ -422,20 +407,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	if cfg.URL != "" && !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return usageError{fmt.Sprintf("--url %q is not an http:// or https:// URL", cfg.URL)}
 	}
-	env, done, err := m.benchEnv(b)
-	if err != nil {
-		return err
-	}
-	defer done()
-	rep, err := bench.Enumerate(ctx, env, cfg)
-	done()
-	if rep == nil {
-		return err
-	}
-	if rerr := m.benchReport(rep, b, args, "enumerate"); rerr != nil {
-		return rerr
-	}
-	return err
+	return m.runBench(b, args, "enumerate", func(env bench.Env) (*loadgen.Report, error) { return bench.Enumerate(ctx, env, cfg) })
 }
 
 // benchSite is an all-in-one site run for a bench.
