@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -265,32 +264,8 @@ func (c directoryCounters) sub(o directoryCounters) (ops, seconds map[ldapauth.O
 // site's /metrics, summed over servers; a site that does not serve them
 // gives counters that are not ok.
 func scrapeDirectory(ctx context.Context, client *http.Client, base string) directoryCounters {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return directoryCounters{}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return directoryCounters{}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return directoryCounters{}
-	}
-	c := directoryCounters{ops: map[ldapauth.Op]float64{}, seconds: map[ldapauth.Op]float64{}, ok: true}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:i]
+	c := directoryCounters{ops: map[ldapauth.Op]float64{}, seconds: map[ldapauth.Op]float64{}}
+	c.ok = scrapeMetrics(ctx, client, base, func(name string, v float64) {
 		op := ldapauth.Op(labelValue(name, "op"))
 		switch {
 		case strings.HasPrefix(name, "usher_directory_operations_total{"):
@@ -301,27 +276,11 @@ func scrapeDirectory(ctx context.Context, client *http.Client, base string) dire
 		case strings.HasPrefix(name, "usher_directory_operation_duration_seconds_sum{"):
 			c.seconds[op] += v
 		}
-	}
-	if sc.Err() != nil {
+	})
+	if !c.ok {
 		return directoryCounters{}
 	}
 	return c
-}
-
-// labelValue returns the value of label key in a Prometheus sample's
-// name{labels}, "" when it has none. Values with escaped quotes are not
-// told apart (the directory's labels have none).
-func labelValue(sample, key string) string {
-	_, labels, ok := strings.Cut(sample, "{")
-	if !ok {
-		return ""
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
-		if k, v, ok := strings.Cut(l, "="); ok && k == key {
-			return strings.Trim(v, `"`)
-		}
-	}
-	return ""
 }
 
 // directoryReport fills rep with the phases' tables, headlines and notes.

@@ -34,19 +34,40 @@ func (c siteCounters) Sub(o siteCounters) siteCounters {
 // scrapeSite reads the site's /metrics; a site that does not serve them
 // gives counters that are not ok.
 func scrapeSite(ctx context.Context, client *http.Client, base string) siteCounters {
+	c := siteCounters{}
+	c.ok = scrapeMetrics(ctx, client, base, func(name string, v float64) {
+		switch {
+		case strings.HasPrefix(name, `usher_broker_transactions_total{`) && strings.Contains(name, `operation="register"`):
+			c.registrations += v
+		case name == "usher_broker_reconnections_total":
+			c.reconnects += v
+		case strings.HasPrefix(name, `usher_machines{`) && strings.Contains(name, `state="registered"`):
+			c.registered += v // summed over zone
+		}
+	})
+	if !c.ok {
+		return siteCounters{}
+	}
+	return c
+}
+
+// scrapeMetrics reads the site's /metrics and gives each sample's
+// name{labels} and value to visit. It reports whether the whole page was
+// read: false when the site does not serve it (visit may have seen part
+// of it then).
+func scrapeMetrics(ctx context.Context, client *http.Client, base string, visit func(sample string, v float64)) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return siteCounters{}
+		return false
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return siteCounters{}
+		return false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return siteCounters{}
+		return false
 	}
-	c := siteCounters{ok: true}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -55,18 +76,25 @@ func scrapeSite(ctx context.Context, client *http.Client, base string) siteCount
 		if i < 0 || strings.HasPrefix(line, "#") {
 			continue
 		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		switch name := line[:i]; {
-		case strings.HasPrefix(name, `usher_broker_transactions_total{`) && strings.Contains(name, `operation="register"`):
-			c.registrations += v
-		case name == "usher_broker_reconnections_total":
-			c.reconnects += v
-		case strings.HasPrefix(name, `usher_machines{`) && strings.Contains(name, `state="registered"`):
-			c.registered += v // summed over zone
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			visit(line[:i], v)
 		}
 	}
-	return c
+	return sc.Err() == nil
+}
+
+// labelValue returns the value of label key in a Prometheus sample's
+// name{labels}, "" when it has none. Values with escaped quotes are not
+// told apart (the site's labels have none).
+func labelValue(sample, key string) string {
+	_, labels, ok := strings.Cut(sample, "{")
+	if !ok {
+		return ""
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+		if k, v, ok := strings.Cut(l, "="); ok && k == key {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
