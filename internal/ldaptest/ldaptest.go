@@ -132,14 +132,24 @@ var tools = []string{"slapd", "slapadd", "ldapsearch", "ldapmodify"}
 // CI=true) when slapd or its tools are missing.
 func Start(tb TB, opts Options) *Directory {
 	tb.Helper()
-	d, err := Launch(opts)
-	if errors.Is(err, ErrNotInstalled) {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(err)
-		}
+	return start(tb, Launch, opts)
+}
+
+// start launches a directory for tb and closes it when tb ends. It skips
+// tb when the directory's programs are missing (fails it with CI=true),
+// or when its ports are taken (ErrPortsTaken: even under CI, another
+// server holds them).
+func start(tb TB, launch func(Options) (*Directory, error), opts Options) *Directory {
+	tb.Helper()
+	d, err := launch(opts)
+	switch {
+	case errors.Is(err, ErrPortsTaken):
 		tb.Skip(err)
-	}
-	if err != nil {
+	case errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "true":
+		tb.Fatal(err)
+	case errors.Is(err, ErrNotInstalled):
+		tb.Skip(err)
+	case err != nil:
 		tb.Fatalf("%v", err)
 	}
 	tb.Cleanup(func() { d.Close() })
@@ -195,7 +205,11 @@ func Launch(opts Options) (*Directory, error) {
 
 // Installed returns nil when slapd and its tools are installed, else an
 // error wrapping ErrNotInstalled that names the one missing.
-func Installed() error {
+func Installed() error { return installed(tools) }
+
+// installed returns nil when every one of tools is installed, else an
+// error wrapping ErrNotInstalled that names the one missing.
+func installed(tools []string) error {
 	for _, tool := range tools {
 		if _, err := lookPath(tool); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrNotInstalled, tool, err)

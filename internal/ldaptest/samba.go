@@ -50,55 +50,24 @@ var ErrPortsTaken = errors.New("ldaptest: Samba's LDAP ports are taken")
 // about ten seconds.
 func StartSamba(tb TB, opts Options) *Directory {
 	tb.Helper()
-	d, err := LaunchSamba(opts)
-	if errors.Is(err, ErrPortsTaken) {
-		tb.Skip(err) // even under CI: another server holds the ports
-	}
-	if errors.Is(err, ErrNotInstalled) {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(err)
-		}
-		tb.Skip(err)
-	}
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() { d.Close() })
-	return d
+	return start(tb, LaunchSamba, opts)
 }
 
 // LaunchSamba is StartSamba without a test: the caller must Close the
 // directory. It returns an error wrapping ErrNotInstalled when Samba or
 // the LDAP tools are missing, ErrPortsTaken when the ports are.
 func LaunchSamba(opts Options) (*Directory, error) {
-	for _, tool := range sambaTools {
-		if _, err := lookPath(tool); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrNotInstalled, tool, err)
-		}
-	}
-	// One Samba at a time on this machine: tests of several packages
-	// run at once, and all need the same ports.
-	unlock, err := lockSamba()
-	if err != nil {
+	if err := installed(sambaTools); err != nil {
 		return nil, err
-	}
-	for _, port := range []string{"389", "636"} {
-		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
-			c.Close()
-			unlock()
-			return nil, fmt.Errorf("%w: 127.0.0.1:%s answers", ErrPortsTaken, port)
-		}
 	}
 	if opts.Users <= 0 {
 		opts.Users = 100
 	}
 	if opts.Servers > 1 {
-		unlock()
 		return nil, errors.New("ldaptest: one Samba server at most")
 	}
 	ca, err := NewCA("usher ldaptest Samba CA")
 	if err != nil {
-		unlock()
 		return nil, fmt.Errorf("ldaptest: %w", err)
 	}
 	d := &Directory{
@@ -108,7 +77,18 @@ func LaunchSamba(opts Options) (*Directory, error) {
 		UserPassword: "Passw0rd-" + randomHex(4),
 		Users:        opts.Users,
 	}
-	d.unlock = unlock
+	// One Samba at a time on this machine: tests of several packages
+	// run at once, and all need the same ports. Close releases it.
+	if d.unlock, err = lockSamba(); err != nil {
+		return nil, err
+	}
+	for _, port := range []string{"389", "636"} {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
+			c.Close()
+			d.Close()
+			return nil, fmt.Errorf("%w: 127.0.0.1:%s answers", ErrPortsTaken, port)
+		}
+	}
 	if d.root, err = os.MkdirTemp("", "usher-sambatest-*"); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("ldaptest: %w", err)
