@@ -19,22 +19,7 @@ import (
 // written back once.
 func TestConcurrentLaunchesOfOneUserGiveOneSession(t *testing.T) {
 	ctx := context.Background()
-	primary := newPrimary(t)
-	s := open(t, primary, t.TempDir())
-	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Attach(b)
-	cfg := demo.Site()
-	for i, m := range cfg.Machines {
-		if err := b.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.copyNow(); err != nil {
-		t.Fatal(err)
-	}
+	primary, s, b := brokerOnCopy(t)
 
 	// launchAll launches each resource for user 16 times at once and
 	// returns the one session each got.
@@ -122,13 +107,10 @@ func TestConcurrentLaunchesOfOneUserGiveOneSession(t *testing.T) {
 	})
 }
 
-// TestLaunchLostAtTheCutIsNotDoubled: a launch whose placement reached the
-// site DB as it went away, and whose answer was lost (the user was told it
-// failed), leaves a pending session there that the outage's copy lacks.
-// The user launches again in the outage and is seated anew; once the site
-// DB is back, the lost launch's session is ended, so that the user keeps
-// one session and goes back to the outage's.
-func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
+// brokerOnCopy is a broker on a Store over the demo site (in a flaky
+// site DB), every demo machine registered, and a copy taken.
+func brokerOnCopy(t *testing.T) (*flaky, *Store, *broker.Broker) {
+	t.Helper()
 	ctx := context.Background()
 	primary := newPrimary(t)
 	s := open(t, primary, t.TempDir())
@@ -145,6 +127,18 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	if err := s.copyNow(); err != nil {
 		t.Fatal(err)
 	}
+	return primary, s, b
+}
+
+// TestLaunchLostAtTheCutIsNotDoubled: a launch whose placement reached the
+// site DB as it went away, and whose answer was lost (the user was told it
+// failed), leaves a pending session there that the outage's copy lacks.
+// The user launches again in the outage and is seated anew; once the site
+// DB is back, the lost launch's session is ended, so that the user keeps
+// one session and goes back to the outage's.
+func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
+	ctx := context.Background()
+	primary, s, b := brokerOnCopy(t)
 	user, desktop := demo.UserName(3), demo.PooledDesktop
 	live := func(store site.Store) []site.Session {
 		t.Helper()
@@ -203,21 +197,7 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 // nothing seats the user.
 func TestLaunchLostAtTheCutSeatedLater(t *testing.T) {
 	ctx := context.Background()
-	primary := newPrimary(t)
-	s := open(t, primary, t.TempDir())
-	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Attach(b)
-	for i, m := range demo.Site().Machines {
-		if err := b.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.copyNow(); err != nil {
-		t.Fatal(err)
-	}
+	primary, s, b := brokerOnCopy(t)
 	lose := func(user string) site.Session {
 		t.Helper()
 		primary.loseAnswers.Store(true)
