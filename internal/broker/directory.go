@@ -151,7 +151,7 @@ func (b *Broker) directory(name string) (st *directoryState, key string, ok bool
 // directory cannot be reached) says the account may log on.
 func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
 	gkey := guardKey(AccountUser, key)
-	if e := b.directoryEntry(name); e != nil && b.cfg.Verified.Known(gkey, password, e.user.Directory) {
+	if e := b.entry(st, key); e != nil && b.cfg.Verified.Known(gkey, password, e.user.Directory) {
 		if b.cfg.SiteLockout && b.siteClear.fresh(gkey, b.cfg.Now()) {
 			at, err := b.guard.Reserve("", source)
 			if err != nil {
@@ -224,7 +224,7 @@ func (b *Broker) directoryUser(ctx context.Context, name string) (*site.User, er
 	if !ok {
 		return nil, nil
 	}
-	if e := b.directoryEntry(name); e != nil {
+	if e := b.entry(st, key); e != nil {
 		return e.user, nil
 	}
 	id, err := st.dir.Lookup(ctx, name)
@@ -245,6 +245,11 @@ func (b *Broker) directoryEntry(name string) *dirEntry {
 	if !ok {
 		return nil
 	}
+	return b.entry(st, key)
+}
+
+// entry is directoryEntry for the user of key in st.
+func (b *Broker) entry(st *directoryState, key string) *dirEntry {
 	e := st.get(key)
 	if e != nil {
 		b.refreshStale(st, key, e)
@@ -341,12 +346,13 @@ func (b *Broker) User(ctx context.Context, name string) (*site.User, error) {
 // directory groups stand for (see Snapshot.DirectoryGroups), as last read.
 // Unknown users get nothing.
 func (b *Broker) EntitlementsOf(s *Snapshot, user string) *Entitlements {
-	if _, ok := s.User(user); !ok {
+	u, ok := s.User(user)
+	if !ok {
 		if e := b.directoryEntry(user); e != nil {
 			return s.EntitlementsOfMember(e.user.Name, s.DirectoryGroups(e.groups.Groups, e.groups.GroupDNs))
 		}
 	}
-	return s.EntitlementsOf(user)
+	return s.entitlementsOf(u, ok)
 }
 
 // LogonName returns the name to authenticate for a user name as typed
@@ -396,9 +402,12 @@ func (b *Broker) DirectoryAdmin(u *site.User) bool {
 	if u == nil || u.Directory == "" {
 		return false
 	}
-	e := b.directoryEntry(u.Name)
-	st := b.dir.Load()
-	if e == nil || st == nil || e.user.Directory != u.Directory {
+	st, key, ok := b.directory(u.Name)
+	if !ok {
+		return false
+	}
+	e := b.entry(st, key)
+	if e == nil || e.user.Directory != u.Directory {
 		return false
 	}
 	for _, g := range st.settings.AdminGroups {

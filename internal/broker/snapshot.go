@@ -254,6 +254,11 @@ func ptrMap(m *map[string]*blob.Blob) map[string]*blob.Blob {
 // disabled users get nothing.
 func (s *Snapshot) EntitlementsOf(user string) *Entitlements {
 	u, ok := s.users[site.FoldName(user)]
+	return s.entitlementsOf(u, ok)
+}
+
+// entitlementsOf is EntitlementsOf for the user found (ok) by User.
+func (s *Snapshot) entitlementsOf(u *site.User, ok bool) *Entitlements {
 	if !ok || u.Disabled {
 		return &Entitlements{Key: "none", groups: map[string][]string{}}
 	}
