@@ -131,6 +131,16 @@ func Site() *site.Config {
 		{Name: "helpdesk-assigned-desktops", DeliveryGroup: AssignedDesktops, Groups: []string{Helpdesk}},
 	}
 
+	// Network-boot targets (usher serve --boot-listen): two kiosks that
+	// boot the image "kiosk" of the image store, one through a server-side
+	// write cache, one pinned to version 1 with its writes in its RAM.
+	pinned := 1
+	c.Targets = []site.Target{
+		{Name: "kiosk-01", MAC: "52:54:00:00:01:01", Image: "kiosk", Cache: site.CacheServerDisk,
+			Description: "Booted from the production version; its writes go to the stream's disk."},
+		{Name: "kiosk-02", MAC: "52:54:00:00:01:02", Image: "kiosk", Version: &pinned, Cache: site.CacheRAMOverflow, RAM: "256MiB"},
+	}
+
 	c.Normalize()
 	return c
 }

@@ -42,7 +42,22 @@ func (t *outageTx) Desktops() site.Collection[site.Resource] {
 func (t *outageTx) Entitlements() site.Collection[site.Entitlement] {
 	return refusing(t.Tx.Entitlements(), t.refuse)
 }
+func (t *outageTx) Targets() site.Collection[site.Target] {
+	return refusing(t.Tx.Targets(), t.refuse)
+}
 func (t *outageTx) Admins() site.Collection[site.Admin] { return refusing(t.Tx.Admins(), t.refuse) }
+
+// Boots are read from the copy, which holds none (the boot log is the
+// site DB's); a boot is not recorded while the site DB is down (the boot
+// server logs it and serves the boot all the same).
+func (t *outageTx) Boots() site.BootLog { return refusedBoots{t.Tx.Boots(), t.refuse} }
+
+type refusedBoots struct {
+	site.BootLog
+	refuse func() error
+}
+
+func (b refusedBoots) Record(context.Context, site.BootRecord) error { return b.refuse() }
 
 func (t *outageTx) Sessions() site.Sessions { return journaling{t.Tx.Sessions(), t} }
 

@@ -106,6 +106,8 @@ func applyChanges(ctx context.Context, tx Tx, base *Config, changes []ConfigChan
 			}
 		case KindEntitlement:
 			c.Entitlements, err = reread(ctx, tx.Entitlements(), c.Entitlements, ch.Name, entitlementName, false)
+		case KindTarget:
+			c.Targets, err = reread(ctx, tx.Targets(), c.Targets, ch.Name, targetName, false)
 		default:
 			return LoadConfig(ctx, tx) // a kind this version does not know
 		}

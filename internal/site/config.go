@@ -22,6 +22,9 @@ type Config struct {
 	Applications   []Resource      `json:"applications" yaml:"applications"`
 	Desktops       []Resource      `json:"desktops" yaml:"desktops"`
 	Entitlements   []Entitlement   `json:"entitlements" yaml:"entitlements"`
+	// Targets are the machines that boot over the network from the
+	// image store.
+	Targets []Target `json:"targets" yaml:"targets"`
 }
 
 // LoadConfig reads the whole configuration in tx.
@@ -59,6 +62,9 @@ func LoadConfig(ctx context.Context, tx Tx) (*Config, error) {
 		return nil, err
 	}
 	if c.Entitlements, err = all(ctx, tx.Entitlements()); err != nil {
+		return nil, err
+	}
+	if c.Targets, err = all(ctx, tx.Targets()); err != nil {
 		return nil, err
 	}
 	c.Normalize()
@@ -128,6 +134,10 @@ func (c *Config) normalizeFrom(base *Config) {
 		e.Resources, e.Users, e.Groups = normList(e.Resources), normList(e.Users), normList(e.Groups)
 	}
 	sortByName(c.Entitlements, func(e Entitlement) string { return e.Name })
+	for i := range c.Targets {
+		c.Targets[i].normalize()
+	}
+	sortByName(c.Targets, func(t Target) string { return t.Name })
 	nilIfEmpty(&c.Zones)
 	nilIfEmpty(&c.Catalogs)
 	nilIfEmpty(&c.Groups)
@@ -137,6 +147,7 @@ func (c *Config) normalizeFrom(base *Config) {
 	nilIfEmpty(&c.Applications)
 	nilIfEmpty(&c.Desktops)
 	nilIfEmpty(&c.Entitlements)
+	nilIfEmpty(&c.Targets)
 }
 
 // sameAccounts reports whether c's users, groups and the references to
@@ -284,6 +295,7 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 		KindMachine: make(map[string]string, len(c.Machines)), KindDeliveryGroup: make(map[string]string, len(c.DeliveryGroups)),
 		KindApplication: make(map[string]string, len(c.Applications)+len(c.Desktops)),
 		KindEntitlement: make(map[string]string, len(c.Entitlements)),
+		KindTarget:      make(map[string]string, len(c.Targets)),
 	}
 	add := func(kind Kind, name string, err error) error {
 		if err != nil {
@@ -355,6 +367,17 @@ func (c *Config) validate(same func(Kind, string) bool) error {
 		if err := add(KindEntitlement, e.Name, own(KindEntitlement, e.Name, e.Validate)); err != nil {
 			return err
 		}
+	}
+
+	macs := make(map[string]string, len(c.Targets)) // MAC -> target
+	for _, t := range c.Targets {
+		if err := add(KindTarget, t.Name, own(KindTarget, t.Name, t.Validate)); err != nil {
+			return err
+		}
+		if other, ok := macs[t.MAC]; ok {
+			return Errorf(EConflict, "target %q: mac %s is already target %q's", t.Name, t.MAC, other).about(KindTarget, t.Name).At("mac")
+		}
+		macs[t.MAC] = t.Name
 	}
 
 	// References.
@@ -450,11 +473,19 @@ func (c *Config) ObjectCount() map[Kind]int {
 		KindZone: len(c.Zones), KindCatalog: len(c.Catalogs), KindGroup: len(c.Groups),
 		KindUser: len(c.Users), KindMachine: len(c.Machines), KindDeliveryGroup: len(c.DeliveryGroups),
 		KindApplication: len(c.Applications), KindDesktop: len(c.Desktops), KindEntitlement: len(c.Entitlements),
+		KindTarget: len(c.Targets),
 	}
 }
 
 // String summarises the configuration's size.
 func (c *Config) String() string {
+	if len(c.Targets) > 0 {
+		return c.summary() + fmt.Sprintf(", %d targets", len(c.Targets))
+	}
+	return c.summary()
+}
+
+func (c *Config) summary() string {
 	return fmt.Sprintf("%d zones, %d catalogs, %d machines, %d delivery groups, %d applications, %d desktops, %d users, %d groups, %d entitlements",
 		len(c.Zones), len(c.Catalogs), len(c.Machines), len(c.DeliveryGroups), len(c.Applications), len(c.Desktops), len(c.Users), len(c.Groups), len(c.Entitlements))
 }

@@ -156,6 +156,7 @@ func diff(current, desired *Config, keep bool) *Plan {
 		diffKind(KindApplication, current.Applications, desired.Applications, resourceName, equalResource, nil, false),
 		diffKind(KindDesktop, current.Desktops, desired.Desktops, resourceName, equalResource, nil, false),
 		diffKind(KindEntitlement, current.Entitlements, desired.Entitlements, entitlementName, equalEntitlement, nil, false),
+		diffKind(KindTarget, current.Targets, desired.Targets, targetName, equalTarget, nil, false),
 	)
 	return p
 }
@@ -420,6 +421,8 @@ func applyOne(ctx context.Context, tx Tx, c Change) error {
 		err = do(ctx, tx.Desktops(), c)
 	case KindEntitlement:
 		err = do(ctx, tx.Entitlements(), c)
+	case KindTarget:
+		err = do(ctx, tx.Targets(), c)
 	default:
 		err = fmt.Errorf("unknown kind %q", c.Kind)
 	}

@@ -76,6 +76,11 @@ func TestDiffMatchesReference(t *testing.T) {
 // sees one: a field added to a type and not to its comparison fails here.
 func TestDiffComparesEveryField(t *testing.T) {
 	c := sitegen.Generate(sitegen.MidSize, testHash)
+	if len(c.Targets) == 0 {
+		v := 3
+		c.Targets = []site.Target{{Name: "pc01", MAC: "52:54:00:00:00:01", Image: "win11", Version: &v,
+			Cache: site.CacheRAMOverflow, RAM: "256MiB", Description: "a target"}}
+	}
 	cv := reflect.ValueOf(c).Elem()
 	for k := range cv.NumField() {
 		list := cv.Field(k)
@@ -94,6 +99,12 @@ func TestDiffComparesEveryField(t *testing.T) {
 				f.SetInt(f.Int() + 1)
 			case reflect.Slice:
 				f.Set(reflect.ValueOf(append(slices.Clone(f.Interface().([]string)), "added")))
+			case reflect.Pointer: // a new pointer to another value, never a write through the shared one
+				n := 1
+				if !f.IsNil() {
+					n += int(f.Elem().Int())
+				}
+				f.Set(reflect.ValueOf(&n))
 			default:
 				t.Fatalf("%s: cannot change a %s", o.Type().FieldByIndex(path).Name, f.Type())
 			}

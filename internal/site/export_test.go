@@ -41,6 +41,7 @@ func diffReflect(current, desired *Config) *Plan {
 		diffKindReflect(KindApplication, current.Applications, desired.Applications, func(r Resource) string { return r.Name }),
 		diffKindReflect(KindDesktop, current.Desktops, desired.Desktops, func(r Resource) string { return r.Name }),
 		diffKindReflect(KindEntitlement, current.Entitlements, desired.Entitlements, func(e Entitlement) string { return e.Name }),
+		diffKindReflect(KindTarget, current.Targets, desired.Targets, func(t Target) string { return t.Name }),
 	)
 	return p
 }

@@ -93,5 +93,6 @@ func (c *Config) copyLists() *Config {
 		Applications:   slices.Clone(c.Applications),
 		Desktops:       slices.Clone(c.Desktops),
 		Entitlements:   slices.Clone(c.Entitlements),
+		Targets:        slices.Clone(c.Targets),
 	}
 }

@@ -89,6 +89,14 @@ type Tx interface {
 	Applications() Collection[Resource]
 	Desktops() Collection[Resource]
 	Entitlements() Collection[Entitlement]
+	// Targets are the network-boot targets. Their MACs are unique, a
+	// rule between objects that ApplyConfig and Mutate check (the
+	// collection does not: one plan may move a MAC from one target to
+	// another).
+	Targets() Collection[Target]
+	// Boots is the log of the boots the boot server answered: runtime
+	// data, which moves no version.
+	Boots() BootLog
 
 	// MachineStatus returns a machine's runtime state (ENotFound for an
 	// unknown machine); a new machine's is Unregistered with zero load.

@@ -19,7 +19,7 @@ import (
 // topLevelKeys are the keys of a site file, in the order Encode writes them.
 var topLevelKeys = []string{
 	"settings", "directory", "zones", "catalogs", "groups", "users", "machines",
-	"delivery_groups", "applications", "desktops", "entitlements",
+	"delivery_groups", "applications", "desktops", "entitlements", "targets",
 }
 
 // maxExpansion bounds the nodes that decoding visits beyond those the file
@@ -267,6 +267,8 @@ func (d *decoder) config(root *yaml.Node) error {
 			return true, list(d, v, w, site.KindDesktop, &c.Desktops, func() site.Resource { return site.Resource{Kind: site.Desktop} })
 		case "entitlements":
 			return true, list(d, v, w, site.KindEntitlement, &c.Entitlements, func() site.Entitlement { return site.Entitlement{} })
+		case "targets":
+			return true, list(d, v, w, site.KindTarget, &c.Targets, func() site.Target { return site.Target{} })
 		}
 		return false, nil
 	}, topLevelKeys)
@@ -392,8 +394,9 @@ func (d *decoder) peekName(n *yaml.Node) (string, bool) {
 	return "", false
 }
 
-// value decodes n onto v, a struct, string, bool, int or string list of the
-// domain model. Null leaves v as it is, keeping defaults.
+// value decodes n onto v, a struct, string, bool, int, pointer to an int
+// or string list of the domain model. Null leaves v as it is, keeping
+// defaults.
 func (d *decoder) value(n *yaml.Node, v reflect.Value, w where) error {
 	n, err := d.resolve(n)
 	if err != nil {
@@ -443,6 +446,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, w where) error {
 			return d.errorf(n.Line, "%s%s is out of range", w.prefix(), n.Value)
 		}
 		v.SetInt(i)
+	case reflect.Pointer: // an optional value: set when the file gives one
+		p := reflect.New(v.Type().Elem())
+		if err := d.value(n, p.Elem(), w); err != nil {
+			return err
+		}
+		v.Set(p)
 	case reflect.Slice:
 		if v.Type().Elem().Kind() != reflect.String {
 			panic(fmt.Sprintf("siteyaml: cannot decode into %s", v.Type())) // the model has no such field

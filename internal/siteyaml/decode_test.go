@@ -28,7 +28,7 @@ func MustDecodeFile(tb testing.TB, name string) *siteyaml.Document {
 	return doc
 }
 
-const topKeys = "settings, directory, zones, catalogs, groups, users, machines, delivery_groups, applications, desktops, entitlements"
+const topKeys = "settings, directory, zones, catalogs, groups, users, machines, delivery_groups, applications, desktops, entitlements, targets"
 
 func TestDecodeRejectsBadInput(t *testing.T) {
 	tests := []struct {

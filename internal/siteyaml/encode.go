@@ -51,6 +51,7 @@ func EncodeWith(w io.Writer, c *site.Config, opts EncodeOptions) error {
 	cp.Applications = slices.Clone(c.Applications)
 	cp.Desktops = slices.Clone(c.Desktops)
 	cp.Entitlements = slices.Clone(c.Entitlements)
+	cp.Targets = slices.Clone(c.Targets)
 	cp.Normalize()
 	if !opts.WithSecrets {
 		for i := range cp.Users {
@@ -77,6 +78,7 @@ func EncodeWith(w io.Writer, c *site.Config, opts EncodeOptions) error {
 		{"applications", cp.Applications, len(cp.Applications) == 0},
 		{"desktops", cp.Desktops, len(cp.Desktops) == 0},
 		{"entitlements", cp.Entitlements, len(cp.Entitlements) == 0},
+		{"targets", cp.Targets, len(cp.Targets) == 0},
 	}
 	for _, s := range sections {
 		if s.empty {

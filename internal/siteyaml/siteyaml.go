@@ -66,7 +66,7 @@ func (d *Document) Line(kind site.Kind, name string) int {
 // annotatedKinds are the kinds whose objects a site file defines.
 var annotatedKinds = []site.Kind{
 	site.KindZone, site.KindCatalog, site.KindGroup, site.KindUser, site.KindMachine,
-	site.KindDeliveryGroup, site.KindApplication, site.KindDesktop, site.KindEntitlement,
+	site.KindDeliveryGroup, site.KindApplication, site.KindDesktop, site.KindEntitlement, site.KindTarget,
 }
 
 // Annotate locates an error from site.Config.Validate in the file. When the

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) site.Store) {
 		{"Lockout", testLockout},
 		{"ChangeSessions", testChangeSessions},
 		{"RecordHeartbeats", testRecordHeartbeats},
+		{"Targets", testTargets},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
