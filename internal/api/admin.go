@@ -124,6 +124,9 @@ func (s *Server) registerAdmin() {
 	register(s, collection[site.Entitlement]{kind: site.KindEntitlement, path: "entitlements",
 		get: site.Tx.Entitlements, items: func(c *site.Config) *[]site.Entitlement { return &c.Entitlements },
 		name: func(e *site.Entitlement) *string { return &e.Name }, fresh: func() site.Entitlement { return site.Entitlement{} }})
+	register(s, collection[site.Target]{kind: site.KindTarget, path: "targets",
+		get: site.Tx.Targets, items: func(c *site.Config) *[]site.Target { return &c.Targets },
+		name: func(t *site.Target) *string { return &t.Name }, fresh: func() site.Target { return site.Target{} }})
 
 	s.route(Route{Method: "GET", Pattern: adminPrefix + "/site", OperationID: "getSite", Tag: "site",
 		Summary: "The site: settings, configuration version and object counts", Response: reflect.TypeFor[SiteInfo]()}, s.getSite)
@@ -139,6 +142,7 @@ func (s *Server) registerAdmin() {
 	s.registerMachineCredentials()
 	s.registerLockouts()
 	s.registerChanges()
+	s.registerBoots()
 	s.registerIcons(apps, desktops)
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -154,6 +155,10 @@ func (b *schemaBuilder) schema(t reflect.Type) map[string]any {
 		return map[string]any{"type": "object", "additionalProperties": b.ref(t.Elem())}
 	case t.Kind() == reflect.Struct:
 		return b.ref(t)
+	case t.Kind() == reflect.Pointer: // an optional value
+		s := maps.Clone(b.schema(t.Elem()))
+		s["nullable"] = true
+		return s
 	}
 	return map[string]any{}
 }

@@ -57,7 +57,7 @@ type Target struct {
 	// (for updates), one writer at a time.
 	Version *int `json:"version,omitempty" yaml:"version,omitempty"`
 	// Cache is the write-cache mode (DefaultCacheMode when empty).
-	Cache CacheMode `json:"cache" yaml:"cache"`
+	Cache CacheMode `json:"cache,omitempty" yaml:"cache"`
 	// RAM is the RAM budget of the ram and ram-overflow modes, a size
 	// such as "256MiB" (DefaultTargetRAM when empty).
 	RAM         string `json:"ram,omitempty" yaml:"ram,omitempty"`
