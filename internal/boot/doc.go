@@ -1,0 +1,16 @@
+// Package boot is the domain of network boot, as PVS boots its target
+// devices: a target known to the site by its MAC address (site.Target)
+// fetches an iPXE script that names the kernel and initramfs of the
+// image version it is bound to, and the NBD export of that version as
+// its root disk. This package resolves a target's binding against the
+// image store's versions, renders the scripts (the fixed chain script,
+// a target's boot script, the refusals) and parses what comes from the
+// wire (MACs in queries and paths). It does no I/O.
+//
+// Adapters: boot/boothttp serves the scripts, kernels and initramfs
+// over HTTP; boot/ext4boot finds and reads a version's kernel and
+// initramfs in its ext4 filesystem. internal/server assembles them.
+//
+// boot imports site (the target) and nothing that does I/O; any package
+// may import it.
+package boot
