@@ -22,6 +22,7 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/hotpath"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -398,6 +399,9 @@ var statusOf = map[string]int{
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, broker.ErrWouldWait) && hotpath.Defer(w) {
+		return // run again off the event loop, where it may wait
+	}
 	var he *httpError
 	var tooBig *http.MaxBytesError
 	var body ErrorBody

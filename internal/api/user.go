@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -229,8 +230,8 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 		return "", errUnauthorized
 	}
 	u, err := s.cfg.Broker.User(r.Context(), claims.Subject)
-	if site.ErrorCode(err) == site.EUnavailable {
-		return "", err // a directory user, and the directory cannot say
+	if site.ErrorCode(err) == site.EUnavailable || errors.Is(err, broker.ErrWouldWait) {
+		return "", err // a directory user, and the directory cannot say (or not without waiting)
 	}
 	// A token issued under an older password (another stamp) is revoked.
 	if err != nil || !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(u.Credential()))) {

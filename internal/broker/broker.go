@@ -465,6 +465,9 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 		}
 	}
 	if !ok || u.PasswordHash == "" {
+		if mustNotWait(ctx) {
+			return nil, ErrWouldWait // the decoy costs a hash
+		}
 		at, err := b.guard.Reserve("", source)
 		if err != nil {
 			return nil, b.refused(name, source, err)
@@ -485,6 +488,23 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 		}
 		at.Succeed()
 		if u.Disabled {
+			return nil, ErrAccountDisabled
+		}
+		return u, nil
+	}
+	if mustNotWait(ctx) {
+		// Only a password checked moments ago, and no site DB to ask.
+		if b.siteWide() || !b.cfg.Verified.Known(key, password, u.PasswordHash) {
+			return nil, ErrWouldWait
+		}
+		ok, err := b.check(ctx, u, key, password, source)
+		switch {
+		case err != nil:
+			return nil, b.refused(u.Name, source, err)
+		case !ok:
+			return nil, ErrBadCredentials
+		case u.Disabled:
+			b.cfg.Verified.Forget(key)
 			return nil, ErrAccountDisabled
 		}
 		return u, nil

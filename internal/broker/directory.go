@@ -160,11 +160,17 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 			at.Succeed()
 			return e.user, nil
 		}
+		if mustNotWait(ctx) && b.siteWide() {
+			return nil, ErrWouldWait
+		}
 		// No guess to count, but the account's lock is checked.
 		if _, err := b.CheckPassword(ctx, AccountUser, key, source, func() bool { return true }); err != nil {
 			return nil, b.refused(e.user.Name, source, err)
 		}
 		return e.user, nil
+	}
+	if mustNotWait(ctx) {
+		return nil, ErrWouldWait
 	}
 	// Concurrent logons with one password share one bind: the first
 	// caller's. Only a wrong password counts as a failed logon; an
@@ -226,6 +232,9 @@ func (b *Broker) directoryUser(ctx context.Context, name string) (*site.User, er
 	}
 	if e := b.entry(st, key); e != nil {
 		return e.user, nil
+	}
+	if mustNotWait(ctx) {
+		return nil, ErrWouldWait
 	}
 	id, err := st.dir.Lookup(ctx, name)
 	switch {

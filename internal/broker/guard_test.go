@@ -176,3 +176,47 @@ func TestAuthenticateSharesOneReservation(t *testing.T) {
 		t.Errorf("%d password checks for two bursts, want 2", checks)
 	}
 }
+
+// TestNoWaitSiteUser: under NoWait a password the cache has not seen,
+// right or wrong, and an unknown user (whose decoy costs a hash) return
+// ErrWouldWait with nothing counted; a verified one answers, and a
+// disabled user is still refused.
+func TestNoWaitSiteUser(t *testing.T) {
+	h := newHarness(t, 3, 250, func(c *broker.Config) {
+		c.LockoutThreshold = 2
+		c.LockoutWindow = time.Minute
+		c.LockoutDuration = 5 * time.Minute
+	})
+	ctx := context.Background()
+	hash, _ := auth.HashPassword("right password", cheap)
+	err := h.store.Update(ctx, func(tx site.Tx) error {
+		_, err := site.Mutate(ctx, tx, func(c *site.Config) error {
+			for i := range c.Users {
+				c.Users[i].PasswordHash = hash
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nw := broker.NoWait(ctx)
+	for _, tc := range []struct{ user, pw string }{{"u0001", "right password"}, {"u0001", "wrong"}, {"u0001", "wrong"}, {"u0001", "wrong"}, {"ghost", "x"}} {
+		if _, err := h.b.Authenticate(nw, tc.user, tc.pw, ""); !errors.Is(err, broker.ErrWouldWait) {
+			t.Errorf("%s/%s under NoWait: %v, want ErrWouldWait", tc.user, tc.pw, err)
+		}
+	}
+	if _, err := h.b.Authenticate(ctx, "u0001", "right password", ""); err != nil {
+		t.Fatalf("logon after refusals under NoWait: %v (they must count nothing)", err)
+	}
+	if u, err := h.b.Authenticate(nw, "u0001", "right password", ""); err != nil || u.Name != "u0001" {
+		t.Fatalf("verified password under NoWait: %v, %v", u, err)
+	}
+	if _, err := h.b.Authenticate(nw, "U0001", "wrong", ""); !errors.Is(err, broker.ErrWouldWait) {
+		t.Errorf("wrong password of a verified user under NoWait: %v, want ErrWouldWait", err)
+	}
+}

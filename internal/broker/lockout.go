@@ -37,7 +37,7 @@ func guardKey(kind, name string) string { return kind + "\x00" + name }
 // callers answer as a wrong password (after a decoy hash when verify did
 // not run).
 func (b *Broker) CheckPassword(ctx context.Context, kind, name, source string, verify func() bool) (bool, error) {
-	if b.cfg.SiteLockout && b.guard.Config().Threshold > 0 {
+	if b.siteWide() {
 		ok, err, decided := b.checkSiteWide(ctx, kind, name, source, verify)
 		if decided {
 			return ok, err
@@ -61,6 +61,10 @@ func (b *Broker) CheckPassword(ctx context.Context, kind, name, source string, v
 	}
 	return true, nil
 }
+
+// siteWide reports whether password checks reserve the account in the
+// site DB.
+func (b *Broker) siteWide() bool { return b.cfg.SiteLockout && b.guard.Config().Threshold > 0 }
 
 // checkSiteWide is CheckPassword with the account reserved in the site
 // DB. It returns decided false, having run nothing, when the site DB

@@ -93,6 +93,13 @@ func handler() http.Handler {
 	return mux
 }
 
+// bothModes runs test on the event loop and on a goroutine per
+// connection.
+func bothModes(t *testing.T, test func(t *testing.T, goroutines bool)) {
+	t.Run("loop", func(t *testing.T) { test(t, false) })
+	t.Run("goroutines", func(t *testing.T) { test(t, true) })
+}
+
 func isHot(method, path string) bool { return strings.HasPrefix(path, "/hot/") }
 
 // pair is a hotpath server and a plain net/http server of one handler.
@@ -102,7 +109,7 @@ type pair struct {
 	plainAddr string
 }
 
-func startPair(t *testing.T, tune func(*http.Server)) *pair {
+func startPair(t *testing.T, goroutines bool, tune func(*http.Server)) *pair {
 	t.Helper()
 	h := handler()
 	fallback := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second,
@@ -113,7 +120,7 @@ func startPair(t *testing.T, tune func(*http.Server)) *pair {
 		tune(fallback)
 		tune(plain)
 	}
-	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, Fallback: fallback})
+	hs, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: h, Hot: isHot, Fallback: fallback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,8 +230,10 @@ var cases = map[string]struct {
 
 // TestSameAnswersAsNetHTTP sends each case to both servers and compares
 // what comes back.
-func TestSameAnswersAsNetHTTP(t *testing.T) {
-	p := startPair(t, nil)
+func TestSameAnswersAsNetHTTP(t *testing.T) { bothModes(t, testSameAnswersAsNetHTTP) }
+
+func testSameAnswersAsNetHTTP(t *testing.T, goroutines bool) {
+	p := startPair(t, goroutines, nil)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			hot := exchange(t, p.hotAddr, tc.raw, tc.n)
@@ -244,8 +253,10 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 
 // TestFraming checks what a comparison leaves out: answers without a
 // declared length get one when they fit the buffer, else go chunked.
-func TestFraming(t *testing.T) {
-	p := startPair(t, nil)
+func TestFraming(t *testing.T) { bothModes(t, testFraming) }
+
+func testFraming(t *testing.T, goroutines bool) {
+	p := startPair(t, goroutines, nil)
 	for _, tc := range []struct {
 		n             int
 		length, chunk bool
@@ -275,8 +286,10 @@ func TestFraming(t *testing.T) {
 
 // TestHeadTimeout replays a slow client that never finishes its head: the
 // loop drops it at the head's timeout.
-func TestHeadTimeout(t *testing.T) {
-	p := startPair(t, func(s *http.Server) { s.ReadHeaderTimeout = 200 * time.Millisecond })
+func TestHeadTimeout(t *testing.T) { bothModes(t, testHeadTimeout) }
+
+func testHeadTimeout(t *testing.T, goroutines bool) {
+	p := startPair(t, goroutines, func(s *http.Server) { s.ReadHeaderTimeout = 200 * time.Millisecond })
 	for _, raw := range []string{"", "GET /hot/fixed HTTP/1.1\r\nHost: a\r\n"} {
 		c, err := net.Dial("tcp", p.hotAddr)
 		if err != nil {
@@ -295,8 +308,10 @@ func TestHeadTimeout(t *testing.T) {
 
 // TestIdleTimeout: a kept-alive connection that sends nothing more is
 // closed at the idle timeout.
-func TestIdleTimeout(t *testing.T) {
-	p := startPair(t, func(s *http.Server) { s.IdleTimeout = 200 * time.Millisecond })
+func TestIdleTimeout(t *testing.T) { bothModes(t, testIdleTimeout) }
+
+func testIdleTimeout(t *testing.T, goroutines bool) {
+	p := startPair(t, goroutines, func(s *http.Server) { s.IdleTimeout = 200 * time.Millisecond })
 	c, err := net.Dial("tcp", p.hotAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -318,17 +333,23 @@ func TestIdleTimeout(t *testing.T) {
 
 // TestShutdownFinishesActive: Shutdown closes idle connections at once and
 // lets a request being answered finish.
-func TestShutdownFinishesActive(t *testing.T) {
+func TestShutdownFinishesActive(t *testing.T) { bothModes(t, testShutdownFinishesActive) }
+
+func testShutdownFinishesActive(t *testing.T, goroutines bool) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hot/slow" {
+			// A handler that waits must not wait on the event loop.
+			if hotpath.Defer(w) {
+				return
+			}
 			close(started)
 			<-release
 		}
 		w.Write([]byte("done"))
 	})
-	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}})
+	hs, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,10 +400,12 @@ func TestShutdownFinishesActive(t *testing.T) {
 
 // TestStopRacesServe: Shutdown or Close called while Serve is starting, as
 // a site that fails to open does, returns and stops everything.
-func TestStopRacesServe(t *testing.T) {
+func TestStopRacesServe(t *testing.T) { bothModes(t, testStopRacesServe) }
+
+func testStopRacesServe(t *testing.T, goroutines bool) {
 	h := handler()
 	for i := range 200 {
-		hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}})
+		hs, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +437,9 @@ func TestStopRacesServe(t *testing.T) {
 // client that reads slowly, so that the socket fills and the loop waits
 // for it, then a small answer on the same connection: every byte arrives,
 // in order.
-func TestBlobsGoOutWhole(t *testing.T) {
+func TestBlobsGoOutWhole(t *testing.T) { bothModes(t, testBlobsGoOutWhole) }
+
+func testBlobsGoOutWhole(t *testing.T, goroutines bool) {
 	data := make([]byte, 3<<20)
 	for i := range data {
 		data[i] = byte(i * 7 / 5)
@@ -430,7 +455,7 @@ func TestBlobsGoOutWhole(t *testing.T) {
 			t.Errorf("WriteBlob: %d, %v", n, err)
 		}
 	})
-	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}, SendBuffer: 16 << 10})
+	hs, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}, SendBuffer: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,16 @@
 package hotpath
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/blob"
 )
 
 // maxBuffered bounds the body a response without a Content-Length keeps
@@ -15,7 +19,7 @@ const maxBuffered = 64 << 10
 
 // response is the loop's http.ResponseWriter. A connection reuses one.
 type response struct {
-	c           *conn
+	o           out
 	req         *http.Request
 	header      http.Header
 	status      int
@@ -32,6 +36,24 @@ type response struct {
 	keys       []string
 	closeAfter bool
 	err        error
+	// onLoop is set for a response on the event loop, which Defer may
+	// turn into deferred: the request is then run again off the loop.
+	onLoop, deferred bool
+}
+
+// out is where a response goes: a connection of the goroutine loop or
+// of the event loop.
+type out interface {
+	// send writes bufs, in one system call where it can. The caller may
+	// reuse bufs once it returns.
+	send(bufs ...[]byte) error
+	// files reports whether sendBlob can send from a file.
+	files() bool
+	// sendBlob writes hdr, then b, which f holds from its start, without
+	// copying b from user space. It returns the bytes of b sent.
+	sendBlob(hdr []byte, b *blob.Blob, f *os.File) (int64, error)
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
 }
 
 var (
@@ -39,7 +61,7 @@ var (
 	_ http.Flusher        = (*response)(nil)
 )
 
-func (w *response) reset(c *conn, r *http.Request) {
+func (w *response) reset(o out, r *http.Request) {
 	if w.header == nil {
 		w.header = http.Header{}
 	}
@@ -48,10 +70,31 @@ func (w *response) reset(c *conn, r *http.Request) {
 	if cap(buf) > maxBuffered {
 		buf = nil
 	}
-	*w = response{c: c, req: r, header: w.header, cl: -1, buf: buf, hbuf: w.hbuf[:0], keys: w.keys[:0]}
+	*w = response{o: o, req: r, header: w.header, cl: -1, buf: buf, hbuf: w.hbuf[:0], keys: w.keys[:0]}
 }
 
 func (w *response) Header() http.Header { return w.header }
+
+// errDeferred is the error of a deferred response's writes.
+var errDeferred = errors.New("hotpath: the response was deferred")
+
+// Defer asks the event loop to run the request that w answers again, on
+// a goroutine of its own where the handler may wait (on a password check,
+// a directory, the site DB), and reports whether it will. The handler must
+// then return at once: what it writes to w is dropped. Defer reports false
+// when w is not the event loop's (the handler already runs where it may
+// wait) or when the response has begun.
+//
+// A handler on the event loop runs with Config.LoopContext's context, so
+// that what it calls can tell it would wait.
+func Defer(w http.ResponseWriter) bool {
+	rw, ok := w.(*response)
+	if !ok || !rw.onLoop || rw.wroteHeader {
+		return false
+	}
+	rw.deferred, rw.err = true, errDeferred
+	return true
+}
 
 func (w *response) WriteHeader(code int) {
 	if code < 100 || code > 999 {
@@ -136,8 +179,8 @@ func (w *response) FlushError() error {
 
 // SetReadDeadline and SetWriteDeadline set the connection's deadlines,
 // for http.ResponseController.
-func (w *response) SetReadDeadline(t time.Time) error  { return w.c.rwc.SetReadDeadline(t) }
-func (w *response) SetWriteDeadline(t time.Time) error { return w.c.rwc.SetWriteDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error  { return w.o.SetReadDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error { return w.o.SetWriteDeadline(t) }
 
 // startChunked sends the head of a chunked response and what is buffered.
 func (w *response) startChunked(next []byte) {
@@ -199,11 +242,9 @@ func (w *response) send(bufs ...[]byte) {
 	if w.err != nil {
 		return
 	}
-	w.c.bufs = append(w.c.bufs[:0], bufs...)
-	if _, err := w.c.bufs.WriteTo(w.c.rwc); err != nil {
+	if err := w.o.send(bufs...); err != nil {
 		w.err, w.closeAfter = err, true
 	}
-	clear(w.c.bufs[:cap(w.c.bufs)])
 }
 
 // head serializes the response head into w.hbuf: the handler's headers,

@@ -14,14 +14,14 @@ func (w *response) WriteBlob(b *blob.Blob) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(200)
 	}
-	if w.err != nil || w.headerSent || w.cl != int64(b.Len()) || w.c.raw == nil {
+	if w.err != nil || w.headerSent || w.cl != int64(b.Len()) || !w.o.files() {
 		return w.Write(b.Bytes())
 	}
 	f, ok := b.File()
 	if !ok {
 		return w.Write(b.Bytes())
 	}
-	n, err := sendFile(w.c.raw, w.head(b.Bytes(), -1), f, b.Bytes())
+	n, err := w.o.sendBlob(w.head(b.Bytes(), -1), b, f)
 	if err != nil {
 		w.err, w.closeAfter = err, true
 	}

@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/blob"
 )
 
 // Config configures a Server.
@@ -33,6 +36,16 @@ type Config struct {
 	Fallback *http.Server
 	// SendBuffer, when positive, is each TCP connection's SO_SNDBUF.
 	SendBuffer int
+	// LoopContext, when set, makes the context of the requests that the
+	// event loop runs on itself from the connection's: a handler called
+	// with it must not wait, and what it calls should say when it would
+	// (the handler then calls Defer). Requests run off the loop get the
+	// connection's context as it is.
+	LoopContext func(context.Context) context.Context
+	// Goroutines serves each connection on a goroutine of its own, as on
+	// platforms without the event loop and for listeners that are not
+	// TCP listeners (TLS ones, say), instead of on event loops.
+	Goroutines bool
 	Logger     *slog.Logger
 }
 
@@ -46,6 +59,7 @@ type Server struct {
 	mu      sync.Mutex
 	ln      net.Listener
 	conns   map[*conn]struct{}
+	loops   []*loop // the event loops, once Serve made them
 	closing atomic.Bool
 	active  sync.WaitGroup
 	hot     atomic.Int64
@@ -103,6 +117,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer ln.Close()
 
+	if handled, err := s.serveLoops(ln); handled {
+		return err
+	}
 	var backoff time.Duration
 	for {
 		rwc, err := ln.Accept()
@@ -174,15 +191,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.rwc.SetReadDeadline(aLongTimeAgo)
 		}
 	}
+	loops := s.loops
 	s.mu.Unlock()
 	done := make(chan struct{})
-	go func() { s.active.Wait(); close(done) }()
+	go func() {
+		s.active.Wait()
+		for _, l := range loops {
+			<-l.done
+		}
+		close(done)
+	}()
 	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
 		s.closeConns()
+		for _, l := range loops {
+			l.close()
+		}
 	}
 	if ferr := s.cfg.Fallback.Shutdown(ctx); err == nil {
 		err = ferr
@@ -196,6 +223,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.stop()
 	s.closeConns()
+	s.mu.Lock()
+	loops := s.loops
+	s.mu.Unlock()
+	for _, l := range loops {
+		l.close()
+	}
+	for _, l := range loops {
+		<-l.done
+	}
 	err := s.cfg.Fallback.Close()
 	s.waitFallback()
 	return err
@@ -208,6 +244,9 @@ func (s *Server) stop() {
 	if s.ln != nil {
 		s.ln.Close()
 		s.handoff.Close()
+	}
+	for _, l := range s.loops {
+		l.shutdown()
 	}
 }
 
@@ -343,7 +382,7 @@ func wholeHead(buf []byte) bool {
 func (c *conn) handOver() bool {
 	c.rwc.SetDeadline(time.Time{})
 	c.s.handed.Add(1)
-	return c.s.handoff.give(&bufferedConn{Conn: c.rwc, br: c.br})
+	return c.s.handoff.give(&bufferedConn{Conn: c.rwc, r: c.br})
 }
 
 // serveRequest answers the request whose head c.head holds. It reports
@@ -410,6 +449,22 @@ func (c *conn) serveRequest(base *http.Request, start time.Time) (keep bool) {
 	return !h.close
 }
 
+func (c *conn) send(bufs ...[]byte) error {
+	c.bufs = append(c.bufs[:0], bufs...)
+	_, err := c.bufs.WriteTo(c.rwc)
+	clear(c.bufs[:cap(c.bufs)])
+	return err
+}
+
+func (c *conn) files() bool { return c.raw != nil }
+
+func (c *conn) sendBlob(hdr []byte, b *blob.Blob, f *os.File) (int64, error) {
+	return sendFile(c.raw, hdr, f, b.Bytes())
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error  { return c.rwc.SetReadDeadline(t) }
+func (c *conn) SetWriteDeadline(t time.Time) error { return c.rwc.SetWriteDeadline(t) }
+
 // setDeadline sets a deadline d from now, or none for d <= 0.
 func setDeadline(set func(time.Time) error, d time.Duration) {
 	if d > 0 {
@@ -452,13 +507,14 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 func (b *bodyReader) Close() error { return nil }
 
-// bufferedConn is a connection whose first bytes are in a reader.
+// bufferedConn is a connection read through r, which holds its first
+// bytes.
 type bufferedConn struct {
 	net.Conn
-	br *bufio.Reader
+	r io.Reader
 }
 
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // CloseWrite half-closes the connection, which net/http does before it
 // closes one after an error answer, so that the answer is not lost to a

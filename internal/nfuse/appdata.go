@@ -183,6 +183,9 @@ func (h *Handler) appData(ctx context.Context, x *exchange) []byte {
 			return x.shared.Bytes()
 		}
 		return h.appDataInto(x, sc, snap.Resources(), &q)
+	case errors.Is(err, broker.ErrWouldWait):
+		x.wait = true
+		return nil
 	case err != nil:
 		h.logonFailed(x, err)
 		return h.fail(x, err)

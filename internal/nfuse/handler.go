@@ -15,6 +15,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/hotpath"
 )
 
 // Path is where NFuse clients post requests. Clients spell it in several
@@ -132,6 +133,9 @@ type exchange struct {
 	errID string
 	// user is the authenticated user, for logs.
 	user string
+	// wait is set when answering would wait (broker.ErrWouldWait): the
+	// request is to be run again where it may.
+	wait bool
 }
 
 var exchanges = sync.Pool{New: func() any {
@@ -196,7 +200,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		x.kind = x.req.Kind
 		x.resp = responseName(x.req.Kind, x.req.Element)
+		// On an event loop, only what answers from memory is served;
+		// the rest (launches, sessions, logons) runs again off it.
+		if !fromMemory(x.kind) && hotpath.Defer(w) {
+			return
+		}
 		answer = h.serve(r.Context(), x)
+		if x.wait {
+			if hotpath.Defer(w) {
+				return
+			}
+			// Only a caller on an event loop is told to wait.
+			answer = h.fail(x, errors.New("nfuse: the broker would wait, off an event loop"))
+		}
 	}
 
 	if h.cfg.IOTimeout > 0 {
@@ -221,6 +237,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(x.kind, x.errID, time.Since(start))
 	}
+}
+
+// fromMemory reports whether requests of kind k are answered from
+// memory when their credentials were verified moments ago: what an event
+// loop may serve on itself.
+func fromMemory(k Kind) bool {
+	switch k {
+	case KindAppData, KindCapabilities, KindServerFarmData, KindProtocolInfo, KindAltAddress, KindUnknown:
+		return true
+	}
+	return false
 }
 
 // deadliner sets a connection's deadlines, as net/http's ResponseWriter

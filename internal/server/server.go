@@ -491,7 +491,8 @@ func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
 // them.
 func (s *Server) httpServer(ctx context.Context, h http.Handler) (*hotpath.Server, error) {
 	return hotpath.New(hotpath.Config{Handler: h, Hot: hot, SendBuffer: int(max(s.cfg.SendBuffer, 0)), Logger: s.log,
-		Fallback: s.fallbackServer(ctx, h)})
+		LoopContext: broker.NoWait,
+		Fallback:    s.fallbackServer(ctx, h)})
 }
 
 // hot names the requests served on the lean loop: the enumerations.

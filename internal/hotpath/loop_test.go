@@ -1,0 +1,246 @@
+package hotpath_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/blob"
+	"github.com/usher-vdi/usher/internal/hotpath"
+)
+
+type loopKey struct{}
+
+// deferring answers /hot/id?n=N with its N, on the loop, and
+// /hot/wait?n=N with its N after waiting for release, off the loop: it
+// defers itself when it finds it runs where it must not wait.
+type deferring struct {
+	release  chan struct{}
+	waiting  atomic.Int32
+	deferred atomic.Int32
+	onLoop   atomic.Int32
+}
+
+func (d *deferring) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := r.URL.Query().Get("n")
+	loop := r.Context().Value(loopKey{}) != nil
+	if loop {
+		d.onLoop.Add(1)
+	}
+	if r.URL.Path == "/hot/wait" {
+		if hotpath.Defer(w) {
+			d.deferred.Add(1)
+			w.Write([]byte("dropped")) // what a deferred handler writes is dropped
+			return
+		}
+		if loop {
+			panic("a request ran on the loop after Defer said it could not")
+		}
+		d.waiting.Add(1)
+		<-d.release
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(n)))
+	io.WriteString(w, n)
+}
+
+func startDeferring(t *testing.T, d *deferring, tune func(*hotpath.Config)) (*hotpath.Server, string) {
+	t.Helper()
+	cfg := hotpath.Config{Handler: d, Hot: isHot, Fallback: &http.Server{Handler: d},
+		LoopContext: func(ctx context.Context) context.Context { return context.WithValue(ctx, loopKey{}, true) }}
+	if tune != nil {
+		tune(&cfg)
+	}
+	hs, err := hotpath.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, hs.Serve)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return hs, addr
+}
+
+func readBodies(t *testing.T, br *bufio.Reader, n int) []string {
+	t.Helper()
+	var out []string
+	for i := range n {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
+// TestDeferredRequest: a request whose handler defers runs again off the
+// loop; the requests pipelined behind it wait for it and are answered in
+// order, and meanwhile the loop goes on serving other connections.
+func TestDeferredRequest(t *testing.T) {
+	d := &deferring{release: make(chan struct{})}
+	_, addr := startDeferring(t, d, nil)
+
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(slow, "GET /hot/id?n=1 HTTP/1.1\r\nHost: a\r\n\r\nGET /hot/wait?n=2 HTTP/1.1\r\nHost: a\r\n\r\nGET /hot/id?n=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+	for d.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	// The deferred handler waits; another connection is answered.
+	other, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(other, "GET /hot/id?n=9 HTTP/1.1\r\nHost: a\r\n\r\n")
+	if got := readBodies(t, bufio.NewReader(other), 1); got[0] != "9" {
+		t.Errorf("other connection: %q", got)
+	}
+
+	close(d.release)
+	if got := strings.Join(readBodies(t, bufio.NewReader(slow), 3), ","); got != "1,2,3" {
+		t.Errorf("answers %s, want 1,2,3", got)
+	}
+	if d.deferred.Load() != 1 {
+		t.Errorf("%d deferrals, want 1", d.deferred.Load())
+	}
+	if d.onLoop.Load() < 4 {
+		t.Errorf("%d requests ran on the loop, want at least 4", d.onLoop.Load())
+	}
+}
+
+// TestLoopUnderConcurrency: many connections, each pipelining requests
+// that name themselves, some deferred; every answer must be its own
+// request's, in order, none lost or doubled.
+func TestLoopUnderConcurrency(t *testing.T) {
+	d := &deferring{release: make(chan struct{})}
+	close(d.release)
+	hs, addr := startDeferring(t, d, nil)
+	const conns, rounds, depth = 64, 20, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			br := bufio.NewReader(nc)
+			for r := range rounds {
+				var sb strings.Builder
+				for k := range depth {
+					path := "id"
+					if (c+r+k)%5 == 0 {
+						path = "wait"
+					}
+					fmt.Fprintf(&sb, "GET /hot/%s?n=%d-%d-%d HTTP/1.1\r\nHost: a\r\n\r\n", path, c, r, k)
+				}
+				if _, err := io.WriteString(nc, sb.String()); err != nil {
+					errs <- err
+					return
+				}
+				for k := range depth {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						errs <- fmt.Errorf("conn %d round %d answer %d: %v", c, r, k, err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					if want := fmt.Sprintf("%d-%d-%d", c, r, k); string(b) != want {
+						errs <- fmt.Errorf("conn %d: answer %q, want %q", c, b, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if hot, handed := hs.Counts(); hot < conns*rounds*depth || handed != 0 {
+		t.Errorf("loop took %d requests (want at least %d), handed %d connections over", hot, conns*rounds*depth, handed)
+	}
+}
+
+// TestLoopWriteTimeout: a client that stops reading a large answer is
+// dropped once the write timeout passes, and the loop serves others
+// meanwhile.
+func TestLoopWriteTimeout(t *testing.T) {
+	data := make([]byte, 8<<20)
+	b := blob.New(data)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hot/small" {
+			w.Write([]byte("small"))
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+		blob.Write(w, b)
+	})
+	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, SendBuffer: 16 << 10,
+		Fallback: &http.Server{Handler: h, WriteTimeout: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, hs.Serve)
+	t.Cleanup(func() { hs.Close() })
+	stuck, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	stuck.(*net.TCPConn).SetReadBuffer(16 << 10)
+	io.WriteString(stuck, "GET /hot/blob HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+
+	ok, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	ok.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(ok, "GET /hot/small HTTP/1.1\r\nHost: a\r\n\r\n")
+	if got := readBodies(t, bufio.NewReader(ok), 1); got[0] != "small" {
+		t.Errorf("answer %q", got)
+	}
+
+	time.Sleep(time.Second) // past the write timeout, with the loop's sweep
+	stuck.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := io.Copy(io.Discard, stuck)
+	if err == nil && n >= int64(len(data)) {
+		t.Fatalf("the stuck client got the whole answer (%d bytes): not dropped", n)
+	}
+	if ne, isNet := err.(net.Error); isNet && ne.Timeout() {
+		t.Fatalf("the stuck connection is still open after %d bytes", n)
+	}
+}
