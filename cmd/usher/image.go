@@ -11,6 +11,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/boot/ext4boot"
 )
 
 // imageCmd manages the image store: import, version, promote, merge,
@@ -27,7 +28,8 @@ Subcommands:
   list                     list images and their production versions
   inspect NAME [VERSION]   versions, states, changed blocks, disk use and digests: a version's
                            64 KiB blocks, how many distinct and zero, and how many differ
-                           from its parent's (what a host cache fetches for it)
+                           from its parent's (what a host cache fetches for it); and the
+                           kernel and initramfs a network-booted target of each version gets
 
 Version states:
   maintenance  being changed: 'usher stream' serves it as IMAGE@N in private mode (below)
@@ -184,9 +186,44 @@ Modes ('usher stream' picks one from the version's state; there is no flag):
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.Number, v.Kind, parent, v.State, blocks, used, digests, v.Created.Format("2006-01-02 15:04"), v.Note)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		// What a network-booted target of each version gets (usher serve
+		// --boot-listen).
+		fmt.Fprintln(m.Stdout, "\nnetwork boot (kernel and initramfs in the version's ext4 filesystem):")
+		for _, v := range im.Versions {
+			if only >= 0 && v.Number != only {
+				continue
+			}
+			fmt.Fprintf(m.Stdout, "  version %d: %s\n", v.Number, bootFiles(ctx, st, im.Name, v.Number))
+		}
+		return nil
 	}
 	return nil
+}
+
+// bootFiles says which kernel and initramfs version n of an image boots.
+func bootFiles(ctx context.Context, st *image.Store, name string, n int) string {
+	dev, err := st.OpenVersion(ctx, name, n, false)
+	if err != nil {
+		return err.Error()
+	}
+	defer dev.Close()
+	fsys, err := ext4boot.Open(ctx, dev)
+	if err != nil {
+		return err.Error()
+	}
+	defer fsys.Close()
+	files, err := fsys.Find()
+	if err != nil {
+		return err.Error()
+	}
+	where := ""
+	if files.Partition > 0 {
+		where = fmt.Sprintf(" (partition %d)", files.Partition)
+	}
+	return fmt.Sprintf("kernel /%s, initrd /%s%s", files.Kernel, files.Initrd, where)
 }
 
 // openStore opens the existing image store in dir; a missing one is an

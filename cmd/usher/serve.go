@@ -57,6 +57,11 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
 	sendBuffer := fs.String("send-buffer", fmt.Sprintf("%dKiB", server.DefaultSendBuffer>>10), "socket send buffer of each HTTP connection, so that a whole enumeration is written at once (0: the kernel's autotuning)")
 	fs.StringVar(&cfg.NFuseListen, "nfuse-listen", "", "also serve the NFuse XML service (POST /scripts/wpnbr.dll) on its own listener, e.g. :8080 or :80")
+	fs.StringVar(&cfg.BootListen, "boot-listen", "", "serve network boot on this address (off by default): iPXE scripts of the site's targets, and the kernel and initramfs of the image version each boots; unauthenticated, so loopback only unless --insecure-boot-listen")
+	fs.BoolVar(&cfg.InsecureBootListen, "insecure-boot-listen", false, "allow a non-loopback --boot-listen (whoever reaches it reads every bound image's kernel and initramfs)")
+	fs.StringVar(&cfg.ImageStore, "image-store", "", "with --boot-listen: the image store (the directory usher image import made) that targets boot from")
+	fs.StringVar(&cfg.BootStream, "boot-stream", "", "with --boot-listen: the usher stream targets mount their root disk from, as they reach it: nbd://HOST:PORT (in QEMU's user networking the host is 10.0.2.2)")
+	fs.StringVar(&cfg.BootAppend, "boot-append", "", "with --boot-listen: added to every target's kernel command line, e.g. \"console=ttyS0,115200n8\"")
 	fs.IntVar(&cfg.SimVDAs, "sim-vdas", 0, "run this many simulated VDAs in-process, for the site's first machines (-1: all of them)")
 	fs.DurationVar(&cfg.SimLogonDelay, "sim-logon-delay", vda.DefaultLogonDelay, "simulated VDAs: time from launch to the simulated user's logon")
 	fs.DurationVar(&cfg.SimSessionLength, "sim-session-length", 0, "simulated VDAs: how long a simulated user stays (0: until logged off)")
@@ -101,6 +106,16 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	if cfg.DemoReset && !cfg.Demo {
 		return usageError{"--demo-reset needs --demo"}
 	}
+	if cfg.BootListen != "" && (cfg.ImageStore == "" || cfg.BootStream == "") {
+		return usageError{"--boot-listen needs --image-store DIR and --boot-stream nbd://HOST:PORT"}
+	}
+	if cfg.BootListen == "" && (cfg.ImageStore != "" || cfg.BootStream != "" || cfg.BootAppend != "" || cfg.InsecureBootListen) {
+		return usageError{"--image-store, --boot-stream, --boot-append and --insecure-boot-listen need --boot-listen"}
+	}
+	if cfg.BootListen != "" && !cfg.InsecureBootListen && !server.LoopbackAddr(cfg.BootListen) {
+		return usageError{fmt.Sprintf("--boot-listen %s is not a loopback address: anyone who reaches it boots as any target of the site "+
+			"(firmware has no credentials) and reads its image's kernel and initramfs; pass --insecure-boot-listen on a network for the targets alone", cfg.BootListen)}
+	}
 	if cfg.Logger, err = logs.logger(m.Stderr); err != nil {
 		return err
 	}
@@ -125,6 +140,9 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fmt.Fprintln(m.Stdout, "\nPress Ctrl-C to stop.")
 	if m.Listening != nil {
 		m.Listening("http", s.Addr())
+		if a := s.BootAddr(); a != "" {
+			m.Listening("boot", a)
+		}
 	}
 	return s.Run(ctx)
 }
@@ -193,6 +211,9 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	fmt.Fprintf(m.Stdout, "  NFuse XML:    %s/scripts/wpnbr.dll\n", base)
 	if a := s.NFuseAddr(); a != "" {
 		fmt.Fprintf(m.Stdout, "                and http://%s/scripts/wpnbr.dll\n", a)
+	}
+	if a := s.BootAddr(); a != "" {
+		fmt.Fprintf(m.Stdout, "  Network boot: http://%s/boot/script.ipxe  (iPXE chain script; targets: /api/v1/admin/targets)\n", a)
 	}
 	fmt.Fprintf(m.Stdout, "  Metrics:      %s/metrics\n", base)
 	fmt.Fprintf(m.Stdout, "  Health:       %s/healthz  %s/readyz\n", base, base)

@@ -85,6 +85,20 @@ type Config struct {
 	// this address.
 	NFuseListen string
 
+	// BootListen, when set, serves network boot on this address (see
+	// boot/boothttp): the targets' iPXE scripts, and the kernel and
+	// initramfs of the image version each boots, from ImageStore (the
+	// directory usher image import made). Targets mount their root disk
+	// from the stream at BootStream (nbd://HOST:PORT, as the targets
+	// reach it); BootAppend is added to every kernel command line. The
+	// listener is unauthenticated (firmware has no credentials): it must
+	// be a loopback address unless InsecureBootListen.
+	BootListen         string
+	ImageStore         string
+	BootStream         string
+	BootAppend         string
+	InsecureBootListen bool
+
 	// Demo loads the demo site into an empty site DB, with DemoPassword
 	// (random when empty) on its users and on its admin account. A site DB
 	// that holds a site already is kept as it is, passwords included,
@@ -169,6 +183,9 @@ func (c Config) withDefaults() (Config, error) {
 	if (c.DemoPassword != "" || c.DemoReset) && !c.Demo {
 		return c, errors.New("server: a demo password or reset needs the demo site")
 	}
+	if err := c.checkBoot(); err != nil {
+		return c, err
+	}
 	c.Listen = cmp.Or(c.Listen, DefaultListen)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -189,7 +206,7 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	addr, nfuseAddr string
+	addr, nfuseAddr, bootAddr string
 	// name and zone are this broker's in the site's broker registry.
 	name, zone   string
 	siteDB       string
@@ -245,6 +262,13 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("listen on %s (NFuse): %w", cfg.NFuseListen, err)
 		}
 		s.cleanup = append(s.cleanup, func() { nln.Close() })
+	}
+	var bln net.Listener
+	if cfg.BootListen != "" {
+		if bln, err = net.Listen("tcp", cfg.BootListen); err != nil {
+			return nil, fmt.Errorf("listen on %s (boot): %w", cfg.BootListen, err)
+		}
+		s.cleanup = append(s.cleanup, func() { bln.Close() })
 	}
 
 	dir, err := datadir.Open(cfg.DataDir, true)
@@ -423,6 +447,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 			}
 			<-nfDone
 		})
+	}
+
+	if bln != nil {
+		if err := s.startBoot(ctx, bln, store, brk, registry); err != nil {
+			return nil, err
+		}
 	}
 
 	s.addr = ln.Addr().String()
