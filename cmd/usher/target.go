@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/hostcache"
 	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
@@ -42,6 +45,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	fs.Var(&persist, "persist", "disk mode: keep the cache across restarts while the upstream image version is the same, else discard it and say so; --persist=strict refuses to start instead (default: discard at each start, a new boot)")
 	listen := fs.String("listen", "unix:/run/usher/target.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
+	reconnectWait := fs.Duration("reconnect-wait", 2*time.Minute, "how long a read waits for a lost upstream to come back (the stream restarting) before the device gets an I/O error")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -77,12 +81,39 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)
 	}
-	defer up.Close()
+	export := *upstream
+	if u, err := url.Parse(*upstream); err == nil {
+		export = strings.TrimPrefix(u.Path, "/")
+	}
+	// The cache holds writes over what the upstream serves now: a
+	// connection dialled again (the stream restarted) must serve the
+	// same version of the same image, or the device's reads would mix
+	// two images.
+	identity, err := hostexport.Identity(ctx, export, up)
+	if err != nil {
+		up.Close()
+		return fmt.Errorf("upstream: %w", err)
+	}
+	conn := hostcache.NewUpstream(up, func(ctx context.Context) (hostcache.Conn, error) {
+		c, err := dialer.DialURI(ctx, *upstream)
+		if err != nil {
+			return nil, err
+		}
+		if id, err := hostexport.Identity(ctx, export, c); err != nil || id != identity {
+			c.Close()
+			if err == nil {
+				err = fmt.Errorf("it now serves %s, not %s", id, identity)
+			}
+			return nil, err
+		}
+		return c, nil
+	}, hostcache.UpstreamOptions{Wait: *reconnectWait, Logger: log, Name: *upstream})
+	defer conn.Close()
 	var reg meter.Registry
 	// Targets never write to the stream, only to their cache; the
 	// upstream's block status passes through, so its holes stay holes
 	// under the cache when it negotiated base:allocation.
-	base := block.Device(meter.Wrap(block.ReadOnly(up), reg.Layer(layerUpstream)))
+	base := block.Device(meter.Wrap(block.ReadOnly(conn), reg.Layer(layerUpstream)))
 
 	if *mode != "ram" {
 		// The cache holds the device's writes: only its owner reads it.
@@ -91,9 +122,11 @@ func (m *Main) target(ctx context.Context, args []string) error {
 		}
 	}
 	var dev block.Device
+	var ram *writecache.RAM // ram and ram-overflow
 	switch *mode {
 	case "ram":
-		dev = meter.Wrap(writecache.NewRAM(base, writecache.RAMOptions{Budget: budget, Logger: log}), reg.Layer(layerCacheRAM))
+		ram = writecache.NewRAM(base, writecache.RAMOptions{Budget: budget, Logger: log})
+		dev = meter.Wrap(ram, reg.Layer(layerCacheRAM))
 	case "ram-overflow":
 		capacity := up.Size()
 		if *overflowSize != "" {
@@ -106,19 +139,14 @@ func (m *Main) target(ctx context.Context, args []string) error {
 			return fmt.Errorf("--overflow: %w", err)
 		}
 		defer os.Remove(*overflow)
-		dev = meter.Wrap(writecache.NewRAM(base, writecache.RAMOptions{
+		ram = writecache.NewRAM(base, writecache.RAMOptions{
 			Budget: budget, Logger: log, Overflow: meter.Wrap(of, reg.Layer(layerOverflow)),
-		}), reg.Layer(layerCacheRAM))
+		})
+		dev = meter.Wrap(ram, reg.Layer(layerCacheRAM))
 	case "disk":
 		opts := writecache.OverlayOptions{Persist: persist != "", Strict: persist == "strict"}
 		if opts.Persist {
-			export := *upstream
-			if u, err := url.Parse(*upstream); err == nil {
-				export = strings.TrimPrefix(u.Path, "/")
-			}
-			if opts.Identity, err = hostexport.Identity(ctx, export, up); err != nil {
-				return fmt.Errorf("upstream: %w", err)
-			}
+			opts.Identity = identity
 		}
 		o, err := writecache.OpenOverlayWith(base, *overflow, opts)
 		if errors.Is(err, writecache.ErrStale) {
@@ -136,7 +164,14 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	log.Info("target cache ready", "upstream", *upstream, "cache", *mode, "size", up.Size(), "block_status", up.HasBlockStatus())
 	// One cache per target: a second local connection would share it,
 	// so the export is coherent.
-	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: nbd.Devices{"": dev}, Logger: log}, &reg)
+	var extra []prometheus.Collector
+	if ram != nil {
+		extra = append(extra, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "usher_target_writes_refused_total",
+			Help: "Device writes the write cache refused (ENOSPC to the device): its RAM budget, and its overflow file if it has one, are full.",
+		}, func() float64 { return float64(ram.Full.Load()) }))
+	}
+	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: nbd.Devices{"": dev}, Logger: log}, &reg, extra...)
 }
 
 // persistFlag is --persist: "" (off), "true" or "strict".

@@ -35,11 +35,20 @@ type UpstreamOptions struct {
 	Logger                 *slog.Logger
 	// Name names the upstream in logs.
 	Name string
+	// Wait, when positive, makes a read (or block status) that needs
+	// upstream while the connection is down wait up to Wait for it to
+	// come back, and retries one that failed because its connection
+	// died, instead of failing at once with ErrUpstreamDown: a device
+	// that boots from upstream (usher target) sees a pause, not an I/O
+	// error, while the stream restarts. Past Wait it gets
+	// ErrUpstreamDown.
+	Wait time.Duration
 }
 
 // Upstream is a read-only device over a connection that it dials again,
 // with backoff, when the connection fails. While it is down, reads fail
-// at once with ErrUpstreamDown instead of waiting. Reads are not cut off
+// at once with ErrUpstreamDown instead of waiting (unless
+// UpstreamOptions.Wait says how long to wait). Reads are not cut off
 // by their caller's cancellation (a VM that goes away must not give up
 // the connection every other VM shares); Timeout bounds them instead.
 type Upstream struct {
@@ -48,8 +57,9 @@ type Upstream struct {
 	opt  UpstreamOptions
 
 	mu      sync.Mutex
-	conn    Conn  // nil while down
-	lastErr error // why it is down
+	conn    Conn          // nil while down
+	lastErr error         // why it is down
+	back    chan struct{} // closed when the connection is back (made when it goes down)
 	since   time.Time
 	closed  bool
 	stop    chan struct{}
@@ -72,7 +82,7 @@ func NewUpstream(first Conn, dial func(context.Context) (Conn, error), opt Upstr
 // A host that starts while upstream is unreachable serves its cache so.
 func NewUpstreamDown(size int64, dial func(context.Context) (Conn, error), opt UpstreamOptions, why error) *Upstream {
 	u := newUpstream(size, dial, opt)
-	u.lastErr, u.since = why, time.Now()
+	u.lastErr, u.since, u.back = why, time.Now(), make(chan struct{})
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
@@ -112,7 +122,7 @@ func (u *Upstream) watch(c Conn) {
 			u.mu.Unlock()
 			return
 		}
-		u.conn, u.since = nil, time.Now()
+		u.conn, u.since, u.back = nil, time.Now(), make(chan struct{})
 		if u.lastErr == nil {
 			u.lastErr = errors.New("connection lost")
 		}
@@ -159,6 +169,7 @@ func (u *Upstream) redial() {
 			return
 		}
 		u.conn, u.lastErr = c, nil
+		close(u.back)
 		down := time.Since(u.since)
 		u.mu.Unlock()
 		u.reconnects.Add(1)
@@ -198,12 +209,47 @@ func (u *Upstream) ReadOnly() bool { return true }
 
 // ReadAt implements block.Device.
 func (u *Upstream) ReadAt(ctx context.Context, p []byte, off int64) error {
+	return u.retry(ctx, func(c Conn, ctx context.Context) error { return c.ReadAt(ctx, p, off) })
+}
+
+// Extents implements block.Extenter with the connection's block status
+// (one allocated extent when it has none).
+func (u *Upstream) Extents(ctx context.Context, off, n int64, dst []block.Extent) ([]block.Extent, error) {
+	var out []block.Extent
+	err := u.retry(ctx, func(c Conn, ctx context.Context) (err error) {
+		out, err = block.Extents(ctx, c, off, n, dst)
+		return err
+	})
+	return out, err
+}
+
+// retry runs op on the live connection, bounded by Timeout, and, with
+// Wait, waits for a lost connection to come back and runs op again.
+func (u *Upstream) retry(ctx context.Context, op func(Conn, context.Context) error) error {
+	var deadline time.Time
+	for {
+		err := u.once(ctx, op)
+		if err == nil || u.opt.Wait <= 0 || !errors.Is(err, ErrUpstreamDown) {
+			return err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(u.opt.Wait)
+		}
+		if !u.waitBack(ctx, deadline) {
+			return err
+		}
+	}
+}
+
+// once runs op on the live connection; its error wraps ErrUpstreamDown
+// when there is none or it died under op.
+func (u *Upstream) once(ctx context.Context, op func(Conn, context.Context) error) error {
 	c, err := u.current()
 	if err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.opt.Timeout)
-	err = c.ReadAt(rctx, p, off)
+	err = op(c, rctx)
 	cancel()
 	if err != nil {
 		select {
@@ -218,6 +264,42 @@ func (u *Upstream) ReadAt(ctx context.Context, p []byte, off int64) error {
 		}
 	}
 	return err
+}
+
+// waitBack waits until the connection is back (true), or deadline
+// passes, ctx ends or the Upstream is closed (false). A connection that
+// died but is not yet seen to be down counts as back: op runs again and
+// finds out.
+func (u *Upstream) waitBack(ctx context.Context, deadline time.Time) bool {
+	u.mu.Lock()
+	back, closed := u.back, u.closed
+	down := u.conn == nil
+	u.mu.Unlock()
+	if closed || time.Now().After(deadline) {
+		return false
+	}
+	if !down {
+		// The watcher has not seen the death yet: give it a moment.
+		back = nil
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	pause := time.After(10 * time.Millisecond)
+	if back != nil {
+		pause = nil
+	}
+	select {
+	case <-back:
+		return true
+	case <-pause:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-u.stop:
+		return false
+	case <-t.C:
+		return false
+	}
 }
 
 func (u *Upstream) WriteAt(context.Context, []byte, int64, block.Flags) error {
