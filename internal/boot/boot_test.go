@@ -115,7 +115,7 @@ func TestRefusalScriptEscapes(t *testing.T) {
 	if strings.ContainsAny(lines[1], "${}\"|") {
 		t.Errorf("refusal echo %q keeps a character iPXE interprets", lines[1])
 	}
-	if !strings.Contains(boot.ChainScript(), "chain /boot/ipxe?mac=${netX/mac} || goto refused") {
+	if !strings.Contains(boot.ChainScript(), "chain /boot/ipxe?mac=${netX/mac:hexhyp} || goto refused") {
 		t.Errorf("chain script:\n%s", boot.ChainScript())
 	}
 }

@@ -16,7 +16,8 @@ const (
 	// bootfile=, a DHCP server's filename): it chains to ScriptPath with
 	// the MAC of the card that booted.
 	ChainPath = "/boot/script.ipxe"
-	// ScriptPath is a target's script: ScriptPath?mac=MAC.
+	// ScriptPath is a target's script: ScriptPath?mac=MAC, in any form
+	// net.ParseMAC reads (the chain script sends 52-54-00-12-34-56).
 	ScriptPath = "/boot/ipxe"
 	// FilesPrefix starts a target's files: FilesPrefix + MAC/VERSION/FILE.
 	FilesPrefix = "/boot/t/"
@@ -180,13 +181,15 @@ func Script(b Binding, o ScriptOptions) string {
 }
 
 // ChainScript is the fixed script at ChainPath. It asks for the script
-// of the card that booted (netX); when the boot server refuses (iPXE
-// runs no script that comes with an error status), it says so on the
-// console and gives the machine back to its firmware.
+// of the card that booted (netX), its MAC hyphenated (iPXE takes the
+// first colon of a URI, query included, for the end of a scheme); when
+// the boot server refuses (iPXE runs no script that comes with an error
+// status), it says so on the console and gives the machine back to its
+// firmware.
 func ChainScript() string {
 	return "#!ipxe\n" +
 		"echo usher: asking for the boot script of ${netX/mac}\n" +
-		"chain " + ScriptPath + "?mac=${netX/mac} || goto refused\n" +
+		"chain " + ScriptPath + "?mac=${netX/mac:hexhyp} || goto refused\n" +
 		":refused\n" +
 		"echo usher: the boot server refused ${netX/mac} (not a known target, or its image or version is missing); its log says why\n" +
 		"exit 1\n"

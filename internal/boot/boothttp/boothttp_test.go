@@ -128,7 +128,7 @@ func TestBootOfABoundTarget(t *testing.T) {
 	f.setTargets(site.Target{Name: "kiosk-01", MAC: "52:54:00:00:01:01", Image: "kiosk", Cache: site.CacheServerDisk})
 
 	status, chain := f.get("/boot/script.ipxe")
-	if status != 200 || !strings.Contains(chain, "chain /boot/ipxe?mac=${netX/mac}") {
+	if status != 200 || !strings.Contains(chain, "chain /boot/ipxe?mac=${netX/mac:hexhyp}") {
 		t.Fatalf("chain script: %d\n%s", status, chain)
 	}
 	status, script := f.get("/boot/ipxe?mac=52-54-00-00-01-01")
