@@ -15,7 +15,7 @@ func (s *Server) registerChanges() {
 		Response: reflect.TypeFor[site.ChangeRecord](), List: true,
 		Query: []QueryParam{
 			{Name: "kind", Description: "Only changes of this kind of object: zone, catalog, group, user, machine, delivery-group, " +
-				"application, desktop, entitlement, settings, secret or admin."},
+				"application, desktop, entitlement, target, settings, secret or admin."},
 			{Name: "name", Description: "Only changes of objects of this name, exactly as written."},
 			{Name: "actor", Description: "Only changes by this actor: admin:NAME, apply, cli or system."},
 			{Name: "limit", Description: "Most items to return (default 100, at most 1000).", Integer: true},

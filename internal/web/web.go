@@ -41,7 +41,7 @@ func Index(snapshot func() *broker.Snapshot) http.Handler {
 		}{Name: snap.Settings.Name, Domain: snap.Settings.Domain, Version: snap.Version}
 		n := snap.Counts()
 		for _, k := range []site.Kind{site.KindZone, site.KindCatalog, site.KindMachine, site.KindDeliveryGroup,
-			site.KindApplication, site.KindDesktop, site.KindUser, site.KindGroup, site.KindEntitlement} {
+			site.KindApplication, site.KindDesktop, site.KindUser, site.KindGroup, site.KindEntitlement, site.KindTarget} {
 			data.Counts = append(data.Counts, count{string(k) + "s", n[k]})
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")

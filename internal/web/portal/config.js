@@ -10,7 +10,7 @@ import { iconURL } from "./api.js";
 const $ = (id) => document.getElementById(id);
 
 // The kinds the console edits. A field's key is its JSON path, dotted
-// when nested; type is text, number, checkbox, select (options), ref (one
+// when nested; type is text, number (nullable: empty sends null), checkbox, select (options), ref (one
 // name of the kinds in ref, or none), refs (names of them), password
 // (sent only when typed) or icon (a file, uploaded after the object is
 // saved).
@@ -80,6 +80,20 @@ export const KINDS = {
         "An app or desktop listed here shows only to those named by an entitlement that lists it, who also need an entitlement to the delivery group." },
       { key: "groups", label: "Groups", type: "refs", ref: ["groups"] },
       { key: "users", label: "Users", type: "refs", ref: ["users"] },
+    ],
+  },
+  targets: {
+    title: "Targets", noun: "target",
+    columns: [["name", "Name"], ["mac", "MAC address"], ["image", "Image"], ["version", "Version (— production)"], ["cache", "Write cache"]],
+    fields: [
+      { key: "name", label: "Name", type: "text", required: true },
+      { key: "mac", label: "MAC address", type: "text", required: true, hint: "Of the network card the machine boots from, such as 52:54:00:12:34:56 (or with hyphens)." },
+      { key: "image", label: "Image", type: "text", required: true, hint: "An image of the image store (usher image list); its boots are refused until the store has it." },
+      { key: "version", label: "Version", type: "number", nullable: true, hint: "Empty: the image's production version at each boot. " +
+        "A number pins that version; a maintenance version boots in private mode, to update it." },
+      { key: "cache", label: "Write cache", type: "select", options: ["ram-overflow", "ram", "server-disk"] },
+      { key: "ram", label: "RAM budget", type: "text", hint: "Of the ram and ram-overflow caches, such as 256MiB (default 512MiB)." },
+      { key: "description", label: "Description", type: "text" },
     ],
   },
 };
@@ -372,7 +386,12 @@ function read(spec, base, existing) {
     let v;
     switch (f.type) {
       case "checkbox": v = el.checked; break;
-      case "number": if (el.value === "") { if (!existing) continue; v = 0; } else v = Number(el.value); break;
+      case "number":
+        if (el.value !== "") v = Number(el.value);
+        else if (f.nullable) v = null;
+        else if (!existing) continue;
+        else v = 0;
+        break;
       case "password": if (el.value === "") continue; v = el.value; break;
       case "refs":
         v = el.tagName === "FIELDSET" ? [...el.querySelectorAll("input:checked")].map((b) => b.value)
