@@ -71,3 +71,31 @@ func TestNoFilesystem(t *testing.T) {
 		t.Fatalf("Open of a blank disk = %v, want ErrNotFound", err)
 	}
 }
+
+// BenchmarkReadBootFiles reads a Debian-sized kernel (8 MiB) and
+// initramfs (40 MiB) out of an ext4 image through a block device, as the
+// boot server does for each version it serves first.
+func BenchmarkReadBootFiles(b *testing.B) {
+	img := ext4test.Build(b, b.TempDir(), ext4test.Layout{KernelSize: 8 << 20, InitrdSize: 40 << 20})
+	dev, err := block.OpenFile(img.Path, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	b.SetBytes(int64(len(img.Kernel) + len(img.Initrd)))
+	for b.Loop() {
+		fs, err := ext4boot.Open(b.Context(), dev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		files, err := fs.Find()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range []string{files.Kernel, files.Initrd} {
+			if _, err := fs.ReadFile(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

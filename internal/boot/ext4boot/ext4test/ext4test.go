@@ -7,6 +7,7 @@ package ext4test
 
 import (
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,10 @@ func Build(t testing.TB, dir string, l Layout) Image {
 		must(t, os.Symlink("/boot/initrd.img-"+last, filepath.Join(root, "initrd.img")))
 	}
 	img.Path = filepath.Join(dir, "disk.raw")
-	const size = 32 << 20
+	size := int64(32 << 20)
+	if need := int64(len(l.Versions)*(l.KernelSize+l.InitrdSize))*3/2 + 16<<20; need > size {
+		size = need &^ (1<<20 - 1)
+	}
 	f, err := os.Create(img.Path)
 	must(t, err)
 	must(t, f.Truncate(size))
@@ -87,7 +91,7 @@ func Build(t testing.TB, dir string, l Layout) Image {
 		p := mbr[446:462]
 		p[4] = 0x83
 		putLE32(p[8:], 2048)
-		putLE32(p[12:], size/512-2048)
+		putLE32(p[12:], uint32(size/512-2048))
 		mbr[510], mbr[511] = 0x55, 0xAA
 		f, err := os.OpenFile(img.Path, os.O_WRONLY, 0)
 		must(t, err)
@@ -95,7 +99,7 @@ func Build(t testing.TB, dir string, l Layout) Image {
 		must(t, err)
 		must(t, f.Close())
 		args = append(args, "-E", "offset=1048576")
-		args = append(args, img.Path, "31M")
+		args = append(args, img.Path, fmt.Sprintf("%dM", size>>20-1))
 	} else {
 		args = append(args, img.Path)
 	}
