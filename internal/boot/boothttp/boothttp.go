@@ -270,12 +270,16 @@ func (h *Handler) badRequest(w http.ResponseWriter, r *http.Request, step string
 }
 
 // refuse answers a known target's refused step (version -1: none
-// resolved), logs and records it.
+// resolved, and the record names the pinned version, or 0), logs and
+// records it.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, t site.Target, step site.BootStep, version int, err error) {
 	h.cfg.Logger.Warn("boot refused", "target", t.Name, "mac", t.MAC, "step", step, "remote", r.RemoteAddr, "reason", err)
 	h.cfg.Count(string(step), OutcomeRefused)
 	if version < 0 {
 		version = 0
+		if t.Version != nil {
+			version = *t.Version
+		}
 	}
 	h.record(r, boot.Binding{Target: t, Version: version}, step, err.Error())
 	writeScript(w, http.StatusNotFound, boot.RefusalScript(err.Error()))
