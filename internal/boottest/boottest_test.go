@@ -1,0 +1,152 @@
+package boottest
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/block/nbd"
+	"github.com/usher-vdi/usher/internal/block/writecache"
+)
+
+func TestMirrorIn(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		deb822     bool
+		want       string
+	}{
+		{"one-line", "# comment\ndeb http://deb.debian.org/debian-security bookworm-security main\ndeb http://mirror.example/debian bookworm main contrib\n", false, "http://mirror.example/debian"},
+		{"one-line with options", "deb [arch=amd64 signed-by=/k.gpg] http://m.example/debian bookworm main\n", false, "http://m.example/debian"},
+		{"one-line, another suite", "deb http://m.example/debian trixie main\ndeb-src http://m.example/debian bookworm main\n", false, ""},
+		{"deb822", "Types: deb\n# http://snapshot.debian.org/archive/debian/20250520T000000Z\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n", true, "http://deb.debian.org/debian"},
+		{"deb822, sources only", "Types: deb-src\nURIs: http://m.example/debian\nSuites: bookworm\n", true, ""},
+		{"deb822, another archive first", "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n\nTypes: deb\nURIs: http://m.example/debian\nSuites: bookworm\n", true, "http://m.example/debian"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mirrorIn(tc.text, tc.deb822); got != tc.want {
+				t.Fatalf("mirrorIn = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestQemuArgs(t *testing.T) {
+	img := &BootImage{Kernel: "/c/vmlinuz", Initrd: "/c/initrd.img", Disk: "/c/disk.raw"}
+	for _, tc := range []struct {
+		name string
+		opt  VMOptions
+		want []string // in order, among the arguments
+		err  string
+	}{
+		{"file", VMOptions{Image: img, Disk: img.Disk, Snapshot: true, WriteMB: 8},
+			[]string{"-drive", "file=/c/disk.raw,format=raw,if=virtio,werror=report,rerror=report,snapshot=on", "-nic", "none", "-kernel", "/c/vmlinuz", "-initrd", "/c/initrd.img",
+				"-append", "console=ttyS0 panic=1 quiet rw init=/usr/local/sbin/usher-init usher.write_mb=8 root=/dev/vda"}, ""},
+		{"nbd", VMOptions{Image: img, Disk: "nbd://127.0.0.1:1/golden@1", MemoryMB: 256},
+			[]string{"-m", "256", "-drive", "file=nbd://127.0.0.1:1/golden@1,format=raw,if=virtio,werror=report,rerror=report"}, ""},
+		{"nbdroot", VMOptions{Image: img, NBDRoot: "10.0.2.2:10809/golden"},
+			[]string{"-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile=", "-kernel", "/c/vmlinuz", "-initrd", "/c/initrd.img", "-append", "console=ttyS0 panic=1 quiet rw init=/usr/local/sbin/usher-init usher.write_mb=0 ip=dhcp nbdroot=10.0.2.2:10809/golden root=/dev/nbd0"}, ""},
+		{"network boot", VMOptions{BootURL: "http://10.0.2.2:8080/boot.ipxe"},
+			[]string{"-netdev", "user,id=net0,bootfile=http://10.0.2.2:8080/boot.ipxe", "-device", "virtio-net-pci,netdev=net0", "-boot", "n"}, ""},
+		{"two roots", VMOptions{Image: img, Disk: img.Disk, NBDRoot: "10.0.2.2:10809/golden"}, nil, "exactly one"},
+		{"no root", VMOptions{Image: img}, nil, "exactly one"},
+		{"no kernel", VMOptions{Disk: img.Disk}, nil, "kernel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, err := qemuArgs(tc.opt)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("qemuArgs: %v, want an error saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.Index(args, tc.want[0])
+			if i < 0 || i+len(tc.want) > len(args) || !slices.Equal(args[i:i+len(tc.want)], tc.want) {
+				t.Fatalf("qemuArgs:\n%q\nwant among them\n%q", args, tc.want)
+			}
+		})
+	}
+}
+
+// TestBootLocalDisk boots the image from its file (a snapshot, so twice
+// is two first boots) and checks the workload's lines: the baseline that
+// boots through usher are compared with.
+func TestBootLocalDisk(t *testing.T) {
+	img := Image(t)
+	r := Boot(t, VMOptions{Name: "local", Image: img, Disk: img.Disk, Snapshot: true, WriteMB: 4})
+	t.Logf("boot from a local file: booted in %v, powered off after %v; %s", r.BootTime.Round(time.Millisecond), r.Total.Round(time.Millisecond), r.Wrote)
+	if r.Marker != "" || r.BootID == "" {
+		t.Errorf("the first boot of the image found a marker:\n%s", r.Serial)
+	}
+	if r.Wrote != "USHER-WROTE 4 MiB" {
+		t.Errorf("the workload's writes: %q", r.Wrote)
+	}
+	if r.BootTime <= 0 || r.BootTime > r.Total {
+		t.Errorf("boot time %v, total %v", r.BootTime, r.Total)
+	}
+}
+
+// TestVMExitsEarly: a VM that cannot boot (no such disk) ends WaitFor with
+// QEMU's complaint, not a hang.
+func TestVMExitsEarly(t *testing.T) {
+	img := Image(t)
+	v := Start(t, VMOptions{Name: "broken", Image: img, Disk: t.TempDir() + "/missing.raw"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := v.WaitFor(ctx, MarkerBooted)
+	if err == nil || !strings.Contains(err.Error(), "missing.raw") {
+		t.Fatalf("WaitFor on a VM without its disk: %v; want QEMU's error naming the disk", err)
+	}
+}
+
+// TestNetworkBoot boots a diskless VM as a network-booted target does:
+// QEMU's iPXE fetches a script over HTTP, then the image's kernel and
+// initramfs, and the initramfs attaches the root over NBD (nbdroot=). The
+// servers are the test's own (net/http, and internal/block/nbd over a RAM
+// write cache on the image file), on loopback, reached from the guest at
+// HostAddr.
+func TestNetworkBoot(t *testing.T) {
+	img := Image(t)
+	file, err := block.OpenFile(img.Disk, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := writecache.NewRAM(file, writecache.RAMOptions{Budget: 256 << 20})
+	defer root.Close()
+	nln, err := nbd.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &nbd.Server{Exports: nbd.Devices{"golden": root}}
+	go srv.Serve(nln)
+	defer srv.Close()
+
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + GuestAddr(hln.Addr().String())
+	args := KernelArgs(NBDRootArgs(GuestAddr(nln.Addr().String())+"/golden"), 2)
+	script := "#!ipxe\nkernel " + base + "/vmlinuz " + strings.Join(args, " ") + "\ninitrd " + base + "/initrd.img\nboot\n"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, script) })
+	mux.HandleFunc("GET /vmlinuz", func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, img.Kernel) })
+	mux.HandleFunc("GET /initrd.img", func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, img.Initrd) })
+	hs := &http.Server{Handler: mux}
+	go hs.Serve(hln)
+	defer hs.Close()
+
+	r := Boot(t, VMOptions{Name: "netboot", BootURL: base + "/boot.ipxe"})
+	t.Logf("network boot (iPXE, HTTP, nbdroot): booted in %v, powered off after %v; %s", r.BootTime.Round(time.Millisecond), r.Total.Round(time.Millisecond), r.Wrote)
+	if r.Marker != "" || r.Wrote != "USHER-WROTE 2 MiB" {
+		t.Errorf("marker %q, writes %q", r.Marker, r.Wrote)
+	}
+}

@@ -1,0 +1,458 @@
+package boottest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Markers are the lines (prefixes) that the workload prints on the serial
+// console (see usher-init).
+const (
+	MarkerBooted     = "USHER-BOOTED"
+	MarkerPresent    = "USHER-MARKER present"
+	MarkerAbsent     = "USHER-MARKER absent"
+	MarkerWrote      = "USHER-WROTE"
+	MarkerWriteError = "USHER-WRITE-ERROR"
+	MarkerDone       = "USHER-DONE"
+)
+
+// HostAddr is the address at which a guest reaches the host's loopback
+// (QEMU user networking): servers on 127.0.0.1 serve the guest there.
+const HostAddr = "10.0.2.2"
+
+// EnvVMs names the environment variable that bounds the VMs running at
+// once on the machine (default: one per CPU).
+const EnvVMs = "USHER_BOOT_VMS"
+
+// VMOptions say what a VM boots. Exactly one of Disk, NBDRoot and BootURL
+// says where the root comes from.
+type VMOptions struct {
+	// Name names the VM in errors and logs.
+	Name string
+	// Image gives the kernel and initramfs of a direct kernel boot.
+	Image *BootImage
+	// Disk is the root disk, attached as a virtio disk (root=/dev/vda): a
+	// raw file, or an NBD URI that QEMU's own NBD client opens
+	// (nbd://HOST:PORT/EXPORT, nbd+unix:///EXPORT?socket=PATH).
+	Disk string
+	// Snapshot sends a file Disk's writes to a temporary overlay that
+	// QEMU drops at exit, leaving the file as it was.
+	Snapshot bool
+	// NBDRoot boots a diskless machine: its initramfs brings up the
+	// network (QEMU user networking, DHCP) and attaches the root with
+	// Debian's nbd-client (nbdroot=, which reconnects with -persist):
+	// "HOST:PORT/EXPORT", where HOST is HostAddr for a server on the
+	// host's loopback (GuestAddr). EXPORT must not be empty.
+	NBDRoot string
+	// BootURL network-boots with QEMU's iPXE ROM, which fetches this URL
+	// (an iPXE script, from the DHCP boot file name of QEMU's user
+	// networking): http://10.0.2.2:PORT/... reaches the host's loopback.
+	// Image and the kernel arguments are then the script's business.
+	BootURL string
+	// WriteMB is how much data the workload writes (usher.write_mb).
+	WriteMB int
+	// MemoryMB is the VM's memory; 0 means 512.
+	MemoryMB int
+	// Append adds kernel arguments.
+	Append []string
+	// Timeout bounds the VM's life from its start; 0 means 4 minutes.
+	Timeout time.Duration
+}
+
+// KernelArgs returns the kernel command line that runs the workload, for
+// a root device (root=/dev/vda, or nbdroot= arguments) and writeMB MiB of
+// writes: the serial console, init, and a panic that ends the VM rather
+// than hang it. A network-boot script passes the same.
+func KernelArgs(root []string, writeMB int) []string {
+	args := []string{"console=ttyS0", "panic=1", "quiet", "rw", "init=" + InitPath, "usher.write_mb=" + strconv.Itoa(writeMB)}
+	return append(args, root...)
+}
+
+// NBDRootArgs returns the kernel arguments of a root on NBD through the
+// initramfs (Debian's nbd-client hook): server is "HOST:PORT/EXPORT".
+func NBDRootArgs(server string) []string {
+	return []string{"ip=dhcp", "nbdroot=" + server, "root=/dev/nbd0"}
+}
+
+// GuestAddr returns the address at which a guest reaches a server that
+// listens on the host's loopback at addr ("127.0.0.1:PORT"): HostAddr
+// and the port.
+func GuestAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(HostAddr, port)
+}
+
+// qemuArgs returns qemu-system-x86_64's arguments for opt.
+func qemuArgs(opt VMOptions) ([]string, error) {
+	mem := opt.MemoryMB
+	if mem == 0 {
+		mem = 512
+	}
+	args := []string{"-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
+		"-smp", "1", "-m", strconv.Itoa(mem)}
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		args = append(args, "-accel", "kvm", "-accel", "tcg")
+	}
+	sources := 0
+	for _, s := range []string{opt.Disk, opt.NBDRoot, opt.BootURL} {
+		if s != "" {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return nil, errors.New("boottest: a VM boots from exactly one of Disk, NBDRoot and BootURL")
+	}
+	if opt.BootURL != "" {
+		return append(args, "-netdev", "user,id=net0,bootfile="+opt.BootURL,
+			"-device", "virtio-net-pci,netdev=net0", "-boot", "n"), nil
+	}
+	if opt.Image == nil {
+		return nil, errors.New("boottest: a direct kernel boot needs the Image's kernel and initramfs")
+	}
+	var root []string
+	if opt.Disk != "" {
+		// Errors (ENOSPC too) go to the guest, rather than pause the VM.
+		drive := "file=" + opt.Disk + ",format=raw,if=virtio,werror=report,rerror=report"
+		if opt.Snapshot {
+			drive += ",snapshot=on"
+		}
+		args = append(args, "-drive", drive, "-nic", "none")
+		root = []string{"root=/dev/vda"}
+	} else {
+		// No option ROM: nothing boots from the network card here.
+		args = append(args, "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile=")
+		root = NBDRootArgs(opt.NBDRoot)
+	}
+	cmdline := strings.Join(append(KernelArgs(root, opt.WriteMB), opt.Append...), " ")
+	return append(args, "-kernel", opt.Image.Kernel, "-initrd", opt.Image.Initrd, "-append", cmdline), nil
+}
+
+// VM is a running qemu-system-x86_64 with its serial console.
+type VM struct {
+	Name string
+
+	cmd     *exec.Cmd
+	start   time.Time
+	release func() // the VM slot
+	stderr  strings.Builder
+	done    chan struct{} // closed when QEMU has exited
+	exitErr error
+
+	mu      sync.Mutex
+	lines   []line
+	changed chan struct{} // closed and replaced at each new line
+}
+
+// line is a serial console line and when it came.
+type line struct {
+	at   time.Duration // since the start
+	text string
+}
+
+// StartVM starts a VM, once a VM slot is free on the machine (EnvVMs);
+// the caller must Kill it or Wait for it. It returns an error wrapping
+// ErrUnavailable when QEMU is not installed.
+func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
+	qemu, err := lookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, unavailable("qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)")
+	}
+	args, err := qemuArgs(opt)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = 4 * time.Minute
+	}
+	release, err := vmSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &VM{Name: opt.Name, release: release, done: make(chan struct{}), changed: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opt.Timeout)
+	v.cmd = exec.CommandContext(ctx, qemu, args...)
+	v.cmd.WaitDelay = 5 * time.Second
+	v.cmd.Stderr = &v.stderr
+	out, err := v.cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		release()
+		return nil, err
+	}
+	v.start = time.Now()
+	if err := v.cmd.Start(); err != nil {
+		cancel()
+		release()
+		return nil, fmt.Errorf("boottest: start qemu: %w", err)
+	}
+	go func() {
+		v.read(out)
+		v.exitErr = v.cmd.Wait()
+		if ctx.Err() == context.DeadlineExceeded {
+			v.exitErr = fmt.Errorf("killed after its timeout %v: %w", opt.Timeout, v.exitErr)
+		}
+		cancel()
+		release()
+		close(v.done)
+		v.mu.Lock()
+		close(v.changed)
+		v.mu.Unlock()
+	}()
+	return v, nil
+}
+
+// read collects the serial console's lines until QEMU closes it.
+func (v *VM) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		text := strings.TrimRight(sc.Text(), "\r")
+		v.mu.Lock()
+		v.lines = append(v.lines, line{time.Since(v.start), text})
+		close(v.changed)
+		v.changed = make(chan struct{})
+		v.mu.Unlock()
+	}
+	io.Copy(io.Discard, r)
+}
+
+// WaitFor waits for a serial console line that starts with marker and
+// returns it. It fails when the VM exits first, or when ctx ends.
+func (v *VM) WaitFor(ctx context.Context, marker string) (string, error) {
+	for seen := 0; ; {
+		v.mu.Lock()
+		for ; seen < len(v.lines); seen++ {
+			if strings.HasPrefix(v.lines[seen].text, marker) {
+				v.mu.Unlock()
+				return v.lines[seen].text, nil
+			}
+		}
+		changed := v.changed
+		v.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", fmt.Errorf("VM %s: waiting for %q: %w", v.Name, marker, ctx.Err())
+		}
+		select {
+		case <-v.done:
+			if v.find(marker) == "" {
+				return "", fmt.Errorf("VM %s exited (%v) before %q", v.Name, v.exitErrOrNil(), marker)
+			}
+		default:
+		}
+	}
+}
+
+// find returns the first line starting with marker, or "".
+func (v *VM) find(marker string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, l := range v.lines {
+		if strings.HasPrefix(l.text, marker) {
+			return l.text
+		}
+	}
+	return ""
+}
+
+// At returns when the first line starting with marker came, since the
+// VM's start, and whether it came.
+func (v *VM) At(marker string) (time.Duration, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, l := range v.lines {
+		if strings.HasPrefix(l.text, marker) {
+			return l.at, true
+		}
+	}
+	return 0, false
+}
+
+// BootTime returns the time from QEMU's start to the workload's first
+// line (MarkerBooted), or 0 before it.
+func (v *VM) BootTime() time.Duration {
+	d, _ := v.At(MarkerBooted)
+	return d
+}
+
+// Serial returns the serial console's output so far.
+func (v *VM) Serial() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var b strings.Builder
+	for _, l := range v.lines {
+		fmt.Fprintf(&b, "[%7.3f] %s\n", l.at.Seconds(), l.text)
+	}
+	return b.String()
+}
+
+// Wait waits for QEMU to exit and returns its error (nil when the guest
+// powered off); a VM past its timeout is killed.
+func (v *VM) Wait(ctx context.Context) error {
+	select {
+	case <-v.done:
+		return v.exitErrOrNil()
+	case <-ctx.Done():
+		return fmt.Errorf("VM %s: %w", v.Name, ctx.Err())
+	}
+}
+
+func (v *VM) exitErrOrNil() error {
+	select {
+	case <-v.done:
+	default:
+		return nil
+	}
+	if v.exitErr != nil {
+		return fmt.Errorf("qemu: %w: %s", v.exitErr, strings.TrimSpace(v.stderr.String()))
+	}
+	return nil
+}
+
+// Exited reports whether QEMU has exited.
+func (v *VM) Exited() bool {
+	select {
+	case <-v.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill kills QEMU (a pulled plug) and waits for it; on an exited VM it
+// does nothing.
+func (v *VM) Kill() {
+	if !v.Exited() {
+		v.cmd.Process.Kill()
+	}
+	<-v.done
+}
+
+// Result is what a boot that ran its workload to the end showed.
+type Result struct {
+	// BootTime is from QEMU's start to the workload's first line; Total
+	// to QEMU's exit.
+	BootTime, Total time.Duration
+	// BootID is the boot's random id (USHER-BOOTED boot=ID).
+	BootID string
+	// Marker is the content of the earlier boot's marker file that the
+	// workload found ("boot=ID", naming the boot that wrote it), or ""
+	// when there was none.
+	Marker string
+	// Wrote is the workload's USHER-WROTE or USHER-WRITE-ERROR line.
+	Wrote string
+	// Serial is the serial console's output.
+	Serial string
+}
+
+// Start starts a VM for tb (StartVM) and kills it when tb ends, first
+// logging its serial console when tb failed. It skips tb when QEMU is
+// not installed (fails it under CI=true).
+func Start(tb TB, opt VMOptions) *VM {
+	tb.Helper()
+	v, err := StartVM(context.Background(), opt)
+	if err != nil {
+		skipOrFail(tb, err)
+	}
+	tb.Cleanup(func() {
+		v.Kill()
+		if tb.Failed() {
+			tb.Logf("VM %s's serial console:\n%s", v.Name, v.Serial())
+		}
+	})
+	return v
+}
+
+// Boot boots a VM for tb (Start) and waits for its workload to end and
+// the VM to power off, failing tb when it does not.
+func Boot(tb TB, opt VMOptions) Result {
+	tb.Helper()
+	v := Start(tb, opt)
+	r, err := v.Result(context.Background())
+	if err != nil {
+		tb.Fatalf("%v", err) // Start's clean-up logs the serial console
+	}
+	return r
+}
+
+// Result waits for the workload's end (MarkerDone) and QEMU's exit, and
+// returns what the boot showed.
+func (v *VM) Result(ctx context.Context) (Result, error) {
+	if _, err := v.WaitFor(ctx, MarkerDone); err != nil {
+		return Result{}, err
+	}
+	if err := v.Wait(ctx); err != nil {
+		return Result{}, fmt.Errorf("VM %s: %w", v.Name, err)
+	}
+	r := Result{BootTime: v.BootTime(), Total: time.Since(v.start), Serial: v.Serial()}
+	for _, f := range strings.Fields(v.find(MarkerBooted)) {
+		if id, ok := strings.CutPrefix(f, "boot="); ok {
+			r.BootID = id
+		}
+	}
+	if m := v.find(MarkerPresent); m != "" {
+		r.Marker = strings.TrimSpace(strings.TrimPrefix(m, MarkerPresent))
+		if r.Marker == "" {
+			r.Marker = "(empty)"
+		}
+	} else if v.find(MarkerAbsent) == "" {
+		return r, fmt.Errorf("VM %s: the workload said neither %q nor %q", v.Name, MarkerPresent, MarkerAbsent)
+	}
+	if r.Wrote = v.find(MarkerWrote); r.Wrote == "" {
+		r.Wrote = v.find(MarkerWriteError)
+	}
+	return r, nil
+}
+
+// vmSlot takes one of the machine's VM slots (a file lock in the
+// temporary directory, so that test binaries running at once share
+// them), waiting for one to free, and returns what releases it.
+func vmSlot(ctx context.Context) (func(), error) {
+	n := runtime.NumCPU()
+	if v, err := strconv.Atoi(os.Getenv(EnvVMs)); err == nil && v > 0 {
+		n = v
+	}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for i := range n {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("usher-boottest-vm%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return nil, fmt.Errorf("boottest: VM slot: %w", err)
+		}
+		files = append(files, f)
+	}
+	for {
+		for i, f := range files {
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+				files[i] = nil // kept open: the lock is the open file's
+				return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("boottest: waiting for a VM slot: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
