@@ -510,6 +510,9 @@ func runLogged(ctx context.Context, logPath string, logf func(string, ...any), n
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary killed at its timeout takes debootstrap with it,
+	// rather than leave it building for nobody.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	logf("boottest: %s %s", name, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {

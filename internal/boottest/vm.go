@@ -188,6 +188,7 @@ func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opt.Timeout)
 	v.cmd = exec.CommandContext(ctx, qemu, args...)
 	v.cmd.WaitDelay = 5 * time.Second
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no VM outlives its test binary
 	v.cmd.Stderr = &v.stderr
 	out, err := v.cmd.StdoutPipe()
 	if err != nil {
