@@ -261,10 +261,10 @@ type lconn struct {
 	l      *loop
 	fd     int
 	remote string
-	// ctx is the context of requests on the loop, waitCtx of deferred
-	// ones; cancel ends both.
-	ctx, waitCtx context.Context
-	cancel       context.CancelFunc
+	// base holds the context of requests on the loop, waitBase of
+	// deferred ones; cancel ends both.
+	base, waitBase *http.Request
+	cancel         context.CancelFunc
 
 	// buf[r:w] is read and not yet consumed.
 	buf      []byte
@@ -458,7 +458,7 @@ func (c *lconn) serve() {
 	f := c.l.s.cfg.Fallback
 	c.readDL = time.Time{}
 	setDeadline(c.setWriteDL, f.WriteTimeout)
-	r := c.request(c.ctx)
+	r := c.request(c.base)
 	w := &c.resp
 	w.reset(c, r)
 	w.onLoop = true
@@ -474,7 +474,7 @@ func (c *lconn) serve() {
 // runDeferred runs the deferred request on its own goroutine, queueing
 // its answer, and hands the connection back to the loop.
 func (c *lconn) runDeferred() {
-	r := c.request(c.waitCtx)
+	r := c.request(c.waitBase)
 	w := &c.resp
 	w.reset(c, r)
 	c.finish(w, c.run(w, r))
@@ -504,23 +504,20 @@ func (c *lconn) finish(w *response, ok bool) {
 func (c *lconn) setWriteDL(t time.Time) error { c.writeDL = t; return nil }
 
 // request makes the request whose head is c.head and whose body follows
-// it in the buffer.
-func (c *lconn) request(ctx context.Context) *http.Request {
+// it in the buffer, from base, which holds its context.
+func (c *lconn) request(base *http.Request) *http.Request {
 	h := &c.head
-	r := &http.Request{
-		Method:        h.method,
-		URL:           urlOf(h.path, h.query),
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h.header,
-		Host:          h.host,
-		RequestURI:    h.target,
-		RemoteAddr:    c.remote,
-		Close:         h.close,
-		ContentLength: h.contentLength,
-		Body:          http.NoBody,
-	}
+	r := new(http.Request)
+	*r = *base // its context: one allocation, where WithContext makes two
+	r.Method = h.method
+	r.URL = urlOf(h.path, h.query)
+	r.Header = h.header
+	r.Host = h.host
+	r.RequestURI = h.target
+	r.RemoteAddr = c.remote
+	r.Close = h.close
+	r.ContentLength = h.contentLength
+	r.Body = http.NoBody
 	if h.contentLength > 0 {
 		c.body = memBody{b: c.buf[c.r+h.size : c.r+c.n]}
 		if int64(c.n-h.size) < h.contentLength {
@@ -528,7 +525,7 @@ func (c *lconn) request(ctx context.Context) *http.Request {
 		}
 		r.Body = &c.body
 	}
-	return r.WithContext(ctx)
+	return r
 }
 
 // run runs the handler; false when it panicked.
@@ -903,14 +900,23 @@ func (s *Server) newLconn(l *loop, fd int, sa unix.Sockaddr) *lconn {
 		local = tcpAddr(lsa)
 	}
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, local)
-	c := &lconn{l: l, fd: fd, remote: tcpAddr(sa).String(), waitCtx: ctx, ctx: ctx, cancel: cancel, buf: make([]byte, bufferSize)}
+	c := &lconn{l: l, fd: fd, remote: tcpAddr(sa).String(), cancel: cancel, buf: make([]byte, bufferSize)}
+	c.waitBase = baseRequest(ctx)
+	c.base = c.waitBase
 	if f := s.cfg.LoopContext; f != nil {
-		c.ctx = f(ctx)
+		c.base = baseRequest(f(ctx))
 	}
 	c.head.header = http.Header{}
 	f := s.cfg.Fallback
 	setDeadline(c.setReadDL, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
 	return c
+}
+
+// baseRequest is what a connection's requests share: their context, and
+// HTTP/1.1.
+func baseRequest(ctx context.Context) *http.Request {
+	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+	return r
 }
 
 func tcpAddr(sa unix.Sockaddr) *net.TCPAddr {
