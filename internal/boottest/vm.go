@@ -70,6 +70,9 @@ type VMOptions struct {
 	Append []string
 	// Timeout bounds the VM's life from its start; 0 means 4 minutes.
 	Timeout time.Duration
+	// QEMUArgs are added to QEMU's arguments (a bench's QMP socket and
+	// -no-shutdown, to read the disk's counters after the guest's end).
+	QEMUArgs []string
 }
 
 // KernelArgs returns the kernel command line that runs the workload, for
@@ -106,6 +109,7 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 	}
 	args := []string{"-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-smp", "1", "-m", strconv.Itoa(mem)}
+	args = append(args, opt.QEMUArgs...)
 	if _, err := os.Stat("/dev/kvm"); err == nil {
 		args = append(args, "-accel", "kvm", "-accel", "tcg")
 	}
