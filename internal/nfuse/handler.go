@@ -76,6 +76,7 @@ type Handler struct {
 	icons    icons
 	launches *launches
 	lengths  lengths
+	decoded  *decoded
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -102,7 +103,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Handler{cfg: cfg, broker: cfg.Broker, log: cfg.Logger,
-		launches: newLaunches(cfg.MaxPendingLaunches, cfg.Now)}, nil
+		launches: newLaunches(cfg.MaxPendingLaunches, cfg.Now), decoded: newDecoded()}, nil
 }
 
 // Log attribute keys.
@@ -193,7 +194,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var answer []byte
 	err := h.readBody(x)
 	if err == nil {
-		x.req, err = Decode(x.body, h.cfg.Limits)
+		if x.req = h.decoded.get(x.body, start); x.req == nil {
+			if x.req, err = Decode(x.body, h.cfg.Limits); err == nil {
+				h.decoded.put(x.body, x.req, start)
+			}
+		}
 	}
 	if err != nil {
 		answer = h.refuse(x, err)
