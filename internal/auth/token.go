@@ -45,14 +45,33 @@ type Signer struct {
 
 	mu   sync.Mutex
 	keys map[string][]byte // audience -> derived key
+	// seen remembers tokens verified moments ago, stamps the stamps
+	// computed: a client sends the same token with each request, and
+	// checking it again costs more than the enumeration it opens.
+	seen   map[string]seenToken
+	stamps map[string]string
 }
+
+// seenToken is a verified token's claims, good until until.
+type seenToken struct {
+	c     Claims
+	until time.Time
+}
+
+// Bounds of what a Signer remembers: verified tokens for at most
+// seenTTL (and never past their expiry), seenMax of them, and seenMax
+// stamps.
+const (
+	seenTTL = time.Minute
+	seenMax = 4096
+)
 
 // NewSigner returns a Signer with the key, which must be at least 32 bytes.
 func NewSigner(key []byte) (*Signer, error) {
 	if len(key) < 32 {
 		return nil, fmt.Errorf("token key is %d bytes, need at least 32", len(key))
 	}
-	return &Signer{key: key, now: time.Now, keys: map[string][]byte{}}, nil
+	return &Signer{key: key, now: time.Now, keys: map[string][]byte{}, seen: map[string]seenToken{}, stamps: map[string]string{}}, nil
 }
 
 // Issue returns a token for subject and audience valid for ttl.
@@ -76,15 +95,60 @@ func (s *Signer) Now() time.Time { return s.now() }
 // hash is secret: a keyed fingerprint that reveals nothing of the hash and
 // changes with it.
 func (s *Signer) Stamp(secret string) string {
+	s.mu.Lock()
+	st, ok := s.stamps[secret]
+	s.mu.Unlock()
+	if ok {
+		return st
+	}
 	m := hmac.New(sha256.New, s.derived("stamp"))
 	m.Write([]byte(secret))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
+	st = base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
+	s.mu.Lock()
+	if len(s.stamps) >= seenMax {
+		clear(s.stamps)
+	}
+	s.stamps[secret] = st
+	s.mu.Unlock()
+	return st
 }
 
 // Verify checks a token's signature, audience and expiry and returns its
 // claims: ErrInvalidToken for a forged, malformed or wrong-audience token,
 // ErrExpiredToken for an expired one.
 func (s *Signer) Verify(token, audience string) (Claims, error) {
+	now := s.now()
+	key := audience + "\x00" + token
+	s.mu.Lock()
+	seen, ok := s.seen[key]
+	s.mu.Unlock()
+	if ok && now.Before(seen.until) {
+		return seen.c, nil
+	}
+	c, err := s.verify(token, audience, now)
+	if err == nil {
+		s.mu.Lock()
+		if len(s.seen) >= seenMax {
+			for k, t := range s.seen {
+				if !now.Before(t.until) {
+					delete(s.seen, k)
+				}
+			}
+			if len(s.seen) >= seenMax {
+				clear(s.seen)
+			}
+		}
+		until := now.Add(seenTTL)
+		if c.Expires.Before(until) {
+			until = c.Expires
+		}
+		s.seen[key] = seenToken{c: c, until: until}
+		s.mu.Unlock()
+	}
+	return c, err
+}
+
+func (s *Signer) verify(token, audience string, now time.Time) (Claims, error) {
 	body, sig, ok := strings.Cut(token, ".")
 	if !ok || len(token) > 4096 {
 		return Claims{}, ErrInvalidToken
@@ -101,7 +165,7 @@ func (s *Signer) Verify(token, audience string) (Claims, error) {
 	if err := json.Unmarshal(raw, &c); err != nil || c.Audience != audience || c.Subject == "" {
 		return Claims{}, ErrInvalidToken
 	}
-	if !s.now().Before(c.Expires) {
+	if !now.Before(c.Expires) {
 		return Claims{}, ErrExpiredToken
 	}
 	return c, nil
