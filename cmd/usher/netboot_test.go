@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/boottest"
+	"github.com/usher-vdi/usher/internal/site"
+)
+
+// netbootMAC is the MAC QEMU gives the first network card of a VM that
+// names none: the target's in TestNetBoot.
+const netbootMAC = "52:54:00:12:34:56"
+
+// TestNetBoot boots a real Debian (internal/boottest) from the network
+// as PVS boots a target: QEMU's iPXE ROM fetches usher serve's chain
+// script, then the target's script, the kernel and the initramfs of the
+// image version its binding names (read out of the version's ext4
+// filesystem), and the initramfs mounts its root disk from usher stream
+// over NBD (server-side write cache); the workload's marker comes on the
+// serial console and the boot is in the boot log.
+func TestNetBoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM (tens of seconds)")
+	}
+	img := boottest.Image(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "images")
+	if code, _, stderr := run(t, "", "image", "import", "netboot", img.Disk, "--store", store); code != 0 {
+		t.Fatalf("image import: %d %s", code, stderr)
+	}
+	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
+	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
+		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+boottest.GuestAddr(stream),
+		"--boot-append", strings.Join(boottest.KernelArgs(nil, 1), " "))
+	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
+	if m == nil {
+		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
+	}
+	bootURL := "http://" + boottest.GuestAddr(m[1]) + "/boot/script.ipxe"
+
+	// The target, bound through the admin API.
+	target := fmt.Sprintf(`{"name":"netboot-01","mac":%q,"image":"netboot","cache":"server-disk"}`, netbootMAC)
+	if code, body := postBasic(t, s.url+"/api/v1/admin/targets", "admin", "demo-pass-1", target); code != 201 {
+		t.Fatalf("create the target: %d %s", code, body)
+	}
+
+	r := boottest.Boot(t, boottest.VMOptions{Name: "netboot-01", BootURL: bootURL})
+	if r.Marker != "" || r.Wrote != "USHER-WROTE 1 MiB" {
+		t.Errorf("marker %q, writes %q; want no earlier marker and 1 MiB written\nserve's log:\n%s", r.Marker, r.Wrote, s.stderr.String())
+	}
+	t.Logf("network boot (iPXE, usher's script, kernel and initramfs, nbdroot on usher stream): booted in %v, powered off after %v",
+		r.BootTime.Round(100*time.Millisecond), r.Total.Round(100*time.Millisecond))
+
+	code, body := get(t, s.url+"/api/v1/admin/boots?target=netboot-01", "admin", "demo-pass-1")
+	var boots struct{ Items []site.BootRecord }
+	if err := json.Unmarshal(body, &boots); code != 200 || err != nil {
+		t.Fatalf("boot log: %d %s", code, body)
+	}
+	var steps []string
+	for _, r := range boots.Items {
+		steps = append(steps, string(r.Step))
+		if r.Image != "netboot" || r.Version != 0 || r.MAC != netbootMAC || r.Cache != site.CacheServerDisk || r.Error != "" {
+			t.Errorf("boot record %+v", r)
+		}
+	}
+	if got := strings.Join(steps, ","); got != "initrd,kernel,script" {
+		t.Errorf("boot log steps (newest first) %s, want initrd,kernel,script", got)
+	}
+}
+
+// postBasic posts a JSON body with an admin's basic credentials.
+func postBasic(t *testing.T, url, user, password, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth(user, password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
