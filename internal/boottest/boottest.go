@@ -11,13 +11,16 @@
 // usher.write_mb MiB of data, syncs, prints USHER-DONE and powers off. A
 // boot takes about 15 s under software emulation (TCG, one vCPU).
 //
-// Image builds the image (about two minutes and 800 MB of packages from the
-// Debian mirror of this machine's apt sources, as root) or finds it in the
-// cache directory ($USHER_BOOT_CACHE, default os.UserCacheDir()/usher/boot),
-// keyed by a digest of the recipe, so that a change to the recipe or the
-// workload builds a new one; a file lock makes parallel test binaries build
-// it once. Start and Boot run VMs, at most one per CPU on the machine at
-// once (USHER_BOOT_VMS changes that), across test binaries.
+// Image builds the image or finds it in the cache directory
+// ($USHER_BOOT_CACHE, default os.UserCacheDir()/usher/boot; about 1.7 GB,
+// safe to delete), in two layers keyed by digests of their recipes: the
+// base, debootstrap's tree (800 MB of packages from the Debian mirror of
+// this machine's apt sources, as root: two minutes on an idle machine, half
+// an hour on a loaded one), and the workload written into a copy of its
+// disk (seconds), so that a change to the workload does not run debootstrap
+// again. A file lock per layer makes parallel test binaries build it once.
+// Start and Boot run VMs, at most one per CPU on the machine at once
+// (USHER_BOOT_VMS changes that), across test binaries.
 //
 // Without debootstrap, mkfs.ext4 or qemu-system-x86_64 (or without root, to
 // build the image) Image, Start and Boot skip the test, saying why; with

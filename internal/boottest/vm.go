@@ -157,6 +157,7 @@ type VM struct {
 	stderr  strings.Builder
 	done    chan struct{} // closed when QEMU has exited
 	exitErr error
+	ran     time.Duration // from the start to QEMU's exit
 
 	mu      sync.Mutex
 	lines   []line
@@ -209,6 +210,7 @@ func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
 	go func() {
 		v.read(out)
 		v.exitErr = v.cmd.Wait()
+		v.ran = time.Since(v.start)
 		if ctx.Err() == context.DeadlineExceeded {
 			v.exitErr = fmt.Errorf("killed after its timeout %v: %w", opt.Timeout, v.exitErr)
 		}
@@ -243,9 +245,9 @@ func (v *VM) WaitFor(ctx context.Context, marker string) (string, error) {
 	for seen := 0; ; {
 		v.mu.Lock()
 		for ; seen < len(v.lines); seen++ {
-			if strings.HasPrefix(v.lines[seen].text, marker) {
+			if text := v.lines[seen].text; strings.HasPrefix(text, marker) {
 				v.mu.Unlock()
-				return v.lines[seen].text, nil
+				return text, nil
 			}
 		}
 		changed := v.changed
@@ -406,7 +408,7 @@ func (v *VM) Result(ctx context.Context) (Result, error) {
 	if err := v.Wait(ctx); err != nil {
 		return Result{}, fmt.Errorf("VM %s: %w", v.Name, err)
 	}
-	r := Result{BootTime: v.BootTime(), Total: time.Since(v.start), Serial: v.Serial()}
+	r := Result{BootTime: v.BootTime(), Total: v.ran, Serial: v.Serial()}
 	for _, f := range strings.Fields(v.find(MarkerBooted)) {
 		if id, ok := strings.CutPrefix(f, "boot="); ok {
 			r.BootID = id
