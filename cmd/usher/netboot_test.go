@@ -90,3 +90,74 @@ func postBasic(t *testing.T, url, user, password, body string) (int, []byte) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
 }
+
+// TestNetBootPrivateThenPromoted updates an image as PVS does: a target
+// pinned to a maintenance version boots it in private mode and writes
+// to it; the version is promoted to production; the target, following
+// production again, boots the new version in standard mode and finds
+// the first boot's file there.
+func TestNetBootPrivateThenPromoted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots two VMs (a minute or two)")
+	}
+	img := boottest.Image(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "images")
+	for _, args := range [][]string{{"import", "nb", img.Disk}, {"version", "nb"}} {
+		if code, _, stderr := run(t, "", append(append([]string{"image"}, args...), "--store", store)...); code != 0 {
+			t.Fatalf("image %v: %d %s", args, code, stderr)
+		}
+	}
+	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"), "--auth", "none")
+	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
+		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+boottest.GuestAddr(stream),
+		"--boot-append", strings.Join(boottest.KernelArgs(nil, 0), " "))
+	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
+	if m == nil {
+		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
+	}
+	bootURL := "http://" + boottest.GuestAddr(m[1]) + "/boot/script.ipxe"
+	target := fmt.Sprintf(`{"name":"nb-01","mac":%q,"image":"nb","version":1,"cache":"server-disk"}`, netbootMAC)
+	if code, body := postBasic(t, s.url+"/api/v1/admin/targets", "admin", "demo-pass-1", target); code != 201 {
+		t.Fatalf("create the target: %d %s", code, body)
+	}
+
+	first := boottest.Boot(t, boottest.VMOptions{Name: "nb-private", BootURL: bootURL})
+	if first.Marker != "" || !strings.HasPrefix(first.Wrote, "USHER-WROTE") {
+		t.Fatalf("private-mode boot: marker %q, writes %q", first.Marker, first.Wrote)
+	}
+	for range 2 { // maintenance -> test -> production
+		if code, _, stderr := run(t, "", "image", "promote", "nb", "1", "--store", store); code != 0 {
+			t.Fatalf("image promote: %d %s", code, stderr)
+		}
+	}
+	req, _ := http.NewRequest("PUT", s.url+"/api/v1/admin/targets/nb-01", strings.NewReader(
+		fmt.Sprintf(`{"mac":%q,"image":"nb","cache":"server-disk"}`, netbootMAC)))
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth("admin", "demo-pass-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("unpin the target: %d", resp.StatusCode)
+	}
+
+	second := boottest.Boot(t, boottest.VMOptions{Name: "nb-production", BootURL: bootURL})
+	if second.Marker != "boot="+first.BootID {
+		t.Errorf("the production boot found marker %q, want the private-mode boot's (boot=%s)", second.Marker, first.BootID)
+	}
+	code, body := get(t, s.url+"/api/v1/admin/boots?target=nb-01", "admin", "demo-pass-1")
+	var boots struct{ Items []site.BootRecord }
+	if err := json.Unmarshal(body, &boots); code != 200 || err != nil || len(boots.Items) != 6 {
+		t.Fatalf("boot log: %d %s", code, body)
+	}
+	for _, r := range boots.Items {
+		if r.Version != 1 {
+			t.Errorf("boot record %+v: want version 1", r)
+		}
+	}
+	t.Logf("private-mode boot in %v; the promoted version's standard-mode boot in %v",
+		first.BootTime.Round(100*time.Millisecond), second.BootTime.Round(100*time.Millisecond))
+}
