@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/usher-vdi/usher/internal/loadgen"
+)
+
+// Verdicts of a boot figure.
+const (
+	VerdictMet         = "met"
+	VerdictNotMet      = "NOT met"
+	VerdictNotMeasured = "not measured"
+)
+
+// BootFigure is one of the issue's figures, computed from the counts of
+// a run and judged against its goal.
+type BootFigure struct {
+	What     string `json:"what"`
+	Mode     string `json:"mode"`
+	Measured string `json:"measured"`
+	Goal     string `json:"goal"`
+	Verdict  string `json:"verdict"`
+}
+
+func verdictOf(ok bool) string {
+	if ok {
+		return VerdictMet
+	}
+	return VerdictNotMet
+}
+
+// figures computes the issue's figures from the run's counts.
+func (r *BootResult) figures() []BootFigure {
+	var out []BootFigure
+	local, hasLocal := r.Mode(BootLocal)
+	localBoot, _ := local.BootSeconds()
+	for _, m := range r.Modes {
+		switch m.Mode {
+		case BootRAM, BootRAMOverflow:
+			stream := m.Sum(func(t BootTarget) *LayerIO { return t.Stream })
+			ram := m.Sum(func(t BootTarget) *LayerIO { return t.RAM })
+			measured := fmt.Sprintf("%d of the guests' %d writes (%d as the devices received them) reached a disk file (overflow files, server-disk caches, the image: their meters); %d reached the stream",
+				m.DiskWrites(), m.Guest().Writes, ram.Writes, stream.Writes)
+			if m.Disk != nil {
+				measured += fmt.Sprintf("; the disk holding the files (%s diskstats, anything else on it included) completed %d writes", r.Device, m.Disk.Writes)
+			}
+			out = append(out, BootFigure{What: "RAM budget holding the working set: writes that reach any disk", Mode: m.Mode,
+				Measured: measured, Goal: "0", Verdict: verdictOf(m.DiskWrites() == 0 && stream.Writes == 0 && ram.Writes > 0)})
+		case BootRAMOverflowSmall:
+			ram := m.Sum(func(t BootTarget) *LayerIO { return t.RAM })
+			of := m.Sum(func(t BootTarget) *LayerIO { return t.Overflow })
+			f := BootFigure{What: "RAM budget that does not hold the working set: the guests' writes over the disk writes", Mode: m.Mode,
+				Goal: fmt.Sprintf("≥ %.0f×", GoalOverflowFewer)}
+			guest := m.Guest()
+			if of.Writes == 0 {
+				f.Measured, f.Verdict = fmt.Sprintf("the budget held all %d writes: nothing overflowed (raise --write-mb or lower --small-ram)", guest.Writes), VerdictNotMeasured
+			} else {
+				x := float64(guest.Writes) / float64(of.Writes)
+				f.Measured = fmt.Sprintf("%.1f× (the guests' %d writes, %.0f MiB, reached the devices as %d writes and the overflow files as %d writes, %.0f MiB)",
+					x, guest.Writes, mibOf(guest.WriteBytes), ram.Writes, of.Writes, mibOf(of.WriteBytes))
+				if m.Disk != nil && m.Disk.Writes > 0 {
+					f.Measured += fmt.Sprintf("; by the disk's diskstats (everything on %s): %.1f×, %d writes", r.Device, float64(guest.Writes)/float64(m.Disk.Writes), m.Disk.Writes)
+				}
+				f.Verdict = verdictOf(x >= GoalOverflowFewer)
+			}
+			out = append(out, f)
+		}
+	}
+	for _, m := range r.Modes {
+		if m.Mode == BootLocal || m.StoreReads == nil {
+			continue
+		}
+		f := BootFigure{What: fmt.Sprintf("The stream reads each distinct block once for %d targets booting together (RAM cache)", r.Targets), Mode: m.Mode,
+			Goal: fmt.Sprintf("blocks read from the store ≤ %.1f × one target's alone", GoalSharedReads)}
+		switch {
+		case r.Solo == nil || r.Solo.StoreReads == nil || r.Solo.StoreReads.Reads == 0:
+			f.Measured = fmt.Sprintf("%d blocks read from the store for %d reads received; no solo boot to compare with", m.StoreReads.Reads, m.StreamReceived.Reads)
+			f.Verdict = VerdictNotMeasured
+		default:
+			x := float64(m.StoreReads.Reads) / float64(r.Solo.StoreReads.Reads)
+			f.Measured = fmt.Sprintf("%d blocks (64 KiB) read from the store for %d targets' %d reads, against %d for one target alone (%s): %.2f×",
+				m.StoreReads.Reads, r.Targets, m.StreamReceived.Reads, r.Solo.StoreReads.Reads, r.Solo.Mode, x)
+			f.Verdict = verdictOf(x <= GoalSharedReads)
+		}
+		out = append(out, f)
+	}
+	for _, m := range r.Modes {
+		if m.Mode == BootLocal {
+			continue
+		}
+		med, _ := m.BootSeconds()
+		f := BootFigure{What: fmt.Sprintf("Boot time through usher over the local raw file, %d VMs at once, same run (median)", r.Targets), Mode: m.Mode,
+			Goal: fmt.Sprintf("≤ %.1f×", GoalBootRatio)}
+		if !hasLocal || localBoot <= 0 {
+			f.Measured, f.Verdict = fmt.Sprintf("%.1f s; the local file was not booted in this run", med), VerdictNotMeasured
+		} else {
+			x := med / localBoot
+			f.Measured = fmt.Sprintf("%.2f× (%.1f s against %.1f s)", x, med, localBoot)
+			f.Verdict = verdictOf(x <= GoalBootRatio)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// Missed returns the figures measured and not met.
+func (r *BootResult) Missed() []string {
+	var out []string
+	for _, f := range r.Figures {
+		if f.Verdict == VerdictNotMet {
+			out = append(out, f.Mode+": "+f.What)
+		}
+	}
+	return out
+}
+
+func mibOf(b int64) float64 { return float64(b) / (1 << 20) }
+
+func ioCell(l *LayerIO) string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d / %d", l.Reads, l.Writes)
+}
+
+func mibCell(l *LayerIO) string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f / %.1f", mibOf(l.ReadBytes), mibOf(l.WriteBytes))
+}
+
+// perTargetSecond divides n operations among a mode's targets and its
+// pass's seconds.
+func (m BootMode) perTargetSecond(n int64) float64 {
+	if m.Seconds <= 0 || len(m.Targets) == 0 {
+		return 0
+	}
+	return float64(n) / float64(len(m.Targets)) / m.Seconds
+}
+
+// cacheFileOps returns the operations that reached the mode's write-cache
+// files (server-disk caches, overflow files), nil when the mode has none
+// metered (local: QEMU's own snapshot overlay).
+func (m BootMode) cacheFileOps() *int64 {
+	var n int64
+	switch m.Mode {
+	case BootLocal:
+		return nil
+	case BootServerDisk:
+		if m.ServerDisk != nil {
+			n = m.ServerDisk.Reads + m.ServerDisk.Writes
+		}
+	default:
+		if of := m.Sum(func(t BootTarget) *LayerIO { return t.Overflow }); of != nil {
+			n = of.Reads + of.Writes
+		}
+	}
+	return &n
+}
+
+// Report returns the run as a report: the modes, every target, the
+// figures with their verdicts and seed 001's table beside.
+func (r *BootResult) Report(command string) (*loadgen.Report, error) {
+	rep := loadgen.NewReport(fmt.Sprintf("usher bench boot: %d VMs booting a real Debian at once through each write-cache mode", r.Targets), command)
+	modes := loadgen.Table{Title: "Modes: every target's counts summed (reads / writes)",
+		Header: []string{"mode", "RAM budget", "boot s median (max)", "done s median (max)", "guest disk r / w", "guest MiB r / w",
+			"reached the stream r / w", "stream received r / w", "blocks read from the store", "server disk r / w", "device RAM r / w",
+			"overflow r / w", "overflow MiB w", "disk requests r / w (diskstats)", "disk MiB w (diskstats)", "usher CPU s", "pass s",
+			"load average start / end", "other VMs running"}}
+	passes := r.Modes
+	if r.Solo != nil {
+		solo := *r.Solo
+		solo.Mode = "solo (" + solo.Mode + ", 1 target)"
+		passes = append([]BootMode{solo}, passes...)
+	}
+	for _, m := range passes {
+		bm, bx := m.BootSeconds()
+		dm, dx := m.DoneSeconds()
+		g := m.Guest()
+		budget, store, disk, diskMiB, ofMiB := "-", "-", "-", "-", "-"
+		if m.Budget > 0 {
+			budget = fmt.Sprintf("%d MiB", m.Budget>>20)
+		}
+		if m.StoreReads != nil {
+			store = strconv.FormatInt(m.StoreReads.Reads, 10)
+		}
+		if m.Disk != nil {
+			disk = fmt.Sprintf("%d / %d", m.Disk.Reads, m.Disk.Writes)
+			diskMiB = fmt.Sprintf("%.1f", float64(m.Disk.WriteSectors*512)/(1<<20))
+		}
+		of := m.Sum(func(t BootTarget) *LayerIO { return t.Overflow })
+		if of != nil {
+			ofMiB = fmt.Sprintf("%.1f", mibOf(of.WriteBytes))
+		}
+		cpu := m.StreamCPUSeconds
+		for _, t := range m.Targets {
+			cpu += t.UsherCPUSeconds
+		}
+		cpuCell := "-"
+		if m.Mode != BootLocal {
+			cpuCell = fmt.Sprintf("%.1f", cpu)
+		}
+		modes.Rows = append(modes.Rows, []string{m.Mode, budget, fmt.Sprintf("%.1f (%.1f)", bm, bx), fmt.Sprintf("%.1f (%.1f)", dm, dx),
+			ioCell(&g), mibCell(&g), ioCell(m.Sum(func(t BootTarget) *LayerIO { return t.Stream })), ioCell(m.StreamReceived), store,
+			ioCell(m.ServerDisk), ioCell(m.Sum(func(t BootTarget) *LayerIO { return t.RAM })), ioCell(of), ofMiB, disk, diskMiB, cpuCell,
+			fmt.Sprintf("%.0f", m.Seconds), fmt.Sprintf("%.1f / %.1f", m.Load[0], m.Load[1]), strconv.Itoa(m.OtherVMs)})
+	}
+	modes.Notes = []string{
+		"guest: each VM's virtio disk as QEMU counted it (query-blockstats over its monitor); reached the stream: what each usher target sent the stream (its upstream meter); " +
+			"stream received: what usher stream served through its RAM cache (in server-disk mode the guests' reads and writes straight at it); " +
+			"blocks read from the store: the stream's reads of the image file under its RAM cache, one 64 KiB block each; server disk: the stream's server-disk write caches; " +
+			"device RAM: what reached each usher target's write cache (the guest's I/O as the device received it); overflow: what reached its overflow file.",
+		fmt.Sprintf("disk: requests completed by the block device holding the scratch files (%s), from its diskstats around each pass after a syncfs; everything else on that device counts too, so it bounds the caches' cost from above.", r.Device),
+		"load average and other VMs: the machine's 1-minute load average at each pass's start and end, and the QEMU processes of other programs running at its start; on a shared machine they move the boot times.",
+	}
+
+	targets := loadgen.Table{Title: "Every target (reads / writes)",
+		Header: []string{"mode", "target", "started at s", "boot s", "done s", "guest disk r / w", "reached the stream r / w", "device RAM r / w", "overflow r / w", "usher target CPU s"}}
+	for _, m := range passes {
+		for _, t := range m.Targets {
+			cpu := "-"
+			if t.Stream != nil {
+				cpu = fmt.Sprintf("%.2f", t.UsherCPUSeconds)
+			}
+			g := t.Guest
+			targets.Rows = append(targets.Rows, []string{m.Mode, t.Name, fmt.Sprintf("%.1f", t.StartSeconds), fmt.Sprintf("%.2f", t.BootSeconds), fmt.Sprintf("%.2f", t.DoneSeconds),
+				ioCell(&g), ioCell(t.Stream), ioCell(t.RAM), ioCell(t.Overflow), cpu})
+		}
+	}
+
+	figs := loadgen.Table{Title: "The issue's figures, computed from this run's counts", Header: []string{"figure", "mode", "measured", "goal", "verdict"}}
+	for _, f := range r.Figures {
+		figs.Rows = append(figs.Rows, []string{f.What, f.Mode, f.Measured, f.Goal, f.Verdict})
+	}
+
+	seed := loadgen.Table{Title: "Seed 001 (the PVS RAM-cache paper, 500 users, 95th percentile IOPS) as published, printed beside, not an input",
+		Header: []string{"platform", "hypervisor", "disk cache IOPS", "per user", "disks", "RAM+overflow IOPS", "per user", "disks", "saving"}}
+	for _, s := range r.Seed001 {
+		seed.Rows = append(seed.Rows, []string{s.Platform, s.Hypervisor, strconv.Itoa(s.DiskIOPS), fmt.Sprintf("%.2f", float64(s.DiskIOPS)/500),
+			strconv.Itoa(s.DiskDisks), strconv.Itoa(s.RAMIOPS), fmt.Sprintf("%.2f", float64(s.RAMIOPS)/500), strconv.Itoa(s.RAMDisks), fmt.Sprintf("%d%%", s.Saving)})
+	}
+	mine := loadgen.Table{Title: "usher, this run: per-target IOPS by mode, averaged over each pass (boot and workload, not a steady state)",
+		Header: []string{"mode", "guest IOPS per target", "write-cache file IOPS per target", "saving against server-disk"}}
+	var sdOps *int64
+	var sdMode BootMode
+	if sd, ok := r.Mode(BootServerDisk); ok {
+		sdOps, sdMode = sd.cacheFileOps(), sd
+	}
+	for _, m := range r.Modes {
+		g := m.Guest()
+		fileCell, saving := "-", "-"
+		if ops := m.cacheFileOps(); ops != nil {
+			fileCell = fmt.Sprintf("%.2f", m.perTargetSecond(*ops))
+			if sdOps != nil && *sdOps > 0 && m.Mode != BootServerDisk {
+				base := sdMode.perTargetSecond(*sdOps)
+				saving = fmt.Sprintf("%.0f%%", 100*(1-m.perTargetSecond(*ops)/base))
+			}
+		}
+		mine.Rows = append(mine.Rows, []string{m.Mode, fmt.Sprintf("%.1f", m.perTargetSecond(g.Reads+g.Writes)), fileCell, saving})
+	}
+	mine.Notes = []string{"The paper's figures are 95th percentiles of 500 users over a working day; this run's are the averages of a boot and a short scripted workload: compare the modes' savings, not the absolute IOPS."}
+
+	rep.Tables = []loadgen.Table{figs, modes, targets, mine, seed}
+	rep.CSV = &targets
+	client := fmt.Sprintf("%d QEMU VMs (software emulation, 1 vCPU, %d MiB each) booting at once, sharing the machine's %d CPUs with usher's processes (not pinned: the boot time includes usher's CPU)",
+		r.Targets, r.MemoryMB, r.CPUs)
+	rep.Notes = append(rep.Notes,
+		fmt.Sprintf("Each pass starts its usher processes afresh (a cold RAM cache): usher stream (--write-cache in server-disk mode) and, in the device modes, one usher target per VM standing in for the device, on loopback. "+
+			"Each VM boots the boot image %s (a minimal Debian, internal/boottest) with its root on usher's NBD export (QEMU's NBD client), and runs its workload: "+
+			"USHER-BOOTED (the boot time, from QEMU's start), %d MiB of random data written and synced, USHER-DONE, power off. The local mode boots the same image as a raw file (snapshot=on): the yardstick of boot time.", r.Image, r.WriteMB),
+		client+".")
+	for mode, e := range r.Errors {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Pass %s failed: %s", mode, strings.SplitN(e, "\n", 2)[0]))
+	}
+	for _, f := range r.Figures {
+		rep.Headlines = append(rep.Headlines, loadgen.Headline{What: f.What + " (" + f.Mode + ")", Usher: f.Measured + " — " + f.Verdict,
+			Yardstick: "goal " + f.Goal, Client: client})
+	}
+
+	var series []loadgen.Series
+	for _, m := range r.Modes {
+		s := loadgen.Series{Name: m.Mode}
+		for i, t := range m.Targets {
+			s.X, s.Y = append(s.X, float64(i+1)), append(s.Y, t.BootSeconds)
+		}
+		series = append(series, s)
+	}
+	if len(series) > 0 && r.Targets > 1 {
+		f, err := loadgen.LinePlot("boot-seconds", "Boot time of each target by mode (lower is better)", "target",
+			"seconds from QEMU's start to USHER-BOOTED", series...)
+		if err != nil {
+			return nil, err
+		}
+		rep.Figures = []loadgen.Figure{f}
+	}
+	return rep, nil
+}
