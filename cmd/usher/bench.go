@@ -73,6 +73,10 @@ Experiments:
                usher hostcache daemons × --vms VMs booting at once and
                working, against VMs straight at the stream, cold, warm
                and after a restart, beside nbdkit's cache filter.
+  boot         issue 19 and seed 001 on real boots: --targets VMs under QEMU boot
+               a minimal Debian at once through each write-cache mode (local file,
+               server disk, device RAM, RAM with overflow), with the I/O of every
+               layer and the boot times, and the issue's figures met or not.
 
 Every report lists its headlines (report.json "headlines": each figure with
 its yardstick, client and the client's ceiling); 'usher bench figures
@@ -85,7 +89,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
 		if len(args) == 0 {
-			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc or hostcache"}
+			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc, hostcache or boot"}
 		}
 		return flag.ErrHelp
 	}
@@ -104,6 +108,8 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchLHC(ctx, args[1:])
 	case "hostcache":
 		return m.benchHostcache(ctx, args[1:])
+	case "boot":
+		return m.benchBoot(ctx, args[1:])
 	case "hostcache-vms":
 		return m.benchHostcacheVMs(ctx, args[1:])
 	case "figures":
@@ -111,7 +117,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	case "coldstart-client":
 		return m.benchColdStartClient(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache, nbd, lhc or hostcache", args[0])}
+	return usageError{fmt.Sprintf("unknown experiment %q: launch, logon-storm, enumerate, writecache, nbd, lhc, hostcache or boot", args[0])}
 }
 
 // benchColdStartClient is the client of enumerate's cold start, which

@@ -16,6 +16,8 @@ usher_block_ops_total{layer="upstream",op="write"} 0
 usher_block_ops_total{layer="overflow",op="write"} 17
 usher_block_bytes_total{layer="overflow",op="write"} 1.7825792e+07
 usher_block_bytes_total{layer="upstream",op="read"} 5.5e+06
+usher_block_ops_total{layer="overflow",op="zero"} 2
+usher_block_bytes_total{layer="overflow",op="zero"} 131072
 usher_nbd_connections 1
 `
 	got, err := parseLayers(strings.NewReader(text))
@@ -25,7 +27,7 @@ usher_nbd_connections 1
 	if want := (LayerIO{Reads: 145, ReadBytes: 5_500_000}); got["upstream"] != want {
 		t.Errorf("upstream %+v, want %+v", got["upstream"], want)
 	}
-	if want := (LayerIO{Writes: 17, WriteBytes: 17 << 20}); got["overflow"] != want {
+	if want := (LayerIO{Writes: 17, WriteBytes: 17 << 20, Zeros: 2, ZeroBytes: 128 << 10}); got["overflow"] != want {
 		t.Errorf("overflow %+v, want %+v", got["overflow"], want)
 	}
 	if _, err := parseLayers(strings.NewReader(`usher_block_ops_total{layer="x",op="read"} many` + "\n")); err == nil {
@@ -39,7 +41,7 @@ func TestParseBlockStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (LayerIO{153, 62, 5767168, 55484416}); got != want {
+	if want := (LayerIO{Reads: 153, Writes: 62, ReadBytes: 5767168, WriteBytes: 55484416}); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	if _, err := parseBlockStats([]byte(`[]`)); err == nil {

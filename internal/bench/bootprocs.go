@@ -138,16 +138,21 @@ func freeTCP() (string, error) {
 }
 
 // LayerIO is what a meter counted at one layer: operations and bytes.
+// Zeros are NBD WRITE_ZEROES requests, which the meters count apart from
+// writes (QEMU's counters count a guest's write-zeroes as writes).
 type LayerIO struct {
 	Reads      int64 `json:"reads"`
 	Writes     int64 `json:"writes"`
 	ReadBytes  int64 `json:"read_bytes"`
 	WriteBytes int64 `json:"write_bytes"`
+	Zeros      int64 `json:"zeros,omitempty"`
+	ZeroBytes  int64 `json:"zero_bytes,omitempty"`
 }
 
 // Add returns the sum of two counts.
 func (l LayerIO) Add(o LayerIO) LayerIO {
-	return LayerIO{l.Reads + o.Reads, l.Writes + o.Writes, l.ReadBytes + o.ReadBytes, l.WriteBytes + o.WriteBytes}
+	return LayerIO{l.Reads + o.Reads, l.Writes + o.Writes, l.ReadBytes + o.ReadBytes, l.WriteBytes + o.WriteBytes,
+		l.Zeros + o.Zeros, l.ZeroBytes + o.ZeroBytes}
 }
 
 var bootMetricsClient = &http.Client{Timeout: 10 * time.Second}
@@ -215,6 +220,10 @@ func parseLayers(r io.Reader) (map[string]LayerIO, error) {
 			c.WriteBytes = n
 		case op == "write":
 			c.Writes = n
+		case op == "zero" && bytes:
+			c.ZeroBytes = n
+		case op == "zero":
+			c.Zeros = n
 		}
 		out[layer] = c
 	}
@@ -339,7 +348,7 @@ func parseBlockStats(raw []byte) (LayerIO, error) {
 	}
 	var io LayerIO
 	for _, d := range devs {
-		io = io.Add(LayerIO{d.Stats.RdOps, d.Stats.WrOps, d.Stats.RdBytes, d.Stats.WrBytes})
+		io = io.Add(LayerIO{Reads: d.Stats.RdOps, Writes: d.Stats.WrOps, ReadBytes: d.Stats.RdBytes, WriteBytes: d.Stats.WrBytes})
 	}
 	return io, nil
 }

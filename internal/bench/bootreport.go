@@ -59,8 +59,8 @@ func (r *BootResult) figures() []BootFigure {
 				f.Measured, f.Verdict = fmt.Sprintf("the budget held all %d writes: nothing overflowed (raise --write-mb or lower --small-ram)", guest.Writes), VerdictNotMeasured
 			} else {
 				x := float64(guest.Writes) / float64(of.Writes)
-				f.Measured = fmt.Sprintf("%.1f× (the guests' %d writes, %.0f MiB, reached the devices as %d writes and the overflow files as %d writes, %.0f MiB)",
-					x, guest.Writes, mibOf(guest.WriteBytes), ram.Writes, of.Writes, mibOf(of.WriteBytes))
+				f.Measured = fmt.Sprintf("%.1f× (the guests' %d writes, %.0f MiB, %.0f KiB on average, reached the devices as %d writes and %d write-zeroes, and the overflow files as %d writes, %.0f MiB, %.0f KiB on average)",
+					x, guest.Writes, mibOf(guest.WriteBytes), avgKiB(guest.WriteBytes, guest.Writes), ram.Writes, ram.Zeros, of.Writes, mibOf(of.WriteBytes), avgKiB(of.WriteBytes, of.Writes))
 				if m.Disk != nil && m.Disk.Writes > 0 {
 					f.Measured += fmt.Sprintf("; by the disk's diskstats (everything on %s): %.1f×, %d writes", r.Device, float64(guest.Writes)/float64(m.Disk.Writes), m.Disk.Writes)
 				}
@@ -123,7 +123,18 @@ func ioCell(l *LayerIO) string {
 	if l == nil {
 		return "-"
 	}
+	if l.Zeros > 0 {
+		return fmt.Sprintf("%d / %d +%dz", l.Reads, l.Writes, l.Zeros)
+	}
 	return fmt.Sprintf("%d / %d", l.Reads, l.Writes)
+}
+
+// avgKiB is the average size of n operations of b bytes.
+func avgKiB(b, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(b) / float64(n) / 1024
 }
 
 func mibCell(l *LayerIO) string {
@@ -213,7 +224,8 @@ func (r *BootResult) Report(command string) (*loadgen.Report, error) {
 		"guest: each VM's virtio disk as QEMU counted it (query-blockstats over its monitor); reached the stream: what each usher target sent the stream (its upstream meter); " +
 			"stream received: what usher stream served through its RAM cache (in server-disk mode the guests' reads and writes straight at it); " +
 			"blocks read from the store: the stream's reads of the image file under its RAM cache, one 64 KiB block each; server disk: the stream's server-disk write caches; " +
-			"device RAM: what reached each usher target's write cache (the guest's I/O as the device received it); overflow: what reached its overflow file.",
+			"device RAM: what reached each usher target's write cache (the guest's I/O as the device received it); overflow: what reached its overflow file. " +
+			"+Nz: NBD write-zeroes requests besides the writes (QEMU counts a guest's write-zeroes among its writes, and merges adjacent writes before they leave it).",
 		fmt.Sprintf("disk: requests completed by the block device holding the scratch files (%s), from its diskstats around each pass after a syncfs; everything else on that device counts too, so it bounds the caches' cost from above.", r.Device),
 		"load average and other VMs: the machine's 1-minute load average at each pass's start and end, and the QEMU processes of other programs running at its start; on a shared machine they move the boot times.",
 	}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/usher-vdi/usher/internal/bench"
+	"github.com/usher-vdi/usher/internal/boottest"
+)
+
+// TestBenchBoot runs usher bench boot small: two VMs booting at once from
+// the local file, then one alone and two together through usher target
+// --cache ram-overflow with a RAM budget well below the guests' writes.
+// It checks the report's structure and that the counts are there and
+// agree: every guest read and wrote, the targets read from the stream and
+// never wrote to it, the writes overflowed, the stream read the store's
+// blocks under its RAM cache, and every figure has a verdict. Whether a
+// figure is met is the bench's to say, not this test's.
+func TestBenchBoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots VMs")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && os.Getenv("CI") != "true" {
+		t.Skip("qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)")
+	}
+	boottest.Image(t) // built once per machine, or the test skips (fails under CI)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	code, stdout, stderr := run(t, "", "bench", "boot", "--targets", "2", "--modes", "local,ram-overflow-small", "--write-mb", "16",
+		"--small-ram", "4MiB", "--pass-timeout", "5m", "--dir", filepath.Join(dir, "scratch"), "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, f := range []string{"report.md", "report.json", "report.csv", "report.html", "result.json", "boot-seconds.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.BootResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Modes) != 2 || res.Modes[0].Mode != bench.BootLocal || res.Modes[1].Mode != bench.BootRAMOverflowSmall || res.Solo == nil {
+		t.Fatalf("modes %+v, solo %v; want local and ram-overflow-small, and a solo boot", res.Modes, res.Solo != nil)
+	}
+	if n := len(res.Solo.Targets); n != 1 {
+		t.Errorf("the solo boot: %d targets", n)
+	}
+	for _, m := range res.Modes {
+		if n := len(m.Targets); n != 2 {
+			t.Errorf("%s: %d targets, want 2", m.Mode, n)
+		}
+	}
+	for _, m := range append([]bench.BootMode{*res.Solo}, res.Modes...) {
+		for _, tg := range m.Targets {
+			if tg.Guest.Reads == 0 || tg.Guest.Writes == 0 || tg.Guest.WriteBytes < 16<<20 {
+				t.Errorf("%s %s: the guest's disk %+v; want reads, and writes of at least the workload's 16 MiB", m.Mode, tg.Name, tg.Guest)
+			}
+			if tg.BootSeconds <= 0 || tg.DoneSeconds <= tg.BootSeconds {
+				t.Errorf("%s %s: booted at %.1f s, done at %.1f s", m.Mode, tg.Name, tg.BootSeconds, tg.DoneSeconds)
+			}
+			if m.Mode == bench.BootLocal {
+				if tg.Stream != nil || tg.RAM != nil || tg.Overflow != nil {
+					t.Errorf("local %s: usher layers %+v", tg.Name, tg)
+				}
+				continue
+			}
+			if tg.Stream == nil || tg.RAM == nil || tg.Overflow == nil {
+				t.Fatalf("%s %s: a layer is missing: %+v", m.Mode, tg.Name, tg)
+			}
+			if tg.Stream.Reads == 0 || tg.Stream.Writes != 0 {
+				t.Errorf("%s %s: reached the stream %+v; want reads and no writes", m.Mode, tg.Name, *tg.Stream)
+			}
+			// The device received the guest's writes (QEMU counts its
+			// write-zeroes among them and may merge adjacent ones), the
+			// workload's 16 MiB of random data at least, and those past
+			// 4 MiB overflowed.
+			if tg.RAM.Writes == 0 || tg.RAM.Writes+tg.RAM.Zeros > tg.Guest.Writes || tg.RAM.WriteBytes < 16<<20 {
+				t.Errorf("%s %s: the device's write cache %+v against the guest's %+v", m.Mode, tg.Name, *tg.RAM, tg.Guest)
+			}
+			if tg.Overflow.Writes == 0 || tg.Overflow.WriteBytes < 8<<20 {
+				t.Errorf("%s %s: overflow %+v; want the writes past the 4 MiB budget", m.Mode, tg.Name, *tg.Overflow)
+			}
+		}
+		if m.Mode == bench.BootLocal {
+			continue
+		}
+		if m.StoreReads == nil || m.StreamReceived == nil || m.StoreReads.Reads == 0 || m.StreamReceived.Reads < m.StoreReads.Reads {
+			t.Errorf("%s: the stream received %+v and read %+v from the store", m.Mode, m.StreamReceived, m.StoreReads)
+		}
+		if m.DiskWrites() == 0 {
+			t.Errorf("%s: no write reached a disk file", m.Mode)
+		}
+	}
+	if len(res.Figures) != 3 {
+		t.Errorf("%d figures, want 3 (overflow, shared reads, boot time): %+v", len(res.Figures), res.Figures)
+	}
+	for _, f := range res.Figures {
+		if f.Verdict != bench.VerdictMet && f.Verdict != bench.VerdictNotMet {
+			t.Errorf("figure %q: verdict %q", f.What, f.Verdict)
+		}
+		t.Logf("%s (%s): %s, goal %s: %s", f.What, f.Mode, f.Measured, f.Goal, f.Verdict)
+	}
+	if !strings.Contains(stdout, "Seed 001") || !strings.Contains(stdout, "The issue's figures") {
+		t.Errorf("the printed report lacks seed 001's table or the figures:\n%s", stdout)
+	}
+}
