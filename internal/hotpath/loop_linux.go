@@ -574,10 +574,7 @@ func (c *lconn) handOver() {
 // rest.
 func (c *lconn) send(bufs ...[]byte) error {
 	if c.queueing {
-		for _, b := range bufs {
-			c.queueBytes(b)
-		}
-		return nil
+		return c.queue(bufs)
 	}
 	if c.fd < 0 {
 		return net.ErrClosed
@@ -587,15 +584,36 @@ func (c *lconn) send(bufs ...[]byte) error {
 		if err != nil && err != unix.EAGAIN {
 			return err
 		}
-		for _, b := range bufs {
-			if n >= len(b) {
-				n -= len(b)
-				continue
+		for i, b := range bufs {
+			if n < len(b) {
+				bufs[i] = b[n:]
+				return c.queue(bufs[i:])
 			}
-			c.queueBytes(b[n:])
-			n = 0
+			n -= len(b)
 		}
 		return nil
+	}
+	return c.queue(bufs)
+}
+
+// maxQueued bounds the bytes of an answer a connection keeps copied
+// while its socket is full (blobs are kept by reference, not copied):
+// the hot answers are blobs or small, and a client that does not read
+// must not make the server hold an answer's worth of memory for each of
+// its connections.
+const maxQueued = 1 << 20
+
+// errQueueFull fails a write past maxQueued; the connection closes.
+var errQueueFull = errors.New("hotpath: the client is not reading and too much of the answer is queued")
+
+// queue copies bufs to the queue, or fails with errQueueFull.
+func (c *lconn) queue(bufs [][]byte) error {
+	n := len(c.arena)
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if n > maxQueued {
+		return errQueueFull
 	}
 	for _, b := range bufs {
 		c.queueBytes(b)
@@ -675,6 +693,9 @@ func (c *lconn) flush() (bool, error) {
 		}
 	}
 	c.out, c.oh, c.arena = c.out[:0], 0, c.arena[:0]
+	if cap(c.arena) > maxBuffered {
+		c.arena = nil // a rare large copy is not kept for the connection's life
+	}
 	return true, nil
 }
 

@@ -244,3 +244,54 @@ func TestLoopWriteTimeout(t *testing.T) {
 		t.Fatalf("the stuck connection is still open after %d bytes", n)
 	}
 }
+
+// TestLoopBoundsQueuedCopies: an answer written from memory (not a blob)
+// that the client does not read is copied only up to a bound; past it
+// the connection is closed rather than the server holding the rest.
+func TestLoopBoundsQueuedCopies(t *testing.T) {
+	big := make([]byte, 8<<20)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hot/small" {
+			w.Write([]byte("small"))
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		w.Write(big)
+	})
+	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, SendBuffer: 16 << 10, Fallback: &http.Server{Handler: h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, hs.Serve)
+	t.Cleanup(func() { hs.Close() })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(16 << 10)
+	io.WriteString(c, "GET /hot/big HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(100 * time.Millisecond) // the handler has run: the rest is queued or refused
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := io.Copy(io.Discard, c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the connection stayed open after %d bytes", n)
+	}
+	if n >= int64(len(big)) {
+		t.Fatalf("the whole %d-byte answer came (%d bytes): nothing bounded it", len(big), n)
+	}
+	if n > 4<<20 {
+		t.Errorf("%d bytes came before the close: more than the bound and the socket buffers", n)
+	}
+	// The loop goes on serving others.
+	ok, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	ok.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(ok, "GET /hot/small HTTP/1.1\r\nHost: a\r\n\r\n")
+	if got := readBodies(t, bufio.NewReader(ok), 1); got[0] != "small" {
+		t.Errorf("answer %q", got)
+	}
+}
