@@ -42,7 +42,7 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 	smallRAM := fs.String("small-ram", "16MiB", "RAM budget of ram-overflow-small (it should not)")
 	memory := fs.Int("memory", 384, "each VM's memory, MiB (128 to 2048)")
 	passTimeout := fs.Duration("pass-timeout", 6*time.Minute, "bound of each mode's pass (1m to 30m)")
-	solo := fs.Bool("solo", true, "boot one target alone through the first usher mode too: the blocks one boot reads from the store, the yardstick of the stream's sharing")
+	solo := fs.Bool("solo", true, "boot one target alone before each usher mode's pass, through that mode: the blocks one boot reads from the store, the yardstick of the stream's sharing")
 	dir := fs.String("dir", "", "scratch directory: image store, write caches, overflow files, on the disk to measure (default: a temporary one, removed)")
 	out := fs.String("out", filepath.Join("usher-bench", "boot"), "report directory: report.{md,json,csv,html}, boot-seconds.svg and result.json (\"\" for none)")
 	check := fs.Bool("check", false, "exit with an error when a figure is measured and missed")

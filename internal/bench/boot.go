@@ -83,8 +83,9 @@ type BootConfig struct {
 	MemoryMB int      // each VM's memory (default 384)
 	// PassTimeout bounds each mode's pass (default 6 minutes).
 	PassTimeout time.Duration
-	// Solo, when set, also boots one target alone through the first
-	// usher mode, for the blocks one boot reads from the store.
+	// Solo, when set, also boots one target alone before each usher
+	// mode's pass, through that mode: the blocks one boot reads from the
+	// store, the yardstick of the stream's sharing.
 	Solo bool
 	// Dir is the scratch directory: the image store, the write caches
 	// and the overflow files, on the disk measured.
@@ -174,6 +175,10 @@ type BootMode struct {
 	// Disk: the block device holding the files, from its diskstats
 	// around the pass (after a syncfs), everything on it included.
 	Disk *blockbench.DiskStats `json:"disk,omitempty"`
+
+	// Solo is one target booting alone through the mode just before
+	// (BootConfig.Solo).
+	Solo *BootMode `json:"solo,omitempty"`
 }
 
 // Guest sums the targets' guest I/O.
@@ -240,19 +245,16 @@ func (m BootMode) DiskWrites() int64 {
 
 // BootResult is a whole run.
 type BootResult struct {
-	Targets  int    `json:"targets"`
-	WriteMB  int    `json:"write_mb"`
-	MemoryMB int    `json:"memory_mb"`
-	Image    string `json:"image"` // its recipe's key
-	// Solo: one target alone through the first usher mode, for the
-	// blocks one boot reads from the store.
-	Solo    *BootMode               `json:"solo,omitempty"`
-	Modes   []BootMode              `json:"modes"`
-	Device  string                  `json:"device"` // the disk measured, or why none
-	CPUs    int                     `json:"cpus"`
-	Seed001 []blockbench.Seed001Row `json:"seed_001_published"`
-	Figures []BootFigure            `json:"figures"`
-	Errors  map[string]string       `json:"errors,omitempty"`
+	Targets  int                     `json:"targets"`
+	WriteMB  int                     `json:"write_mb"`
+	MemoryMB int                     `json:"memory_mb"`
+	Image    string                  `json:"image"` // its recipe's key
+	Modes    []BootMode              `json:"modes"`
+	Device   string                  `json:"device"` // the disk measured, or why none
+	CPUs     int                     `json:"cpus"`
+	Seed001  []blockbench.Seed001Row `json:"seed_001_published"`
+	Figures  []BootFigure            `json:"figures"`
+	Errors   map[string]string       `json:"errors,omitempty"`
 }
 
 // Mode returns a mode's pass.
@@ -311,19 +313,19 @@ func RunBoot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 		b.progress("imported the boot image %s into the store in %v", img.Key, time.Since(start).Round(time.Millisecond))
 	}
 	var errs []error
-	soloDone := !cfg.Solo
 	for _, mode := range cfg.Modes {
-		if !soloDone && mode != BootLocal {
-			soloDone = true
-			m, err := b.pass(ctx, mode, 1, "solo")
+		var solo *BootMode
+		if cfg.Solo && mode != BootLocal {
+			s, err := b.pass(ctx, mode, 1, "solo-"+mode)
 			if err != nil {
-				res.Errors["solo"] = err.Error()
-				errs = append(errs, fmt.Errorf("solo (%s): %w", mode, err))
+				res.Errors["solo-"+mode] = err.Error()
+				errs = append(errs, fmt.Errorf("solo %s: %w", mode, err))
 			} else {
-				res.Solo = &m
+				solo = &s
 			}
 		}
 		m, err := b.pass(ctx, mode, cfg.Targets, mode)
+		m.Solo = solo
 		if err != nil {
 			res.Errors[mode] = err.Error()
 			errs = append(errs, fmt.Errorf("%s: %w", mode, err))
