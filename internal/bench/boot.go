@@ -597,6 +597,13 @@ func (b *bootBench) boot(ctx context.Context, v *bootVM, mode string, passStart 
 	if t.Guest, err = q.blockStats(); err != nil {
 		return t, err
 	}
+	// The server-disk write cache goes with the VM's connection and the
+	// overflow file with its target: write back what they hold before
+	// (a real device's overflow file lives the whole session, its writes
+	// all reach the disk), so that the disk's counters see it.
+	if err := syncFS(b.cfg.Dir); err != nil {
+		return t, err
+	}
 	q.do("quit") // QEMU may close the monitor before it answers
 	r, err := vm.Result(ctx)
 	if err != nil {

@@ -252,7 +252,7 @@ func (r *BootResult) Report(command string) (*loadgen.Report, error) {
 			"blocks read from the store: the stream's reads of the image file under its RAM cache, one 64 KiB block each; server disk: the stream's server-disk write caches; " +
 			"device RAM: what reached each usher target's write cache (the guest's I/O as the device received it); overflow: what reached its overflow file. " +
 			"+Nz: NBD write-zeroes requests besides the writes (QEMU counts a guest's write-zeroes among its writes, and merges adjacent writes before they leave it).",
-		fmt.Sprintf("disk: requests completed by the block device holding the scratch files (%s), from its diskstats around each pass after a syncfs; everything else on that device counts too, so it bounds the caches' cost from above.", r.Device),
+		fmt.Sprintf("disk: requests completed by the block device holding the scratch files (%s), from its diskstats around each pass, with a syncfs of it as each guest powers off (before its server-disk cache or overflow file goes) and at the end; everything else on that device counts too, so it bounds the caches' cost from above.", r.Device),
 		"load average and other VMs: the machine's 1-minute load average at each pass's start and end, and the QEMU processes of other programs running at its start; on a shared machine they move the boot times.",
 	}
 
