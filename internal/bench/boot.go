@@ -309,7 +309,15 @@ func RunBoot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 	}
 	if usherModes(cfg.Modes) {
 		start := time.Now()
-		st, err := image.Create(filepath.Join(cfg.Dir, "store"))
+		// A store of the run's own, removed at its end (--dir may be
+		// kept across runs).
+		dir, err := os.MkdirTemp(cfg.Dir, "store-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		b.store = filepath.Join(dir, "store")
+		st, err := image.Create(b.store)
 		if err == nil {
 			_, err = st.Import(ctx, bootImage, img.Disk)
 		}
@@ -355,9 +363,10 @@ func usherModes(modes []string) bool {
 }
 
 type bootBench struct {
-	cfg  BootConfig
-	img  *boottest.BootImage
-	disk *blockbench.Disk
+	cfg   BootConfig
+	img   *boottest.BootImage
+	store string // the image store's directory
+	disk  *blockbench.Disk
 }
 
 func (b *bootBench) progress(format string, args ...any) {
@@ -400,7 +409,7 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 		if err != nil {
 			return m, err
 		}
-		args := []string{"stream", "--store", filepath.Join(b.cfg.Dir, "store"), "--listen", streamAddr,
+		args := []string{"stream", "--store", b.store, "--listen", streamAddr,
 			"--metrics-listen", streamMetrics, "--log-level", "warn"}
 		if mode == BootServerDisk {
 			args = append(args, "--write-cache", filepath.Join(dir, "server-wc"))
