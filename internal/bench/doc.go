@@ -14,7 +14,12 @@
 //     started for the run by internal/ldaptest), cold and warm, beside the
 //     site's own users, with the directory's operations per logon;
 //   - Enumerate: the LHC and IMA/FMA enumeration tests, 400 applications enumerated over NFuse
-//     at stepped concurrency, beside nginx serving the same bytes.
+//     at stepped concurrency, beside nginx serving the same bytes;
+//   - Boot: seed 001 on real boots, VMs under QEMU (internal/boottest)
+//     booting one image at once through each write-cache mode, with every
+//     layer's I/O counted (usher's meters, QEMU's block counters, the
+//     disk's diskstats) beside the booting of the same image from a local
+//     file.
 //
 // The package builds the bench site and drives the load with
 // internal/loadgen; starting the site is the caller's (cmd/usher starts an
@@ -22,5 +27,7 @@
 // of the site it was given. It imports the domain (site, demo, auth) and
 // loadgen, and, for the WAN experiment, pgadmin (a schema per run), pgstore
 // (its pool size) and toxiproxy, and for the directory storm ldaptest and
-// ldapauth (its operations' names); only cmd/usher imports it.
+// ldapauth (its operations' names), and for the boot experiment boottest
+// and blockbench (disk counters, seed 001's table); only cmd/usher
+// imports it.
 package bench
