@@ -601,7 +601,16 @@ func TestStoppedMidStorm(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(300 * time.Millisecond)
+			// The storm is on once logons succeed (on a loaded machine the
+			// first ldaps binds take a while), then the server goes.
+			for up := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				mu.Lock()
+				n := ok
+				mu.Unlock()
+				if n >= 20 || time.Now().After(up) {
+					break
+				}
+			}
 			switch how {
 			case "stop":
 				s.Stop(t)
