@@ -746,6 +746,7 @@ func (c *lconn) sendmsg(bufs [][]byte) (int, error) {
 	msg := unix.Msghdr{Iov: &iov[0]}
 	msg.SetIovlen(len(iov))
 	flags := unix.MSG_NOSIGNAL | unix.MSG_DONTWAIT
+	raceRelease()
 	n, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
 	runtime.KeepAlive(bufs)
 	if errno != 0 {
@@ -768,22 +769,6 @@ func (l *loop) wait() (int, error) {
 		return int(n), nil
 	}
 	return unix.EpollWait(l.epfd, l.events, int(loopSweep/time.Millisecond))
-}
-
-func rawRead(fd int, p []byte) (int, error) {
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
-
-func rawSendfile(out, in int, off *int64, count int) (int, error) {
-	n, _, e := unix.RawSyscall6(unix.SYS_SENDFILE, uintptr(out), uintptr(in), uintptr(unsafe.Pointer(off)), uintptr(count), 0, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
 }
 
 // memBody is a request body the buffer holds whole, or as much of it as
