@@ -81,25 +81,47 @@ func (c *VerifiedCache) id(name, password, storedHash string) [32]byte {
 	return k
 }
 
+// A Credential is one logon's name, password and stored hash with their
+// key in a VerifiedCache, computed once: a logon that asks whether the
+// cache knows them, shares a check of them and verifies them pays for one
+// HMAC, not one per question. It is a value; the zero Credential is not
+// usable.
+type Credential struct {
+	c                          *VerifiedCache
+	name, password, storedHash string
+	k                          [32]byte
+}
+
+// Credential returns the cache's key for name, password and storedHash.
+func (c *VerifiedCache) Credential(name, password, storedHash string) Credential {
+	return Credential{c: c, name: name, password: password, storedHash: storedHash, k: c.id(name, password, storedHash)}
+}
+
 // Verify reports whether password matches storedHash, from the cache when
 // it can, and remembers a match.
 func (c *VerifiedCache) Verify(name, password, storedHash string) (bool, error) {
-	k := c.id(name, password, storedHash)
+	return c.Credential(name, password, storedHash).Verify()
+}
+
+// Verify reports whether the password matches the stored hash, from the
+// cache when it can, and remembers a match.
+func (cr Credential) Verify() (bool, error) {
+	c := cr.c
 	now := c.now()
 	c.mu.Lock()
-	exp, ok := c.entries[k]
+	exp, ok := c.entries[cr.k]
 	c.mu.Unlock()
 	if ok && now.Before(exp) {
 		return true, nil
 	}
 	c.hashing <- struct{}{}
 	c.checks.Add(1)
-	match, err := c.verify(storedHash, password)
+	match, err := c.verify(cr.storedHash, cr.password)
 	<-c.hashing
 	if err != nil || !match {
 		return false, err
 	}
-	c.remember(name, k, now)
+	c.remember(cr.name, cr.k, now)
 	return true, nil
 }
 
@@ -127,11 +149,17 @@ func (c *VerifiedCache) remember(name string, k [32]byte, now time.Time) {
 // storedHash for name, without computing anything: a caller may then
 // skip the reservations that bound guesses, since this is none.
 func (c *VerifiedCache) Known(name, password, storedHash string) bool {
-	k := c.id(name, password, storedHash)
+	return c.Credential(name, password, storedHash).Known()
+}
+
+// Known reports whether the cache holds a live match of the credential,
+// without computing anything.
+func (cr Credential) Known() bool {
+	c := cr.c
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	exp, ok := c.entries[k]
+	exp, ok := c.entries[cr.k]
 	return ok && now.Before(exp)
 }
 
@@ -146,7 +174,12 @@ func (c *VerifiedCache) Known(name, password, storedHash string) bool {
 // never joins an older flight. Different keys run in parallel, up to the
 // hashing bound.
 func (c *VerifiedCache) Share(name, password, storedHash string, check func() (bool, error)) (ok bool, err error, shared bool) {
-	k := c.id(name, password, storedHash)
+	return c.Credential(name, password, storedHash).Share(check)
+}
+
+// Share is VerifiedCache.Share for the credential.
+func (cr Credential) Share(check func() (bool, error)) (ok bool, err error, shared bool) {
+	c, k := cr.c, cr.k
 	c.mu.Lock()
 	if f := c.flights[k]; f != nil {
 		c.waiting++
@@ -199,6 +232,9 @@ func (c *VerifiedCache) Decoy(storedHash, password string) {
 	argon2IDKey([]byte(password), decoySalt[:], p.Iterations, p.MemoryKiB, p.Parallelism, uint32(len(key)))
 	<-c.hashing
 }
+
+// Decoy is VerifiedCache.Decoy for the credential's password and hash.
+func (cr Credential) Decoy() { cr.c.Decoy(cr.storedHash, cr.password) }
 
 var decoySalt = [16]byte{'u', 's', 'h', 'e', 'r', ' ', 'd', 'e', 'c', 'o', 'y'}
 

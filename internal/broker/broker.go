@@ -477,7 +477,8 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 		return nil, ErrBadCredentials
 	}
 	key := guardKey(AccountUser, u.Name)
-	if b.cfg.SiteLockout && b.cfg.Verified.Known(key, password, u.PasswordHash) && b.siteClear.fresh(key, b.cfg.Now()) {
+	cred := b.cfg.Verified.Credential(key, password, u.PasswordHash)
+	if b.cfg.SiteLockout && cred.Known() && b.siteClear.fresh(key, b.cfg.Now()) {
 		// A right password this broker checked moments ago against a
 		// site DB that found the account not locked out: no guess to
 		// count, and the site DB need not be asked again yet. The source
@@ -494,10 +495,10 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 	}
 	if mustNotWait(ctx) {
 		// Only a password checked moments ago, and no site DB to ask.
-		if b.siteWide() || !b.cfg.Verified.Known(key, password, u.PasswordHash) {
+		if b.siteWide() || !cred.Known() {
 			return nil, ErrWouldWait
 		}
-		ok, err := b.check(ctx, u, key, password, source)
+		ok, err := b.check(ctx, u, key, cred, source)
 		switch {
 		case err != nil:
 			return nil, b.refused(u.Name, source, err)
@@ -511,12 +512,12 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 	}
 	// Concurrent logons with one password share one check and one
 	// reservation: their sources are not charged, as they add no guess.
-	ok, err, shared := b.cfg.Verified.Share(key, password, u.PasswordHash, func() (bool, error) {
-		return b.check(ctx, u, key, password, source)
+	ok, err, shared := cred.Share(func() (bool, error) {
+		return b.check(ctx, u, key, cred, source)
 	})
 	if shared && errors.Is(err, auth.ErrThrottled) {
 		// The first caller's source was throttled, not necessarily ours.
-		ok, err = b.check(ctx, u, key, password, source)
+		ok, err = b.check(ctx, u, key, cred, source)
 	}
 	if err != nil {
 		return nil, b.refused(u.Name, source, err)
@@ -531,21 +532,21 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 	return u, nil
 }
 
-// check verifies u's password from source under CheckPassword's
+// check verifies cred, u's password, from source under CheckPassword's
 // reservations. It returns a refusal as an error (after a decoy hash for a
 // locked account), and a wrong password as false.
-func (b *Broker) check(ctx context.Context, u *site.User, key, password, source string) (bool, error) {
+func (b *Broker) check(ctx context.Context, u *site.User, key string, cred auth.Credential, source string) (bool, error) {
 	verified := false
 	ok, err := b.CheckPassword(ctx, AccountUser, u.Name, source, func() bool {
 		verified = true
-		ok, err := b.cfg.Verified.Verify(key, password, u.PasswordHash)
+		ok, err := cred.Verify()
 		if err != nil {
 			b.log.Error("stored password hash is malformed", "user", u.Name, "err", err)
 		}
 		return ok
 	})
 	if errors.Is(err, auth.ErrLocked) && !verified {
-		b.cfg.Verified.Decoy(u.PasswordHash, password) // a refusal costs what a check does
+		cred.Decoy() // a refusal costs what a check does
 	}
 	return ok, err
 }
