@@ -46,8 +46,13 @@ func OpenFile(path string, readOnly bool) (*File, error) {
 }
 
 // CreateFile creates (or truncates) a sparse file of size bytes at path
-// and opens it as a writable device.
+// and opens it as a writable device. A block device at path (a local
+// disk for an overflow) is opened as it is: neither truncated nor
+// chmodded, its size the device's whatever size says.
 func CreateFile(path string, size int64) (*File, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0 {
+		return OpenFile(path, false)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
