@@ -356,7 +356,15 @@ func WrkTable(api string, levels []wrkLevel) loadgen.Table {
 	t := loadgen.Table{
 		Title: fmt.Sprintf("Enumerating over %s, driven by wrk from another process: usher beside nginx serving the same bytes", api),
 		Header: []string{"concurrent", "usher req/s", "usher p50 ms", "usher p99 ms", "usher errors", "usher CPU µs/req",
-			"nginx req/s", "nginx p99 ms", "nginx errors", "nginx CPU µs/req", "client ceiling req/s", "wrk CPU (cores)", "usher / nginx"},
+			"nginx req/s", "nginx p99 ms", "nginx errors", "nginx CPU µs/req", "client ceiling req/s", "wrk CPU (cores)", "usher / nginx",
+			"usher µs/req user + kernel", "nginx µs/req user + kernel"},
+	}
+	split := func(s benchkit.Step) string {
+		if s.Rate <= 0 || s.Server.Wall <= 0 {
+			return "-"
+		}
+		ops := s.Rate * s.Server.Wall.Seconds()
+		return fmtF(s.Server.User.Seconds()/ops*1e6, 1) + " + " + fmtF(s.Server.Sys.Seconds()/ops*1e6, 1)
 	}
 	us := func(s benchkit.Step) string {
 		if v := s.CPUPerOp(); v > 0 {
@@ -369,7 +377,7 @@ func WrkTable(api string, levels []wrkLevel) loadgen.Table {
 		wrkCPU := max(l.usher.Client.Cores(), l.nginx.Client.Cores(), l.null.Client.Cores())
 		t.Rows = append(t.Rows, []string{strconv.Itoa(l.conns), fmtF(u.Rate, 1), fmtF(l.usher.P50, 2), fmtF(l.usher.P99, 2),
 			strconv.FormatInt(l.usher.Errors(), 10), us(u), fmtF(n.Rate, 1), fmtF(l.nginx.P99, 2), strconv.FormatInt(l.nginx.Errors(), 10), us(n),
-			fmtF(l.null.RPS, 1), fmtF(wrkCPU, 2), benchkit.Compare(u, n, 1)})
+			fmtF(l.null.RPS, 1), fmtF(wrkCPU, 2), benchkit.Compare(u, n, 1), split(u), split(n)})
 		if len(l.usherRounds) > 0 {
 			row := &t.Rows[len(t.Rows)-1]
 			*row = append(*row, joinRates(l.usherRounds), joinRates(l.nginxRounds))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestWrkTableMarksClientBound(t *testing.T) {
 		levels = append(levels, wrkLevel{conns: c, usher: wu[i], nginx: wn[i], null: wc[i]})
 	}
 	tb := WrkTable("NFuse", levels)
-	last := len(tb.Header) - 1
+	last := slices.Index(tb.Header, "usher / nginx")
 	for i, want := range []string{"0.62", "client-bound (usher)", "client-bound (yardstick)", "client-bound"} {
 		if got := tb.Rows[i][last]; got != want {
 			t.Errorf("level %d: %q, want %q", levels[i].conns, got, want)
