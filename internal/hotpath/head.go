@@ -19,6 +19,33 @@ type head struct {
 	close                       bool
 	// size is the length of the head, its final empty line included.
 	size int
+
+	// strs interns the target and the header values of a connection's
+	// requests, which a client mostly repeats: a repeated head then
+	// allocates no string. vals backs the header's value slices, one
+	// element each (capped, so that a handler's append copies).
+	strs map[string]string
+	vals []string
+}
+
+// maxInterned bounds a connection's interned strings.
+const maxInterned = 32
+
+// intern returns b as a string, the same one as for the same bytes
+// before.
+func (h *head) intern(b []byte) string {
+	if s, ok := h.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(s) > 256 {
+		return s
+	}
+	if h.strs == nil || len(h.strs) >= maxInterned {
+		h.strs = make(map[string]string, maxInterned)
+	}
+	h.strs[s] = s
+	return s
 }
 
 // headEnd returns the length of the head at the start of b, up to and
@@ -69,12 +96,13 @@ func parseHead(b []byte, h *head) bool {
 		}
 	}
 	h.method = methodString(method)
-	h.target = string(target)
+	h.target = h.intern(target)
 	h.path, h.query = h.target, ""
 	if i := bytes.IndexByte(target, '?'); i >= 0 {
 		h.path, h.query = h.target[:i], h.target[i+1:]
 	}
 	clear(h.header)
+	h.vals = h.vals[:0]
 	h.host, h.contentLength, h.close = "", 0, false
 	seenHost, seenLength := false, false
 	for {
@@ -96,7 +124,7 @@ func parseHead(b []byte, h *head) bool {
 			}
 		}
 		key := canonicalKey(name)
-		v := string(value)
+		v := h.intern(value)
 		switch key {
 		case "Host":
 			if seenHost || !isHost(value) {
@@ -123,7 +151,13 @@ func parseHead(b []byte, h *head) bool {
 				return false
 			}
 		}
-		h.header[key] = append(h.header[key], v)
+		if vs, ok := h.header[key]; ok {
+			h.header[key] = append(vs, v)
+		} else {
+			h.vals = append(h.vals, v)
+			i := len(h.vals) - 1
+			h.header[key] = h.vals[i : i+1 : i+1]
+		}
 	}
 	if !seenHost || len(rest) != 0 {
 		return false
