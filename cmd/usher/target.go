@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"golang.org/x/sys/unix"
 )
 
 // Layer names of the device-side caches.
@@ -39,12 +42,13 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	tf.register(fs)
 	mode := fs.String("cache", "ram-overflow", "write cache: ram, ram-overflow or disk")
 	ramSize := fs.String("ram", "512MiB", "RAM budget of the write cache (ram, ram-overflow)")
-	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk); a missing directory is created (0700)")
-	overflowSize := fs.String("overflow-size", "", "overflow file capacity (default: the image size)")
+	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk); a missing directory is created (0700); ram-overflow also takes a block device (a local disk, overwritten, its whole size the capacity)")
+	overflowSize := fs.String("overflow-size", "", "overflow file capacity (default: the image size; a block device's is its size)")
 	var persist persistFlag
 	fs.Var(&persist, "persist", "disk mode: keep the cache across restarts while the upstream image version is the same, else discard it and say so; --persist=strict refuses to start instead (default: discard at each start, a new boot)")
 	listen := fs.String("listen", "unix:/run/usher/target.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
+	ready := fs.String("ready", "", "once the local endpoint serves, create this file (an initramfs waits for it before attaching the root disk)")
 	reconnectWait := fs.Duration("reconnect-wait", 2*time.Minute, "how long a read waits for a lost upstream to come back (the stream restarting) before the device gets an I/O error")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -134,11 +138,16 @@ func (m *Main) target(ctx context.Context, args []string) error {
 				return usageError{"--overflow-size: " + err.Error()}
 			}
 		}
+		// A block device is the device's local disk: kept, whole.
+		fi, err := os.Stat(*overflow)
+		device := err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
 		of, err := block.CreateFile(*overflow, capacity)
 		if err != nil {
 			return fmt.Errorf("--overflow: %w", err)
 		}
-		defer os.Remove(*overflow)
+		if !device {
+			defer os.Remove(*overflow)
+		}
 		ram = writecache.NewRAM(base, writecache.RAMOptions{
 			Budget: budget, Logger: log, Overflow: meter.Wrap(of, reg.Layer(layerOverflow)),
 		})
@@ -171,7 +180,63 @@ func (m *Main) target(ctx context.Context, args []string) error {
 			Help: "Device writes the write cache refused (ENOSPC to the device): its RAM budget, and its overflow file if it has one, are full.",
 		}, func() float64 { return float64(ram.Full.Load()) }))
 	}
-	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: nbd.Devices{"": dev}, Logger: log}, &reg, extra...)
+	// The default export, and the upstream's name for it: Debian's
+	// nbd-client initramfs hook (nbdroot=127.0.0.1:PORT/EXPORT) needs a
+	// name.
+	exports := nbd.Devices{"": dev}
+	if export != "" && export != *upstream {
+		exports[export] = dev
+	}
+	if err := loopbackUp(*listen, log); err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	mm := *m
+	if *ready != "" {
+		mm.Listening = func(name, addr string) {
+			if name == "nbd" {
+				if err := os.WriteFile(*ready, []byte(addr+"\n"), 0o644); err != nil {
+					log.Error("--ready: the ready file", "path", *ready, "err", err)
+				}
+			}
+			if m.Listening != nil {
+				m.Listening(name, addr)
+			}
+		}
+	}
+	return mm.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: exports, Logger: log}, &reg, extra...)
+}
+
+// loopbackUp brings the loopback interface up when listen is a TCP
+// address on it and it is down: in an initramfs, where usher target
+// serves the root disk on 127.0.0.1 before anything else has set up
+// lo. On a machine whose lo is up it does nothing.
+func loopbackUp(listen string, log *slog.Logger) error {
+	host, _, err := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return nil
+	}
+	lo, err := net.InterfaceByName("lo")
+	if err != nil || lo.Flags&net.FlagUp != 0 {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("the loopback interface's flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring the loopback interface up: %w", err)
+	}
+	log.Info("the loopback interface was down: brought it up", "listen", listen)
+	return nil
 }
 
 // persistFlag is --persist: "" (off), "true" or "strict".
