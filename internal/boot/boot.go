@@ -25,6 +25,10 @@ var (
 	// ErrStale: a kernel or initramfs request names a version the
 	// target's binding does not boot (any more).
 	ErrStale = errors.New("version not bound to the target")
+	// ErrNoAgent: the target's write cache is on the device (ram,
+	// ram-overflow) and the boot server has no agent (a statically
+	// linked usher) to run it there.
+	ErrNoAgent = errors.New("no device-side write cache agent")
 )
 
 // Refusal is a boot the boot server refuses: Reason is one sentence that
@@ -123,6 +127,27 @@ func Resolve(t site.Target, im Image, found bool) (Binding, error) {
 		return Binding{}, refuse(ErrNoVersion, "target %s: image %q has no version %d", t.Name, t.Image, n)
 	}
 	return Binding{Target: t, Version: n, Private: v.Maintenance}, nil
+}
+
+// DeviceCache reports whether the binding keeps the target's writes on
+// the device (its RAM, and a local disk past it): a ram or ram-overflow
+// target in standard mode. Its initramfs then runs usher target (the
+// agent, boot/initramfs) in front of the stream, and its root disk is
+// attached through it. A private-mode boot writes to the version, never
+// to a write cache.
+func (b Binding) DeviceCache() bool {
+	return !b.Private && (b.Target.Cache == site.CacheRAM || b.Target.Cache == site.CacheRAMOverflow)
+}
+
+// CheckAgent checks that the boot server can boot the binding: a
+// device-side cache needs an agent, and noAgent says why there is none
+// ("" when there is one). It returns a Refusal wrapping ErrNoAgent.
+func CheckAgent(b Binding, noAgent string) error {
+	if b.DeviceCache() && noAgent != "" {
+		return refuse(ErrNoAgent, "target %s: cache %s keeps its writes on the device, which needs usher serve's boot agent (--boot-agent, a statically linked usher): %s",
+			b.Target.Name, b.Target.Cache, noAgent)
+	}
+	return nil
 }
 
 // CheckVersion checks that a request for version n's kernel or

@@ -104,6 +104,49 @@ func TestScript(t *testing.T) {
 			t.Errorf("kernel args %q lack %q", got, part)
 		}
 	}
+	if strings.Contains(got, "usher.upstream=") {
+		t.Errorf("a private-mode boot's kernel args %q name an agent's upstream: it writes to the version", got)
+	}
+}
+
+// TestDeviceCache: a ram or ram-overflow target in standard mode
+// attaches its root disk through the agent on its loopback, which reads
+// the stream's export; without an agent, it is refused.
+func TestDeviceCache(t *testing.T) {
+	stream := boot.Stream{Host: "10.0.2.2", Port: 10809}
+	for _, mode := range []site.CacheMode{site.CacheRAM, site.CacheRAMOverflow} {
+		b := boot.Binding{Target: site.Target{Name: "pc-01", MAC: "52:54:00:00:01:03", Image: "desk", Cache: mode, RAM: "64MiB"}, Version: 4}
+		if !b.DeviceCache() {
+			t.Fatalf("%s: not a device cache", mode)
+		}
+		got := boot.KernelArgs(b, boot.ScriptOptions{Stream: stream, Append: "usher.overflow=/dev/sda"})
+		for _, part := range []string{"nbdroot=" + boot.DeviceListen + "/desk@4 ", "usher.upstream=10.0.2.2:10809/desk@4 ",
+			"usher.cache=" + string(mode) + " ", "usher.ram=67108864 ", "usher.overflow=/dev/sda"} {
+			if !strings.Contains(got+" ", part) {
+				t.Errorf("%s: kernel args %q lack %q", mode, got, part)
+			}
+		}
+		if err := boot.CheckAgent(b, ""); err != nil {
+			t.Errorf("%s with an agent: %v", mode, err)
+		}
+		err := boot.CheckAgent(b, "usher serve was started with --boot-agent none")
+		var r *boot.Refusal
+		if !errors.As(err, &r) || !errors.Is(err, boot.ErrNoAgent) || !strings.Contains(r.Reason, "--boot-agent none") ||
+			!strings.Contains(r.Reason, "target pc-01: cache "+string(mode)) {
+			t.Errorf("%s without an agent: %v", mode, err)
+		}
+		if s := boot.Script(b, boot.ScriptOptions{Stream: stream}); !strings.Contains(s, "echo usher: write cache "+string(mode)+" on this machine") {
+			t.Errorf("%s: the script does not say where the cache is:\n%s", mode, s)
+		}
+	}
+	for _, b := range []boot.Binding{
+		{Target: site.Target{Name: "a", Cache: site.CacheServerDisk}},
+		{Target: site.Target{Name: "b", Cache: site.CacheRAM}, Private: true},
+	} {
+		if b.DeviceCache() || boot.CheckAgent(b, "none") != nil {
+			t.Errorf("%+v: a device cache", b)
+		}
+	}
 }
 
 func TestRefusalScriptEscapes(t *testing.T) {

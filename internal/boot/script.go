@@ -118,9 +118,17 @@ func (s Stream) nbdroot(export string) string {
 	return host + ":" + strconv.Itoa(s.Port) + "/" + export
 }
 
+// DeviceListen is where a device-side write cache's agent serves the
+// root disk on the target: its own loopback (nbdroot=DeviceListen/EXPORT).
+const DeviceListen = "127.0.0.1:10809"
+
 // ScriptOptions shape a target's script.
 type ScriptOptions struct {
 	Stream Stream
+	// NoAgent says why the boot server has no device-side agent ("" when
+	// it has one): ram and ram-overflow targets are then refused
+	// (CheckAgent).
+	NoAgent string
 	// Append is added to the kernel command line: the console, quiet,
 	// what the image needs.
 	Append string
@@ -144,10 +152,21 @@ func CheckAppend(s string) error {
 // the root disk over NBD (nbd-client's initramfs support in Debian and
 // Ubuntu: nbdroot= and root=/dev/nbd0, reconnecting with -persist), the
 // initramfs by name (EFI stubs need it), usher's binding for the
-// initramfs (usher.cache, usher.ram, usher.mode), and then Append.
+// initramfs (usher.cache, usher.ram, usher.mode), and then Append. A
+// device-side cache (Binding.DeviceCache) attaches the root disk
+// through the agent on the target's loopback (nbdroot=DeviceListen/
+// EXPORT), which reads the stream's export (usher.upstream=HOST:PORT/
+// EXPORT); its overflow disk, usher.overflow=DEVICE, comes from Append.
 func KernelArgs(b Binding, o ScriptOptions) string {
-	args := []string{"initrd=" + InitrdFile, "ip=dhcp", "root=/dev/nbd0", "nbdroot=" + o.Stream.nbdroot(b.Export()),
+	root := o.Stream.nbdroot(b.Export())
+	if b.DeviceCache() {
+		root = DeviceListen + "/" + b.Export()
+	}
+	args := []string{"initrd=" + InitrdFile, "ip=dhcp", "root=/dev/nbd0", "nbdroot=" + root,
 		"usher.image=" + b.Target.Image, "usher.version=" + strconv.Itoa(b.Version), "usher.cache=" + string(b.Target.Cache)}
+	if b.DeviceCache() {
+		args = append(args, "usher.upstream="+o.Stream.nbdroot(b.Export()))
+	}
 	if b.Target.Cache != "server-disk" {
 		args = append(args, "usher.ram="+strconv.FormatInt(b.Target.RAMBytes(), 10))
 	}
@@ -174,6 +193,9 @@ func Script(b Binding, o ScriptOptions) string {
 	fmt.Fprintf(&s, "# usher: target %s (%s): image %s version %d, %s, cache %s\n",
 		comment(b.Target.Name), b.Target.MAC, b.Target.Image, b.Version, mode, b.Target.Cache)
 	fmt.Fprintf(&s, "echo usher: booting %s version %d (%s)\n", b.Target.Image, b.Version, mode)
+	if b.DeviceCache() {
+		fmt.Fprintf(&s, "echo usher: write cache %s on this machine (its initramfs runs usher target)\n", b.Target.Cache)
+	}
 	fmt.Fprintf(&s, "kernel %s%s %s\n", dir, KernelFile, KernelArgs(b, o))
 	fmt.Fprintf(&s, "initrd %s%s\n", dir, InitrdFile)
 	s.WriteString("boot\n")

@@ -10,12 +10,12 @@
 // refusal otherwise, and reads nothing of a request but its method,
 // path and one query parameter.
 //
-// boothttp imports boot, boot/ext4boot, block, block/image and site;
+// boothttp imports boot, boot/ext4boot, boot/initramfs, block,
+// block/image and site;
 // internal/server assembles it.
 package boothttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +28,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/boot"
 	"github.com/usher-vdi/usher/internal/boot/ext4boot"
+	"github.com/usher-vdi/usher/internal/boot/initramfs"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -66,9 +67,16 @@ type Config struct {
 	Targets func() (version int64, targets []site.Target)
 	Images  Images
 	// Store holds the boot log; nil records nothing.
-	Store  site.Store
+	Store site.Store
+	// Script shapes the scripts; its NoAgent says why Overlay is nil.
 	Script boot.ScriptOptions
-	Logger *slog.Logger
+	// Overlay, when set, returns the initramfs overlay that runs a
+	// device-side write cache (boot/initramfs), appended to the
+	// initramfs of ram and ram-overflow targets; it is called at each
+	// such boot, and keeps what it built. Nil: those targets are refused
+	// (Script.NoAgent says why).
+	Overlay func() ([]byte, error)
+	Logger  *slog.Logger
 	// Count, when set, counts each request by step and outcome.
 	Count func(step, outcome string)
 	// CacheBytes bounds the file cache (DefaultCacheBytes when 0).
@@ -93,6 +101,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Overlay == nil && cfg.Script.NoAgent == "" {
+		cfg.Script.NoAgent = "this boot server has none"
 	}
 	if cfg.Count == nil {
 		cfg.Count = func(string, string) {}
@@ -180,6 +191,10 @@ func (h *Handler) script(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := boot.CheckAgent(b, h.cfg.Script.NoAgent); err != nil {
+		h.refuse(w, r, b.Target, site.BootScript, b.Version, err)
+		return
+	}
 	h.record(r, b, site.BootScript, "")
 	h.cfg.Logger.Info("boot script", "target", b.Target.Name, "mac", mac, "image", b.Target.Image, "version", b.Version,
 		"private", b.Private, "cache", b.Target.Cache, "remote", r.RemoteAddr)
@@ -201,6 +216,10 @@ func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, b.Target, req.Step, req.Version, err)
 		return
 	}
+	if err := boot.CheckAgent(b, h.cfg.Script.NoAgent); err != nil {
+		h.refuse(w, r, b.Target, req.Step, b.Version, err)
+		return
+	}
 	files, err := h.files(r.Context(), b)
 	if err != nil {
 		if errors.Is(err, ext4boot.ErrNotFound) {
@@ -211,17 +230,29 @@ func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, b.Target, req.Step, err)
 		return
 	}
-	data, name := files.kernel, files.names.Kernel
+	parts, name := [][]byte{files.kernel}, files.names.Kernel
 	if req.Step == site.BootInitrd {
-		data, name = files.initrd, files.names.Initrd
+		parts, name = [][]byte{files.initrd}, files.names.Initrd
+		if b.DeviceCache() {
+			overlay, err := h.cfg.Overlay()
+			if err != nil {
+				h.fail(w, r, b.Target, req.Step, fmt.Errorf("the device cache's initramfs overlay: %w", err))
+				return
+			}
+			// The kernel unpacks one archive after another; an
+			// uncompressed one starts at a multiple of 4 bytes.
+			parts = append(parts, make([]byte, initramfs.Pad(len(files.initrd))), overlay)
+			name += " + usher's overlay"
+		}
 	}
+	data := newParts(parts...)
 	if r.Header.Get("Range") == "" || r.Header.Get("Range") == "bytes=0-" {
 		h.record(r, b, req.Step, "")
 	}
 	h.cfg.Count(string(req.Step), OutcomeServed)
-	h.cfg.Logger.Debug("boot file", "target", b.Target.Name, "step", req.Step, "file", name, "bytes", len(data), "remote", r.RemoteAddr)
+	h.cfg.Logger.Debug("boot file", "target", b.Target.Name, "step", req.Step, "file", name, "bytes", data.size, "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeContent(w, r, string(req.Step), time.Time{}, bytes.NewReader(data))
+	http.ServeContent(w, r, string(req.Step), time.Time{}, data)
 }
 
 // files returns the kernel and initramfs of the binding's version, from

@@ -35,6 +35,12 @@ type fixture struct {
 
 func newFixture(t *testing.T) (*fixture, ext4test.Image) {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with a change to the Handler's Config.
+func newFixtureWith(t *testing.T, change func(*boothttp.Config)) (*fixture, ext4test.Image) {
+	t.Helper()
 	dir := t.TempDir()
 	img := ext4test.Build(t, filepath.Join(dir, "v0"), ext4test.Layout{})
 	images, err := image.Create(filepath.Join(dir, "images"))
@@ -51,7 +57,7 @@ func newFixture(t *testing.T) (*fixture, ext4test.Image) {
 	t.Cleanup(func() { store.Close() })
 	f := &fixture{t: t, store: store, images: images, log: &bytes.Buffer{}, counts: map[string]int{}}
 	stream, _ := boot.ParseStream("nbd://10.0.2.2:10809")
-	h, err := boothttp.New(boothttp.Config{
+	cfg := boothttp.Config{
 		Targets: func() (int64, []site.Target) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -66,7 +72,11 @@ func newFixture(t *testing.T) (*fixture, ext4test.Image) {
 			f.counts[step+" "+outcome]++
 			f.mu.Unlock()
 		},
-	})
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	h, err := boothttp.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +266,7 @@ func TestConcurrentBootsReadTheFilesOnce(t *testing.T) {
 	f, img := newFixture(t)
 	var ts []site.Target
 	for i := range 8 {
-		ts = append(ts, site.Target{Name: "pc" + string(rune('a'+i)), MAC: "52:54:00:00:03:0" + string(rune('0'+i)), Image: "kiosk", Cache: site.CacheRAM})
+		ts = append(ts, site.Target{Name: "pc" + string(rune('a'+i)), MAC: "52:54:00:00:03:0" + string(rune('0'+i)), Image: "kiosk", Cache: site.CacheServerDisk})
 	}
 	f.setTargets(ts...)
 	var wg sync.WaitGroup
