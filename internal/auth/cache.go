@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"hash"
-	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -64,22 +63,39 @@ func NewVerifiedCache(ttl time.Duration, max int) *VerifiedCache {
 	c := &VerifiedCache{key: key, ttl: ttl, max: max, now: time.Now, hashing: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		verify: VerifyPassword, entries: map[[32]byte]time.Time{}, byName: map[string][][32]byte{},
 		flights: map[[32]byte]*flight{}}
-	c.macs.New = func() any { return hmac.New(sha256.New, c.key) }
+	c.macs.New = func() any { return &keyedMAC{h: hmac.New(sha256.New, c.key), buf: make([]byte, 0, 512)} }
 	return c
 }
 
 func (c *VerifiedCache) id(name, password, storedHash string) [32]byte {
-	m := c.macs.Get().(hash.Hash)
+	m := c.macs.Get().(*keyedMAC)
 	defer c.macs.Put(m)
-	m.Reset()
-	var k [32]byte
+	m.h.Reset()
+	// The fields, each ended by a zero byte, go in as one write: a hash
+	// takes bytes, and each string written alone would be copied.
+	b := m.buf[:0]
 	for _, s := range [...]string{name, password, storedHash} {
-		io.WriteString(m, s)
-		m.Write(k[:1]) // a zero byte ends each field
+		b = append(append(b, s...), 0)
 	}
-	m.Sum(k[:0])
+	m.h.Write(b)
+	clear(b) // no password stays in the pool
+	var k [32]byte
+	copy(k[:], m.h.Sum(b[:0]))
+	if cap(b) <= maxMACBuf {
+		m.buf = b
+	}
 	return k
 }
+
+// keyedMAC is an HMAC state keyed with the cache's key and a buffer for
+// its input.
+type keyedMAC struct {
+	h   hash.Hash
+	buf []byte
+}
+
+// maxMACBuf bounds the input buffer a pooled state keeps.
+const maxMACBuf = 4 << 10
 
 // A Credential is one logon's name, password and stored hash with their
 // key in a VerifiedCache, computed once: a logon that asks whether the

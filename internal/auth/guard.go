@@ -144,6 +144,9 @@ func SourceKey(addr string) string {
 	if err != nil {
 		return addr
 	}
+	if a.Is4() {
+		return addr // ParseAddr takes only the canonical dotted quad
+	}
 	a = a.Unmap()
 	if a.Is6() {
 		p, _ := a.WithZone("").Prefix(64)

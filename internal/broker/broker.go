@@ -537,7 +537,7 @@ func (b *Broker) Authenticate(ctx context.Context, name, password, source string
 // locked account), and a wrong password as false.
 func (b *Broker) check(ctx context.Context, u *site.User, key string, cred auth.Credential, source string) (bool, error) {
 	verified := false
-	ok, err := b.CheckPassword(ctx, AccountUser, u.Name, source, func() bool {
+	ok, err := b.checkPassword(ctx, AccountUser, u.Name, key, source, func() bool {
 		verified = true
 		ok, err := cred.Verify()
 		if err != nil {

@@ -93,24 +93,29 @@ const (
 // broker answers "retry" in microseconds instead of timing out.
 type admission struct {
 	slots chan struct{}
+	// release gives a slot back: one function for all, so that a
+	// request's admission allocates nothing.
+	release func()
 }
 
 func newAdmission(n int) *admission {
 	if n <= 0 {
-		return &admission{}
+		return &admission{release: func() {}}
 	}
-	return &admission{slots: make(chan struct{}, n)}
+	a := &admission{slots: make(chan struct{}, n)}
+	a.release = func() { <-a.slots }
+	return a
 }
 
 // admit takes a slot, or returns ErrOverloaded when none is free. The
 // returned function gives the slot back.
 func (a *admission) admit() (func(), error) {
 	if a.slots == nil {
-		return func() {}, nil
+		return a.release, nil
 	}
 	select {
 	case a.slots <- struct{}{}:
-		return func() { <-a.slots }, nil
+		return a.release, nil
 	default:
 		return nil, ErrOverloaded
 	}

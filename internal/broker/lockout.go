@@ -37,13 +37,17 @@ func guardKey(kind, name string) string { return kind + "\x00" + name }
 // callers answer as a wrong password (after a decoy hash when verify did
 // not run).
 func (b *Broker) CheckPassword(ctx context.Context, kind, name, source string, verify func() bool) (bool, error) {
+	return b.checkPassword(ctx, kind, name, guardKey(kind, name), source, verify)
+}
+
+// checkPassword is CheckPassword with the account's guard key made.
+func (b *Broker) checkPassword(ctx context.Context, kind, name, key, source string, verify func() bool) (bool, error) {
 	if b.siteWide() {
 		ok, err, decided := b.checkSiteWide(ctx, kind, name, source, verify)
 		if decided {
 			return ok, err
 		}
 	}
-	key := guardKey(kind, name)
 	at, err := b.guard.Reserve(key, source)
 	if err != nil {
 		return false, err

@@ -54,6 +54,10 @@ type Snapshot struct {
 
 	mu       sync.Mutex
 	resolved map[string]*Entitlements
+	// byUser remembers each user's resolved set, by the user as this
+	// snapshot (or the directory entry) holds it, so that a repeated
+	// enumeration does not make its key again.
+	byUser map[*site.User]*Entitlements
 }
 
 // NewSnapshot indexes a validated, normalized configuration, the site's
@@ -78,7 +82,7 @@ func buildSnapshot(prev *Snapshot, version int64, c *site.Config) (s *Snapshot, 
 		machines: map[string]*site.Machine{}, machinesOf: map[string][]*site.Machine{},
 		groupOf: map[string]string{}, appsOf: map[string][]string{}, grants: map[string][]*site.Entitlement{},
 		limits: map[string][]*site.Entitlement{}, named: map[string]bool{},
-		resolved: map[string]*Entitlements{}, counts: c.ObjectCount(),
+		resolved: map[string]*Entitlements{}, byUser: map[*site.User]*Entitlements{}, counts: c.ObjectCount(),
 		byName: map[string]string{}, byDN: map[string]string{},
 	}
 	for _, g := range c.Groups {
@@ -262,7 +266,7 @@ func (s *Snapshot) entitlementsOf(u *site.User, ok bool) *Entitlements {
 	if !ok || u.Disabled {
 		return &Entitlements{Key: "none", groups: map[string][]string{}}
 	}
-	return s.entitlements(u)
+	return s.entitlements(u, true)
 }
 
 // EntitlementsOfMember returns what a user who is not one of the site's
@@ -271,7 +275,7 @@ func (s *Snapshot) entitlementsOf(u *site.User, ok bool) *Entitlements {
 // count too. Users of the same groups share one resolution, as the
 // site's users do.
 func (s *Snapshot) EntitlementsOfMember(user string, groups []string) *Entitlements {
-	return s.entitlements(&site.User{Name: user, Groups: groups})
+	return s.entitlements(&site.User{Name: user, Groups: groups}, false)
 }
 
 // DirectoryGroups returns the site's groups, in name order, that a
@@ -334,17 +338,29 @@ func entitlementsKey(s *Snapshot, u *site.User) string {
 const maxResolved = 10_000
 
 // entitlements resolves u's entitlements once per key, and caches them
-// (up to maxResolved sets).
-func (s *Snapshot) entitlements(u *site.User) *Entitlements {
+// (up to maxResolved sets); with byUser, u is one of the snapshot's users
+// and its set is remembered by u too.
+func (s *Snapshot) entitlements(u *site.User, byUser bool) *Entitlements {
+	if byUser {
+		s.mu.Lock()
+		e, ok := s.byUser[u]
+		s.mu.Unlock()
+		if ok {
+			return e
+		}
+	}
 	key := entitlementsKey(s, u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.resolved[key]; ok {
-		return e
+	e, ok := s.resolved[key]
+	if !ok {
+		e = s.resolve(u, key)
+		if len(s.resolved) < maxResolved {
+			s.resolved[key] = e
+		}
 	}
-	e := s.resolve(u, key)
-	if len(s.resolved) < maxResolved {
-		s.resolved[key] = e
+	if byUser && len(s.byUser) < maxResolved {
+		s.byUser[u] = e
 	}
 	return e
 }
