@@ -295,7 +295,7 @@ func (s *Server) route(rt Route, h handler) {
 			h := w.Header()
 			h["Content-Type"] = jsonType
 			h["Cache-Control"] = noStore
-			h["Content-Length"] = []string{strconv.Itoa(v.Len())}
+			h["Content-Length"] = v.LengthHeader()
 			w.WriteHeader(rt.Status)
 			blob.Write(w, v)
 		case stream:

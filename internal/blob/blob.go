@@ -9,6 +9,7 @@ package blob
 import (
 	"io"
 	"os"
+	"strconv"
 	"sync"
 )
 
@@ -23,10 +24,21 @@ type Blob struct {
 	once sync.Once
 	// f is the blob's memory file, nil when it has none.
 	f *os.File
+	// length is the blob's length as a header value.
+	length []string
 }
 
 // New returns a blob of b, which the caller must not change afterwards.
-func New(b []byte) *Blob { return &Blob{b: b} }
+func New(b []byte) *Blob { return &Blob{b: b, length: []string{strconv.Itoa(len(b))}} }
+
+// LengthHeader returns the blob's length as the value of an HTTP
+// Content-Length header, made once: the caller must not change it.
+func (b *Blob) LengthHeader() []string {
+	if b.length == nil {
+		return []string{strconv.Itoa(len(b.b))}
+	}
+	return b.length[:1:1]
+}
 
 // Bytes returns the blob's bytes, which must not be changed.
 func (b *Blob) Bytes() []byte { return b.b }
