@@ -62,6 +62,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.StringVar(&cfg.ImageStore, "image-store", "", "with --boot-listen: the image store (the directory usher image import made) that targets boot from")
 	fs.StringVar(&cfg.BootStream, "boot-stream", "", "with --boot-listen: the usher stream targets mount their root disk from, as they reach it: nbd://HOST:PORT (in QEMU's user networking the host is 10.0.2.2)")
 	fs.StringVar(&cfg.BootAppend, "boot-append", "", "with --boot-listen: added to every target's kernel command line, e.g. \"console=ttyS0,115200n8\"")
+	fs.StringVar(&cfg.BootAgent, "boot-agent", "", "with --boot-listen: the usher that ram and ram-overflow targets run in their initramfs as their write cache, a statically linked one (CGO_ENABLED=0); default: this usher when statically linked; none: refuse those targets")
 	fs.IntVar(&cfg.SimVDAs, "sim-vdas", 0, "run this many simulated VDAs in-process, for the site's first machines (-1: all of them)")
 	fs.DurationVar(&cfg.SimLogonDelay, "sim-logon-delay", vda.DefaultLogonDelay, "simulated VDAs: time from launch to the simulated user's logon")
 	fs.DurationVar(&cfg.SimSessionLength, "sim-session-length", 0, "simulated VDAs: how long a simulated user stays (0: until logged off)")
@@ -109,8 +110,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	if cfg.BootListen != "" && (cfg.ImageStore == "" || cfg.BootStream == "") {
 		return usageError{"--boot-listen needs --image-store DIR and --boot-stream nbd://HOST:PORT"}
 	}
-	if cfg.BootListen == "" && (cfg.ImageStore != "" || cfg.BootStream != "" || cfg.BootAppend != "" || cfg.InsecureBootListen) {
-		return usageError{"--image-store, --boot-stream, --boot-append and --insecure-boot-listen need --boot-listen"}
+	if cfg.BootListen == "" && (cfg.ImageStore != "" || cfg.BootStream != "" || cfg.BootAppend != "" || cfg.BootAgent != "" || cfg.InsecureBootListen) {
+		return usageError{"--image-store, --boot-stream, --boot-append, --boot-agent and --insecure-boot-listen need --boot-listen"}
 	}
 	if cfg.BootListen != "" && !cfg.InsecureBootListen && !server.LoopbackAddr(cfg.BootListen) {
 		return usageError{fmt.Sprintf("--boot-listen %s is not a loopback address: anyone who reaches it boots as any target of the site "+

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +17,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/boot"
 	"github.com/usher-vdi/usher/internal/boot/boothttp"
+	"github.com/usher-vdi/usher/internal/boot/initramfs"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -26,7 +29,7 @@ const bootWriteTimeout = 5 * time.Minute
 // checkBoot checks the boot server's part of a Config.
 func (c Config) checkBoot() error {
 	if c.BootListen == "" {
-		if c.ImageStore != "" || c.BootStream != "" || c.BootAppend != "" {
+		if c.ImageStore != "" || c.BootStream != "" || c.BootAppend != "" || c.BootAgent != "" {
 			return errors.New("server: the image store, the boot stream and the kernel arguments need a boot listener")
 		}
 		return nil
@@ -40,11 +43,59 @@ func (c Config) checkBoot() error {
 	if err := boot.CheckAppend(c.BootAppend); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
+	if _, _, err := c.bootAgent(); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	if !c.InsecureBootListen && !LoopbackAddr(c.BootListen) {
 		return fmt.Errorf("server: boot listener %s is not a loopback address: anyone who reaches it gets the kernel and initramfs "+
 			"of every target's image, and boots with no credential (firmware has none); allow it explicitly", c.BootListen)
 	}
 	return nil
+}
+
+// bootAgent returns the path of the boot agent (Config.BootAgent), or
+// why there is none; an agent named that cannot be one is an error.
+func (c Config) bootAgent() (path, noAgent string, err error) {
+	switch c.BootAgent {
+	case "none":
+		return "", "usher serve was started with --boot-agent none", nil
+	case "", "auto":
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Sprintf("this usher cannot find its own executable (%v); pass --boot-agent FILE", err), nil
+		}
+		if err := initramfs.CheckAgent(exe); err != nil {
+			return "", fmt.Sprintf("this usher (%s) cannot run in an initramfs (%v); pass --boot-agent FILE, a usher built with CGO_ENABLED=0", exe, err), nil
+		}
+		return exe, "", nil
+	}
+	if err := initramfs.CheckAgent(c.BootAgent); err != nil {
+		return "", "", err
+	}
+	return c.BootAgent, "", nil
+}
+
+// overlayOf returns what builds the device-side cache's initramfs
+// overlay around the agent at path: once, kept; a failure (the file
+// unreadable) is tried again at the next boot.
+func overlayOf(path string) func() ([]byte, error) {
+	var mu sync.Mutex
+	var built []byte
+	return func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if built != nil {
+			return built, nil
+		}
+		agent, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("boot agent: %w", err)
+		}
+		if built, err = initramfs.Overlay(agent, boot.DeviceListen); err != nil {
+			return nil, err
+		}
+		return built, nil
+	}
 }
 
 // LoopbackAddr reports whether a listener's address reaches only this
@@ -83,16 +134,28 @@ func (s *Server) startBoot(ctx context.Context, ln net.Listener, store site.Stor
 		}
 	}
 	log := s.log.With("component", "boot")
+	agent, noAgent, err := s.cfg.bootAgent()
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	var overlay func() ([]byte, error)
+	if agent != "" {
+		overlay = overlayOf(agent)
+		log.Info("boot agent: ram and ram-overflow targets run it in their initramfs", "agent", agent)
+	} else {
+		log.Warn("no boot agent: ram and ram-overflow targets are refused", "reason", noAgent)
+	}
 	h, err := boothttp.New(boothttp.Config{
 		Targets: func() (int64, []site.Target) {
 			snap := brk.Snapshot()
 			return snap.Version, snap.Config().Targets
 		},
-		Images: boothttp.ImageStore(images),
-		Store:  store,
-		Script: boot.ScriptOptions{Stream: stream, Append: s.cfg.BootAppend},
-		Logger: log,
-		Count:  func(step, outcome string) { requests.WithLabelValues(step, outcome).Inc() },
+		Images:  boothttp.ImageStore(images),
+		Store:   store,
+		Script:  boot.ScriptOptions{Stream: stream, Append: s.cfg.BootAppend, NoAgent: noAgent},
+		Overlay: overlay,
+		Logger:  log,
+		Count:   func(step, outcome string) { requests.WithLabelValues(step, outcome).Inc() },
 	})
 	if err != nil {
 		return err

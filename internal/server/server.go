@@ -98,6 +98,12 @@ type Config struct {
 	BootStream         string
 	BootAppend         string
 	InsecureBootListen bool
+	// BootAgent is the usher that ram and ram-overflow targets run in
+	// their initramfs as their device-side write cache (boot/initramfs):
+	// the path of a statically linked usher; "" or "auto" for this
+	// executable when it is statically linked (else those targets are
+	// refused, saying why); "none" to refuse them.
+	BootAgent string
 
 	// Demo loads the demo site into an empty site DB, with DemoPassword
 	// (random when empty) on its users and on its admin account. A site DB
