@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,13 @@ type VMOptions struct {
 	// networking): http://10.0.2.2:PORT/... reaches the host's loopback.
 	// Image and the kernel arguments are then the script's business.
 	BootURL string
+	// ExtraDisk is a raw file attached as one more virtio disk, after
+	// Disk: /dev/vdb beside a Disk, /dev/vda for an NBDRoot or BootURL
+	// machine (a device-side cache's local overflow disk). Its writes
+	// reach the file.
+	ExtraDisk string
+	// MAC is the network card's address; "" is QEMU's 52:54:00:12:34:56.
+	MAC string
 	// WriteMB is how much data the workload writes (usher.write_mb).
 	WriteMB int
 	// MemoryMB is the VM's memory; 0 means 512.
@@ -110,7 +118,14 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 	args := []string{"-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-smp", "1", "-m", strconv.Itoa(mem)}
 	args = append(args, opt.QEMUArgs...)
-	if _, err := os.Stat("/dev/kvm"); err == nil {
+	nic := "virtio-net-pci,netdev=net0"
+	if opt.MAC != "" {
+		if _, err := net.ParseMAC(opt.MAC); err != nil {
+			return nil, fmt.Errorf("boottest: MAC %q: %w", opt.MAC, err)
+		}
+		nic += ",mac=" + opt.MAC
+	}
+	if kvm() {
 		args = append(args, "-accel", "kvm", "-accel", "tcg")
 	}
 	sources := 0
@@ -122,9 +137,15 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 	if sources != 1 {
 		return nil, errors.New("boottest: a VM boots from exactly one of Disk, NBDRoot and BootURL")
 	}
+	extra := func(args []string) []string {
+		if opt.ExtraDisk == "" {
+			return args
+		}
+		return append(args, "-drive", "file="+opt.ExtraDisk+",format=raw,if=virtio,werror=report,rerror=report")
+	}
 	if opt.BootURL != "" {
-		return append(args, "-netdev", "user,id=net0,bootfile="+opt.BootURL,
-			"-device", "virtio-net-pci,netdev=net0", "-boot", "n"), nil
+		return extra(append(args, "-netdev", "user,id=net0,bootfile="+opt.BootURL,
+			"-device", nic, "-boot", "n")), nil
 	}
 	if opt.Image == nil {
 		return nil, errors.New("boottest: a direct kernel boot needs the Image's kernel and initramfs")
@@ -136,15 +157,36 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 		if opt.Snapshot {
 			drive += ",snapshot=on"
 		}
-		args = append(args, "-drive", drive, "-nic", "none")
+		args = extra(append(args, "-drive", drive, "-nic", "none"))
 		root = []string{"root=/dev/vda"}
 	} else {
 		// No option ROM: nothing boots from the network card here.
-		args = append(args, "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile=")
+		args = extra(append(args, "-netdev", "user,id=net0", "-device", nic+",romfile="))
 		root = NBDRootArgs(opt.NBDRoot)
 	}
 	cmdline := strings.Join(append(KernelArgs(root, opt.WriteMB), opt.Append...), " ")
 	return append(args, "-kernel", opt.Image.Kernel, "-initrd", opt.Image.Initrd, "-append", cmdline), nil
+}
+
+// kvm reports whether QEMU may use KVM: /dev/kvm is there and the CPU
+// has virtualisation (vmx, svm). A /dev/kvm on a CPU without them (a
+// VM whose hypervisor passes none through) opens, and its guests hang
+// before their first console line.
+func kvm() bool {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			f := strings.Fields(v)
+			return slices.Contains(f, "vmx") || slices.Contains(f, "svm")
+		}
+	}
+	return false
 }
 
 // VM is a running qemu-system-x86_64 with its serial console.
