@@ -144,7 +144,7 @@ func (b Binding) DeviceCache() bool {
 // ("" when there is one). It returns a Refusal wrapping ErrNoAgent.
 func CheckAgent(b Binding, noAgent string) error {
 	if b.DeviceCache() && noAgent != "" {
-		return refuse(ErrNoAgent, "target %s: cache %s keeps its writes on the device, which needs usher serve's boot agent (--boot-agent, a statically linked usher): %s",
+		return refuse(ErrNoAgent, "target %s: cache %s keeps its writes on the device, which needs the boot agent of usher serve (--boot-agent, a statically linked usher): %s",
 			b.Target.Name, b.Target.Cache, noAgent)
 	}
 	return nil
