@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/boottest"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -203,4 +205,65 @@ func nonZeroMiB(t *testing.T, path string) int64 {
 		}
 	}
 	return blocks * 4096 >> 20
+}
+
+// TestTargetForTheInitramfs: what the initramfs needs of usher target.
+// It writes --ready once it serves (the listener's address), serves its
+// cache under the upstream's export name as well as the default one
+// (nbd-client's nbdroot= needs a name), and takes a block device as its
+// overflow without removing it at exit.
+func TestTargetForTheInitramfs(t *testing.T) {
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "disk.raw")
+	if err := os.WriteFile(disk, bytes.Repeat([]byte{7}, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "store")
+	mustImage(t, "import", "golden", disk, "--store", store)
+	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
+	ready := filepath.Join(dir, "run", "ready")
+	if err := os.MkdirAll(filepath.Dir(ready), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := startRoleAddrs(t, "target", "--upstream", "nbd://"+stream.nbd+"/golden@0", "--cache", "ram", "--ram", "8MiB",
+		"--listen", "127.0.0.1:0", "--ready", ready)
+	b, err := os.ReadFile(ready)
+	if err != nil || strings.TrimSpace(string(b)) != target.nbd {
+		t.Fatalf("the ready file: %q (%v); want the address %s", b, err, target.nbd)
+	}
+	for _, export := range []string{"golden@0", ""} {
+		c, err := (&nbd.Dialer{}).DialURI(t.Context(), "nbd://"+target.nbd+"/"+export)
+		if err != nil {
+			t.Fatalf("export %q: %v", export, err)
+		}
+		if c.Size() != 4<<20 {
+			t.Errorf("export %q: %d bytes", export, c.Size())
+		}
+		c.Close()
+	}
+	target.stop()
+
+	// A loop device stands in for the machine's local disk.
+	losetup, err := exec.LookPath("losetup")
+	if os.Geteuid() != 0 || err != nil {
+		t.Log("no loop device (needs root and losetup): the block-device overflow is not tried")
+		return
+	}
+	backing := filepath.Join(dir, "local-disk")
+	if err := os.WriteFile(backing, make([]byte, 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(losetup, "--find", "--show", backing).CombinedOutput()
+	if err != nil {
+		t.Logf("no loop device here (%v %s): the block-device overflow is not tried", err, out)
+		return
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command(losetup, "--detach", dev).Run() })
+	target = startRoleAddrs(t, "target", "--upstream", "nbd://"+stream.nbd+"/golden@0", "--cache", "ram-overflow", "--ram", "1MiB",
+		"--overflow", dev, "--listen", "127.0.0.1:0")
+	target.stop()
+	if _, err := os.Stat(dev); err != nil {
+		t.Errorf("the overflow device %s is gone after usher target: %v", dev, err)
+	}
 }
