@@ -77,6 +77,12 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *ready != "" {
+		// An earlier run's would say ready before this one serves.
+		if err := os.Remove(*ready); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("--ready: %w", err)
+		}
+	}
 	dialer, err := tf.dialer()
 	if err != nil {
 		return err
