@@ -7,9 +7,17 @@
 // a target's boot script, the refusals) and parses what comes from the
 // wire (MACs in queries and paths). It does no I/O.
 //
+// A target whose write cache is on the device (ram, ram-overflow: its
+// RAM, and a local disk past it) boots through usher target in its own
+// initramfs: its kernel command line attaches the root disk at
+// DeviceListen, on the target's loopback, and names the stream's export
+// as usher.upstream (KernelArgs); without an agent to run there, the
+// boot is refused (CheckAgent).
+//
 // Adapters: boot/boothttp serves the scripts, kernels and initramfs
 // over HTTP; boot/ext4boot finds and reads a version's kernel and
-// initramfs in its ext4 filesystem. internal/server assembles them.
+// initramfs in its ext4 filesystem; boot/initramfs makes the overlay
+// that runs the device-side cache. internal/server assembles them.
 //
 // boot imports site (the target) and nothing that does I/O; any package
 // may import it.

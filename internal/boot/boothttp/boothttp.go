@@ -1,7 +1,10 @@
 // Package boothttp is the boot server's HTTP transport: the fixed chain
 // script, each target's iPXE script, and the kernel and initramfs of
 // the image version its binding resolves to, read out of the version's
-// filesystem (boot/ext4boot) and kept in a bounded cache. It records
+// filesystem (boot/ext4boot) and kept in a bounded cache; for a target
+// whose write cache is on the device (ram, ram-overflow), that
+// initramfs followed by the boot agent's overlay (boot/initramfs), or a
+// refusal when there is no agent. It records
 // every answer to a known target in the site's boot log and counts
 // every request.
 //

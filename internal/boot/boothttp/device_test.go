@@ -89,5 +89,3 @@ func TestDeviceCacheRefusedWithoutAgent(t *testing.T) {
 		t.Errorf("a server-disk target: %d", status)
 	}
 }
-
-
