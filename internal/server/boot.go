@@ -30,7 +30,7 @@ const bootWriteTimeout = 5 * time.Minute
 func (c Config) checkBoot() error {
 	if c.BootListen == "" {
 		if c.ImageStore != "" || c.BootStream != "" || c.BootAppend != "" || c.BootAgent != "" {
-			return errors.New("server: the image store, the boot stream and the kernel arguments need a boot listener")
+			return errors.New("server: the image store, the boot stream, the kernel arguments and the boot agent need a boot listener")
 		}
 		return nil
 	}
