@@ -158,6 +158,29 @@ func TestNetBootDeviceCacheRefused(t *testing.T) {
 	}
 }
 
+// TestServeBootAgentFlag: an agent that needs a dynamic loader, or
+// that is no executable, stops usher serve at its start, saying why.
+func TestServeBootAgentFlag(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "agent.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for agent, want := range map[string]string{"/bin/sh": "not statically linked", script: "not an ELF executable"} {
+		if _, err := os.Stat(agent); err != nil {
+			continue
+		}
+		code, _, stderr := run(t, "", "serve", "--data", t.TempDir(), "--boot-listen", "127.0.0.1:0", "--image-store", filepath.Join(dir, "images"),
+			"--boot-stream", "nbd://10.0.2.2:10809", "--boot-agent", agent)
+		if code == 0 || !strings.Contains(stderr, want) {
+			t.Errorf("--boot-agent %s: exit %d, %s; want %q", agent, code, stderr, want)
+		}
+	}
+	if code, _, stderr := run(t, "", "serve", "--data", t.TempDir(), "--boot-agent", "none"); code != 2 || !strings.Contains(stderr, "--boot-agent") {
+		t.Errorf("--boot-agent without --boot-listen: exit %d, %s", code, stderr)
+	}
+}
+
 // streamWrites sums the write operations of every layer on a metrics
 // endpoint.
 func streamWrites(t *testing.T, addr string) int64 {
