@@ -8,8 +8,14 @@
 // The image's user space is one shell script (usher-init, run as init): it
 // prints USHER-BOOTED on the serial console, says whether an earlier boot's
 // marker file is there (USHER-MARKER present|absent), writes the marker and
-// usher.write_mb MiB of data, syncs, prints USHER-DONE and powers off. A
-// boot takes about 15 s under software emulation (TCG, one vCPU).
+// usher.write_mb MiB of data (usher.write_mode: large, dd bs=1M; or small,
+// a desktop's 4 KiB writes at random offsets with an fsync every 32),
+// syncs, prints USHER-DONE and powers off. A boot takes about 15 s under
+// software emulation (TCG, one vCPU).
+//
+// BuildAgent and Agent build a statically linked usher from the code
+// under test, the boot agent that runs a device-side write cache in a
+// network-booted target's initramfs (usher serve --boot-agent).
 //
 // Image builds the image or finds it in the cache directory
 // ($USHER_BOOT_CACHE, default os.UserCacheDir()/usher/boot; about 1.7 GB,

@@ -72,6 +72,9 @@ type VMOptions struct {
 	MAC string
 	// WriteMB is how much data the workload writes (usher.write_mb).
 	WriteMB int
+	// WriteMode is how it writes it (usher.write_mode): WriteLarge
+	// (also "") or WriteSmall.
+	WriteMode string
 	// MemoryMB is the VM's memory; 0 means 512.
 	MemoryMB int
 	// Append adds kernel arguments.
@@ -82,6 +85,16 @@ type VMOptions struct {
 	// -no-shutdown, to read the disk's counters after the guest's end).
 	QEMUArgs []string
 }
+
+// The workload's write modes (usher.write_mode; see usher-init).
+const (
+	// WriteLarge writes one file with dd bs=1M, synced at its end.
+	WriteLarge = "large"
+	// WriteSmall writes as a desktop does: 4 KiB writes at random
+	// offsets of 8 files (each block twice on average), an fsync every
+	// 32 writes.
+	WriteSmall = "small"
+)
 
 // KernelArgs returns the kernel command line that runs the workload, for
 // a root device (root=/dev/vda, or nbdroot= arguments) and writeMB MiB of
@@ -163,6 +176,13 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 		// No option ROM: nothing boots from the network card here.
 		args = extra(append(args, "-netdev", "user,id=net0", "-device", nic+",romfile="))
 		root = NBDRootArgs(opt.NBDRoot)
+	}
+	switch opt.WriteMode {
+	case "", WriteLarge:
+	case WriteSmall:
+		root = append(root, "usher.write_mode="+WriteSmall)
+	default:
+		return nil, fmt.Errorf("boottest: write mode %q is not %s or %s", opt.WriteMode, WriteLarge, WriteSmall)
 	}
 	cmdline := strings.Join(append(KernelArgs(root, opt.WriteMB), opt.Append...), " ")
 	return append(args, "-kernel", opt.Image.Kernel, "-initrd", opt.Image.Initrd, "-append", cmdline), nil
