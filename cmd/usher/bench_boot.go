@@ -38,6 +38,7 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 	targets := fs.Int("targets", 4, fmt.Sprintf("VMs booting at once (1 to %d)", bench.MaxBootTargets))
 	modes := fs.String("modes", strings.Join(bench.DefaultBootModes, ","), "modes to run, in this order (local may come twice: the boot-time yardstick is the local passes' mean)")
 	writeMB := fs.Int("write-mb", 48, "MiB each guest's workload writes (1 to 512)")
+	writeMode := fs.String("write-mode", boottest.WriteLarge, "how it writes them: large (one file, dd bs=1M) or small (as a desktop: 4 KiB writes at random offsets of 8 files, half of them rewrites, an fsync every 32)")
 	ram := fs.String("ram", "256MiB", "RAM budget of ram and ram-overflow (it should hold the guest's writes)")
 	smallRAM := fs.String("small-ram", "16MiB", "RAM budget of ram-overflow-small (it should not)")
 	memory := fs.Int("memory", 384, "each VM's memory, MiB (128 to 2048)")
@@ -49,13 +50,15 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	cfg := bench.BootConfig{Targets: *targets, WriteMB: *writeMB, MemoryMB: *memory, PassTimeout: *passTimeout, Solo: *solo,
+	cfg := bench.BootConfig{Targets: *targets, WriteMB: *writeMB, WriteMode: *writeMode, MemoryMB: *memory, PassTimeout: *passTimeout, Solo: *solo,
 		Self: m.self(), Progress: m.Stderr}
 	switch {
 	case cfg.Targets < 1 || cfg.Targets > bench.MaxBootTargets:
 		return usageError{fmt.Sprintf("--targets must be 1 to %d", bench.MaxBootTargets)}
 	case cfg.WriteMB < 1 || cfg.WriteMB > 512:
 		return usageError{"--write-mb must be 1 to 512"}
+	case cfg.WriteMode != boottest.WriteLarge && cfg.WriteMode != boottest.WriteSmall:
+		return usageError{fmt.Sprintf("--write-mode %q is not large or small", cfg.WriteMode)}
 	case cfg.MemoryMB < 128 || cfg.MemoryMB > 2048:
 		return usageError{"--memory must be 128 to 2048"}
 	case cfg.PassTimeout < time.Minute || cfg.PassTimeout > 30*time.Minute:

@@ -114,3 +114,10 @@ func TestBenchBoot(t *testing.T) {
 		t.Errorf("the printed report lacks seed 001's table or the figures:\n%s", stdout)
 	}
 }
+
+func TestBenchBootWriteMode(t *testing.T) {
+	code, _, stderr := run(t, "", "bench", "boot", "--write-mode", "huge")
+	if code != 2 || !strings.Contains(stderr, `--write-mode "huge" is not large or small`) {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}

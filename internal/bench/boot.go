@@ -81,12 +81,13 @@ const bootImage = "golden"
 
 // BootConfig configures RunBoot.
 type BootConfig struct {
-	Targets  int      // VMs booting at once (default 4, at most MaxBootTargets)
-	Modes    []string // default DefaultBootModes; only local may come twice
-	WriteMB  int      // each guest's workload writes (default 48)
-	RAM      int64    // budget of ram and ram-overflow (default 256 MiB)
-	SmallRAM int64    // budget of ram-overflow-small (default 16 MiB)
-	MemoryMB int      // each VM's memory (default 384)
+	Targets   int      // VMs booting at once (default 4, at most MaxBootTargets)
+	Modes     []string // default DefaultBootModes; only local may come twice
+	WriteMB   int      // each guest's workload writes (default 48)
+	WriteMode string   // how: boottest.WriteLarge (default, dd bs=1M) or WriteSmall (a desktop's 4 KiB writes, fsyncs)
+	RAM       int64    // budget of ram and ram-overflow (default 256 MiB)
+	SmallRAM  int64    // budget of ram-overflow-small (default 16 MiB)
+	MemoryMB  int      // each VM's memory (default 384)
 	// PassTimeout bounds each mode's pass (default 6 minutes).
 	PassTimeout time.Duration
 	// Solo, when set, also boots one target alone before each usher
@@ -112,6 +113,9 @@ func (c *BootConfig) defaults() {
 	}
 	if c.WriteMB <= 0 {
 		c.WriteMB = 48
+	}
+	if c.WriteMode == "" {
+		c.WriteMode = boottest.WriteLarge
 	}
 	if c.RAM <= 0 {
 		c.RAM = 256 << 20
@@ -251,16 +255,17 @@ func (m BootMode) DiskWrites() int64 {
 
 // BootResult is a whole run.
 type BootResult struct {
-	Targets  int                     `json:"targets"`
-	WriteMB  int                     `json:"write_mb"`
-	MemoryMB int                     `json:"memory_mb"`
-	Image    string                  `json:"image"` // its recipe's key
-	Modes    []BootMode              `json:"modes"`
-	Device   string                  `json:"device"` // the disk measured, or why none
-	CPUs     int                     `json:"cpus"`
-	Seed001  []blockbench.Seed001Row `json:"seed_001_published"`
-	Figures  []BootFigure            `json:"figures"`
-	Errors   map[string]string       `json:"errors,omitempty"`
+	Targets   int                     `json:"targets"`
+	WriteMB   int                     `json:"write_mb"`
+	WriteMode string                  `json:"write_mode"` // boottest.WriteLarge or WriteSmall
+	MemoryMB  int                     `json:"memory_mb"`
+	Image     string                  `json:"image"` // its recipe's key
+	Modes     []BootMode              `json:"modes"`
+	Device    string                  `json:"device"` // the disk measured, or why none
+	CPUs      int                     `json:"cpus"`
+	Seed001   []blockbench.Seed001Row `json:"seed_001_published"`
+	Figures   []BootFigure            `json:"figures"`
+	Errors    map[string]string       `json:"errors,omitempty"`
 }
 
 // Mode returns a mode's pass.
@@ -300,7 +305,7 @@ func RunBoot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 		}
 	}
 	b := &bootBench{cfg: cfg, img: img}
-	res := &BootResult{Targets: cfg.Targets, WriteMB: cfg.WriteMB, MemoryMB: cfg.MemoryMB, Image: img.Key, CPUs: runtime.NumCPU(),
+	res := &BootResult{Targets: cfg.Targets, WriteMB: cfg.WriteMB, WriteMode: cfg.WriteMode, MemoryMB: cfg.MemoryMB, Image: img.Key, CPUs: runtime.NumCPU(),
 		Seed001: blockbench.Seed001, Errors: map[string]string{}}
 	if disk, err := blockbench.DiskOf(cfg.Dir); err != nil {
 		res.Device = err.Error()
@@ -583,7 +588,7 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 // before QEMU goes.
 func (b *bootBench) boot(ctx context.Context, v *bootVM, mode string, passStart time.Time) (BootTarget, error) {
 	t := BootTarget{Name: v.name}
-	opt := boottest.VMOptions{Name: v.name, Image: b.img, Disk: v.disk, Snapshot: mode == BootLocal, WriteMB: b.cfg.WriteMB,
+	opt := boottest.VMOptions{Name: v.name, Image: b.img, Disk: v.disk, Snapshot: mode == BootLocal, WriteMB: b.cfg.WriteMB, WriteMode: b.cfg.WriteMode,
 		MemoryMB: b.cfg.MemoryMB, Timeout: b.cfg.PassTimeout,
 		QEMUArgs: []string{"-qmp", "unix:" + v.qmp + ",server=on,wait=off", "-no-shutdown"}}
 	vm, err := boottest.StartVM(ctx, opt)
