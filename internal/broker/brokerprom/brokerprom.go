@@ -44,6 +44,10 @@ type Metrics struct {
 	xmlTotal   *prometheus.CounterVec
 	xmlTime    *prometheus.HistogramVec
 	state      *stateCollector
+	// done and xml hold the series transactions record; gauges the
+	// concurrent series of broker.Operations, read-only after New.
+	done, xml series
+	gauges    map[string]prometheus.Gauge
 }
 
 var _ broker.Observer = (*Metrics)(nil)
@@ -66,8 +70,11 @@ var _ State = (*broker.Broker)(nil)
 // series from the start, at 0 while idle.
 func New() *Metrics {
 	m := newMetrics()
+	m.done = series{total: m.total, duration: m.duration}
+	m.xml = series{total: m.xmlTotal, duration: m.xmlTime}
+	m.gauges = map[string]prometheus.Gauge{}
 	for _, op := range broker.Operations {
-		m.concurrent.WithLabelValues(op)
+		m.gauges[op] = m.concurrent.WithLabelValues(op)
 	}
 	return m
 }
@@ -137,10 +144,17 @@ func (m *Metrics) Attach(s State) { m.state.source = s }
 func (m *Metrics) AttachStore(store site.Store) { m.state.store = store }
 
 // TransactionStarted implements broker.Observer.
-func (m *Metrics) TransactionStarted(op string) { m.concurrent.WithLabelValues(op).Inc() }
+func (m *Metrics) TransactionStarted(op string) { m.gauge(op).Inc() }
 
 // TransactionFinished implements broker.Observer.
-func (m *Metrics) TransactionFinished(op string) { m.concurrent.WithLabelValues(op).Dec() }
+func (m *Metrics) TransactionFinished(op string) { m.gauge(op).Dec() }
+
+func (m *Metrics) gauge(op string) prometheus.Gauge {
+	if g, ok := m.gauges[op]; ok {
+		return g
+	}
+	return m.concurrent.WithLabelValues(op)
+}
 
 // TransactionDone implements broker.Observer: the result label is "ok" or
 // the error's site error code.
@@ -149,8 +163,9 @@ func (m *Metrics) TransactionDone(op string, d time.Duration, err error) {
 	if err != nil {
 		result = site.ErrorCode(err)
 	}
-	m.total.WithLabelValues(op, result).Inc()
-	m.duration.WithLabelValues(op).Observe(d.Seconds())
+	p := m.done.get(op, result)
+	p.total.Inc()
+	p.duration.Observe(d.Seconds())
 }
 
 // Refused implements broker.Observer.
@@ -168,8 +183,9 @@ var _ broker.ConflictObserver = (*Metrics)(nil)
 // ObserveXML records an NFuse XML Service request answered with errorID
 // ("" for success); it fits nfuse.Config.Observe.
 func (m *Metrics) ObserveXML(request, errorID string, d time.Duration) {
-	m.xmlTotal.WithLabelValues(request, errorID).Inc()
-	m.xmlTime.WithLabelValues(request).Observe(d.Seconds())
+	p := m.xml.get(request, errorID)
+	p.total.Inc()
+	p.duration.Observe(d.Seconds())
 }
 
 // stateCollector reports machine and session state at scrape time.
