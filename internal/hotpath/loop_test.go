@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,4 +294,107 @@ func servesSmall(t *testing.T, addr string) {
 	if got := readBodies(t, bufio.NewReader(ok), 1); got[0] != "small" {
 		t.Errorf("answer %q", got)
 	}
+}
+
+// TestLoopSharedBlobs: many connections, on every loop, ask for a few
+// large blobs again and again, so that their head files are made, shared,
+// replaced and released across loops; some clients hang up mid-answer.
+// Every answer read whole is the blob asked for, and no memory file stays
+// open past the blobs' own and their current head files.
+func TestLoopSharedBlobs(t *testing.T) {
+	// No collection meanwhile: it would close files that a connection
+	// forgot to give back, and hide the leak.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	blobs := make([]*blob.Blob, 3)
+	for i := range blobs {
+		data := make([]byte, 256<<10+i)
+		for j := range data {
+			data[j] = byte(j*(i+3) + i)
+		}
+		blobs[i] = blob.New(data)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i, _ := strconv.Atoi(r.URL.Query().Get("b"))
+		b := blobs[i%len(blobs)]
+		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+		if r.URL.Query().Get("v") != "" {
+			w.Header().Set("X-Variant", r.URL.Query().Get("v")) // another head
+		}
+		blob.Write(w, b)
+	})
+	// Small socket buffers, so that an answer is still being sent when
+	// its client hangs up.
+	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, Fallback: &http.Server{Handler: h}, SendBuffer: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, hs.Serve)
+	const conns, rounds = 32, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			br := bufio.NewReader(nc)
+			for r := range rounds {
+				i, v := (c+r)%len(blobs), ""
+				if r%7 == 3 {
+					v = strconv.Itoa(c)
+				}
+				fmt.Fprintf(nc, "GET /hot/b?b=%d&v=%s HTTP/1.1\r\nHost: a\r\n\r\n", i, v)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					errs <- fmt.Errorf("conn %d round %d: %v", c, r, err)
+					return
+				}
+				if c%2 == 1 && r == rounds-2 { // a plain head, past the variants
+					io.CopyN(io.Discard, resp.Body, 1000)
+					return // hangs up mid-answer
+				}
+				got, err := io.ReadAll(resp.Body)
+				if err != nil || string(got) != string(blobs[i].Bytes()) {
+					errs <- fmt.Errorf("conn %d round %d: %d bytes (%v), not blob %d", c, r, len(got), err, i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := hs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The blobs' files and at most one head file each; closed
+	// connections gave theirs back.
+	if n := openMemFiles(t); n > 2*len(blobs) {
+		t.Errorf("%d memory files open, want at most %d", n, 2*len(blobs))
+	}
+}
+
+// openMemFiles counts the process's open memory files of blobs.
+func openMemFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "/memfd:usher-blob") {
+			n++
+		}
+	}
+	return n
 }
