@@ -9,8 +9,7 @@
 // runs the handler for each whole request on itself, and writes the answer
 // without waiting; what the socket does not take at once (a large blob
 // goes out with sendfile(2) from its memory file) is sent as the socket
-// drains. A blob answered again and again with the same head (blob.HeadFile)
-// leaves head and body in one sendfile(2). Many connections' events come back from one epoll_wait and no
+// drains. Many connections' events come back from one epoll_wait and no
 // goroutine switches per request, which is most of what a small answer
 // costs on a goroutine per connection. Elsewhere, and with
 // Config.Goroutines or a listener that is not TCP (TLS), each connection
