@@ -26,8 +26,6 @@ type Blob struct {
 	f *os.File
 	// length is the blob's length as a header value.
 	length []string
-	// hs is the blob's head file (HeadFile).
-	hs headState
 }
 
 // New returns a blob of b, which the caller must not change afterwards.

@@ -296,20 +296,10 @@ type lconn struct {
 // segment is a part of an answer the socket has not taken yet.
 type segment struct {
 	b []byte
-	// A file segment sends blob's bytes [off, end) from f (fd), or with
-	// hf the bytes of the head file, the answer's head and the blob.
+	// A file segment sends blob's bytes [off, end) from f (fd).
 	blob     *blob.Blob
-	hf       *blob.HeadFile
 	fd       int
 	off, end int64
-}
-
-// release gives back the segment's head file, if it holds one.
-func (s *segment) release() {
-	if s.hf != nil {
-		s.hf.Release()
-		s.hf = nil
-	}
 }
 
 // idle reports whether c waits for a request with nothing begun.
@@ -325,9 +315,6 @@ func (c *lconn) close() {
 	delete(c.l.conns, c.fd)
 	unix.Close(c.fd) // which takes it out of the epoll set
 	c.fd = -1
-	for i := c.oh; i < len(c.out); i++ {
-		c.out[i].release()
-	}
 	c.cancel()
 }
 
@@ -648,12 +635,6 @@ func (c *lconn) files() bool { return true }
 // sendBlob queues hdr and b's file and sends what the socket takes now.
 // It returns b's length: what is queued is as good as sent.
 func (c *lconn) sendBlob(hdr []byte, b *blob.Blob, f *os.File) (int64, error) {
-	if hf := b.HeadFile(hdr); hf != nil {
-		// The head and the body in one sendfile: the head alone would
-		// be a send of its own through the network stack.
-		c.out = append(c.out, segment{blob: b, hf: hf, fd: hf.Fd(), end: hf.Size()})
-		return int64(b.Len()), nil
-	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -699,7 +680,7 @@ func (c *lconn) flush() (bool, error) {
 		case err == unix.EAGAIN:
 			return false, nil
 		case err == unix.EINTR:
-		case (err == unix.EINVAL || err == unix.ENOSYS) && s.hf == nil:
+		case err == unix.EINVAL || err == unix.ENOSYS:
 			// No sendfile for this file: its bytes, then.
 			s.b, s.blob = s.blob.Bytes()[s.off:s.end], nil
 		case err != nil:
@@ -707,7 +688,6 @@ func (c *lconn) flush() (bool, error) {
 		case m == 0:
 			return false, errors.New("sendfile: file shorter than its blob")
 		case s.off == s.end:
-			s.release()
 			*s = segment{}
 			c.oh++
 		}
