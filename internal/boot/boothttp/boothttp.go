@@ -253,7 +253,7 @@ func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
 		h.record(r, b, req.Step, "")
 	}
 	h.cfg.Count(string(req.Step), OutcomeServed)
-	h.cfg.Logger.Debug("boot file", "target", b.Target.Name, "step", req.Step, "file", name, "bytes", data.size, "remote", r.RemoteAddr)
+	h.cfg.Logger.Debug("boot file", "target", b.Target.Name, "step", req.Step, "file", name, "bytes", data.Size(), "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, string(req.Step), time.Time{}, data)
 }

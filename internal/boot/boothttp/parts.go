@@ -1,58 +1,34 @@
 package boothttp
 
-import (
-	"errors"
-	"io"
-)
+import "io"
 
-// parts reads byte slices one after the other as one file, without
+// parts is byte slices one after the other as one file, read without
 // copying them: an initramfs followed by usher's overlay.
-type parts struct {
-	parts [][]byte
-	size  int64
-	off   int64
-}
+type parts [][]byte
 
-var _ io.ReadSeeker = (*parts)(nil)
+var _ io.ReaderAt = parts(nil)
 
-func newParts(p ...[]byte) *parts {
-	r := &parts{parts: p}
+// newParts returns the slices as one file that http.ServeContent can seek.
+func newParts(p ...[]byte) *io.SectionReader {
+	var size int64
 	for _, b := range p {
-		r.size += int64(len(b))
+		size += int64(len(b))
 	}
-	return r
+	return io.NewSectionReader(parts(p), 0, size)
 }
 
-func (r *parts) Read(p []byte) (int, error) {
-	if r.off >= r.size {
-		return 0, io.EOF
-	}
-	n, at := 0, int64(0)
-	for _, b := range r.parts {
-		end := at + int64(len(b))
-		if r.off < end && n < len(p) {
-			c := copy(p[n:], b[r.off-at:])
-			n += c
-			r.off += int64(c)
+func (p parts) ReadAt(b []byte, off int64) (int, error) {
+	n := 0
+	for _, s := range p {
+		if off >= int64(len(s)) {
+			off -= int64(len(s))
+			continue
 		}
-		at = end
+		n += copy(b[n:], s[off:])
+		off = 0
+		if n == len(b) {
+			return n, nil
+		}
 	}
-	return n, nil
-}
-
-func (r *parts) Seek(offset int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-	case io.SeekCurrent:
-		offset += r.off
-	case io.SeekEnd:
-		offset += r.size
-	default:
-		return 0, errors.New("boothttp: bad whence")
-	}
-	if offset < 0 {
-		return 0, errors.New("boothttp: seek before the start")
-	}
-	r.off = offset
-	return offset, nil
+	return n, io.EOF
 }
