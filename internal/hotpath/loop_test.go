@@ -143,53 +143,32 @@ func TestLoopUnderConcurrency(t *testing.T) {
 	close(d.release)
 	hs, addr := startDeferring(t, d, nil)
 	const conns, rounds, depth = 64, 20, 4
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	for c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nc, err := net.Dial("tcp", addr)
-			if err != nil {
-				errs <- err
-				return
+	eachConn(t, addr, conns, nil, func(c int, nc net.Conn, br *bufio.Reader) error {
+		for r := range rounds {
+			var sb strings.Builder
+			for k := range depth {
+				path := "id"
+				if (c+r+k)%5 == 0 {
+					path = "wait"
+				}
+				fmt.Fprintf(&sb, "GET /hot/%s?n=%d-%d-%d HTTP/1.1\r\nHost: a\r\n\r\n", path, c, r, k)
 			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(30 * time.Second))
-			br := bufio.NewReader(nc)
-			for r := range rounds {
-				var sb strings.Builder
-				for k := range depth {
-					path := "id"
-					if (c+r+k)%5 == 0 {
-						path = "wait"
-					}
-					fmt.Fprintf(&sb, "GET /hot/%s?n=%d-%d-%d HTTP/1.1\r\nHost: a\r\n\r\n", path, c, r, k)
+			if _, err := io.WriteString(nc, sb.String()); err != nil {
+				return err
+			}
+			for k := range depth {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					return fmt.Errorf("conn %d round %d answer %d: %v", c, r, k, err)
 				}
-				if _, err := io.WriteString(nc, sb.String()); err != nil {
-					errs <- err
-					return
-				}
-				for k := range depth {
-					resp, err := http.ReadResponse(br, nil)
-					if err != nil {
-						errs <- fmt.Errorf("conn %d round %d answer %d: %v", c, r, k, err)
-						return
-					}
-					b, _ := io.ReadAll(resp.Body)
-					if want := fmt.Sprintf("%d-%d-%d", c, r, k); string(b) != want {
-						errs <- fmt.Errorf("conn %d: answer %q, want %q", c, b, want)
-						return
-					}
+				b, _ := io.ReadAll(resp.Body)
+				if want := fmt.Sprintf("%d-%d-%d", c, r, k); string(b) != want {
+					return fmt.Errorf("conn %d: answer %q, want %q", c, b, want)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		return nil
+	})
 	if hot, handed := hs.Counts(); hot < conns*rounds*depth || handed != 0 {
 		t.Errorf("loop took %d requests (want at least %d), handed %d connections over", hot, conns*rounds*depth, handed)
 	}
@@ -330,49 +309,29 @@ func TestLoopSharedBlobs(t *testing.T) {
 	}
 	addr := serve(t, hs.Serve)
 	const conns, rounds = 32, 20
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	for c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nc, err := net.Dial("tcp", addr)
+	small := func(nc net.Conn) { nc.(*net.TCPConn).SetReadBuffer(16 << 10) }
+	eachConn(t, addr, conns, small, func(c int, nc net.Conn, br *bufio.Reader) error {
+		for r := range rounds {
+			i, v := (c+r)%len(blobs), ""
+			if r%7 == 3 {
+				v = strconv.Itoa(c)
+			}
+			fmt.Fprintf(nc, "GET /hot/b?b=%d&v=%s HTTP/1.1\r\nHost: a\r\n\r\n", i, v)
+			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
-				errs <- err
-				return
+				return fmt.Errorf("conn %d round %d: %v", c, r, err)
 			}
-			defer nc.Close()
-			nc.(*net.TCPConn).SetReadBuffer(16 << 10)
-			nc.SetDeadline(time.Now().Add(30 * time.Second))
-			br := bufio.NewReader(nc)
-			for r := range rounds {
-				i, v := (c+r)%len(blobs), ""
-				if r%7 == 3 {
-					v = strconv.Itoa(c)
-				}
-				fmt.Fprintf(nc, "GET /hot/b?b=%d&v=%s HTTP/1.1\r\nHost: a\r\n\r\n", i, v)
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					errs <- fmt.Errorf("conn %d round %d: %v", c, r, err)
-					return
-				}
-				if c%2 == 1 && r == rounds-2 { // a plain head, past the variants
-					io.CopyN(io.Discard, resp.Body, 1000)
-					return // hangs up mid-answer
-				}
-				got, err := io.ReadAll(resp.Body)
-				if err != nil || string(got) != string(blobs[i].Bytes()) {
-					errs <- fmt.Errorf("conn %d round %d: %d bytes (%v), not blob %d", c, r, len(got), err, i)
-					return
-				}
+			if c%2 == 1 && r == rounds-2 { // a plain head, past the variants
+				io.CopyN(io.Discard, resp.Body, 1000)
+				return nil // hangs up mid-answer
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || string(got) != string(blobs[i].Bytes()) {
+				return fmt.Errorf("conn %d round %d: %d bytes (%v), not blob %d", c, r, len(got), err, i)
+			}
+		}
+		return nil
+	})
 	if err := hs.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -395,4 +354,36 @@ func openMemFiles(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// eachConn runs talk on conns connections to addr at once, each with a
+// 30-second deadline, and fails the test with what they returned.
+func eachConn(t *testing.T, addr string, conns int, setup func(net.Conn), talk func(c int, nc net.Conn, br *bufio.Reader) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			if setup != nil {
+				setup(nc)
+			}
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			if err := talk(c, nc, bufio.NewReader(nc)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
