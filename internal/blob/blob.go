@@ -1,7 +1,8 @@
 // Package blob holds immutable byte strings, such as pre-rendered
 // enumeration answers, that a transport may send without copying them
-// from user space: on Linux a large blob is also kept in a sealed memory
-// file, which the lean HTTP loop (internal/hotpath) sends with sendfile(2).
+// from user space: on Linux a large blob is also kept in a file that can
+// no longer change, which the lean HTTP loop (internal/hotpath) sends
+// with sendfile(2).
 //
 // Any package may import it; it imports nothing of usher's.
 package blob
@@ -11,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // MinFileSize is the smallest blob given a file: below it a copy costs
@@ -22,8 +24,9 @@ const MinFileSize = 16 << 10
 type Blob struct {
 	b    []byte
 	once sync.Once
-	// f is the blob's memory file, nil when it has none.
-	f *os.File
+	// f is the blob's file, nil when it has none; fd is its descriptor.
+	f  *os.File
+	fd int
 	// length is the blob's length as a header value.
 	length []string
 }
@@ -47,18 +50,51 @@ func (b *Blob) Bytes() []byte { return b.b }
 func (b *Blob) Len() int { return len(b.b) }
 
 // File returns a file that holds exactly the blob's bytes, for
-// sendfile(2), made on first use; ok is false for a blob under
-// MinFileSize, where memory files are not supported, or when making one
-// failed. The caller must not change the file, its offset included
-// (sendfile with an explicit offset leaves it alone), nor close it: the
-// file is closed when the blob is garbage.
+// sendfile(2), made on first use (see SetFileDir); ok is false for a blob
+// under MinFileSize, outside Linux, or when making one failed. The
+// caller must not change the file, its offset included (sendfile with an
+// explicit offset leaves it alone), nor close it: the file is closed when
+// the blob is garbage.
 func (b *Blob) File() (f *os.File, ok bool) {
 	if len(b.b) < MinFileSize {
 		return nil, false
 	}
-	b.once.Do(func() { b.f = memFile(b.b) })
+	b.once.Do(func() {
+		dir, _ := fileDir.Load().(string)
+		if b.f = newFile(b.b, dir); b.f != nil {
+			b.fd = int(b.f.Fd())
+		}
+	})
 	return b.f, b.f != nil
 }
+
+// FD returns the descriptor of the blob's file, as File makes it, for a
+// caller that holds b for as long as it uses the descriptor: it is
+// closed with the file once b is garbage.
+func (b *Blob) FD() (fd int, ok bool) {
+	if _, ok := b.File(); !ok {
+		return -1, false
+	}
+	return b.fd, true
+}
+
+// fileDir is where blob files are made, a string; empty or unset: in
+// memory.
+var fileDir atomic.Value
+
+// SetFileDir has the blob files made from now on be unnamed files of dir
+// (O_TMPFILE, gone when closed), or memory files for "", the default. A
+// filesystem such as ext4 or XFS keeps a file's pages in large folios,
+// which sendfile(2) passes to the socket as fewer, larger pieces than a
+// memory file's 4 KiB pages: on Linux 6.18 and ext4 a 110 KB answer cost
+// about a tenth less kernel time per request. Where dir cannot hold such
+// a file (a filesystem without O_TMPFILE, a full disk), a memory file
+// stands in.
+//
+// The price is that the kernel may write the files' bytes to dir's disk
+// and evict them from memory under pressure, where a sendfile then reads
+// them back; a blob's file is made once, and a hot one stays cached.
+func SetFileDir(dir string) { fileDir.Store(dir) }
 
 // Writer is an io.Writer that can send a blob better than by writing its
 // bytes.

@@ -2,14 +2,42 @@ package blob_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/blob"
 )
 
 func TestFileHoldsTheBytes(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testFileHoldsTheBytes(t, "") })
+	t.Run("dir", func(t *testing.T) {
+		dir := t.TempDir()
+		f := testFileHoldsTheBytes(t, dir)
+		if f == nil {
+			return
+		}
+		// The file is dir's, not a memory file standing in.
+		if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err != nil || !strings.HasPrefix(link, dir+"/") {
+			t.Errorf("the blob's file is %q (%v), not one of %s", link, err, dir)
+		}
+		if names, err := os.ReadDir(dir); err != nil || len(names) != 0 {
+			t.Errorf("the blob's file has a name in %s: %v (%v)", dir, names, err)
+		}
+	})
+	// A directory that cannot hold the file: a memory file stands in.
+	t.Run("missing dir", func(t *testing.T) { testFileHoldsTheBytes(t, filepath.Join(t.TempDir(), "gone")) })
+}
+
+// testFileHoldsTheBytes checks a blob's file made in dir and returns it,
+// or nil outside Linux.
+func testFileHoldsTheBytes(t *testing.T, dir string) *os.File {
+	blob.SetFileDir(dir)
+	t.Cleanup(func() { blob.SetFileDir("") })
 	data := bytes.Repeat([]byte("usher "), blob.MinFileSize)
 	b := blob.New(data)
 	f, ok := b.File()
@@ -17,7 +45,7 @@ func TestFileHoldsTheBytes(t *testing.T) {
 		if ok {
 			t.Fatal("a file outside Linux")
 		}
-		return
+		return nil
 	}
 	if !ok {
 		t.Fatal("no file for a large blob")
@@ -30,9 +58,17 @@ func TestFileHoldsTheBytes(t *testing.T) {
 	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
 		t.Error("the file could be written: it is not sealed")
 	}
+	if err := f.Truncate(1); err == nil {
+		t.Error("the file could be truncated")
+	}
 	if f2, _ := b.File(); f2 != f {
 		t.Error("a second file for one blob")
 	}
+	fd, ok := b.FD()
+	if !ok || fd != int(f.Fd()) {
+		t.Errorf("FD = %d, %v; want the file's %d", fd, ok, f.Fd())
+	}
+	return f
 }
 
 func TestSmallBlobHasNoFile(t *testing.T) {

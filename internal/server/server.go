@@ -19,6 +19,7 @@ import (
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/auth/ldapauth/ldapprom"
+	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/broker/brokerprom"
 	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
@@ -283,6 +284,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.cleanup = append(s.cleanup, func() { dir.Close() })
 	s.dataDir = dir.Path()
+	// The answers sent with sendfile are unnamed files of the data
+	// directory, where a disk filesystem's large pages cost the kernel
+	// less per answer than memory files (see blob.SetFileDir).
+	blob.SetFileDir(s.dataDir)
 	var store site.Store
 	var where string
 	if IsPostgres(cfg.DB) && !cfg.NoLocalHostCache {
