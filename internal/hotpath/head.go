@@ -26,7 +26,20 @@ type head struct {
 	// element each (capped, so that a handler's append copies).
 	strs map[string]string
 	vals []string
+
+	// last is the head last parsed, when it may be reused: h's fields
+	// hold its parse, keys are its header names in the order of vals,
+	// and memo is a copy of vals, as a handler may have changed them.
+	// A repeated head is then not parsed again (see parseHead).
+	last       []byte
+	keys, memo []string
+	reusable   bool
+	twice      bool // a header name came twice in the head last parsed
 }
+
+// maxReused bounds the head a connection keeps to compare the next one
+// with.
+const maxReused = 2 << 10
 
 // maxInterned bounds a connection's interned strings.
 const maxInterned = 32
@@ -75,7 +88,35 @@ func headEnd(b []byte) (n int, bare bool) {
 // control characters, a Host header, and a body framed by at most one
 // Content-Length: no Transfer-Encoding, Expect, Upgrade or query escapes
 // in the path.
+//
+// A head of the same bytes as the one h holds the parse of is not parsed
+// again: only its header is made anew, as the handler of the last
+// request may have changed it.
 func parseHead(b []byte, h *head) bool {
+	if h.reusable && bytes.Equal(b, h.last) {
+		clear(h.header)
+		copy(h.vals, h.memo)
+		for i, k := range h.keys {
+			if k != "Host" {
+				h.header[k] = h.vals[i : i+1 : i+1]
+			}
+		}
+		return true
+	}
+	h.reusable = false
+	if !parseNew(b, h) {
+		return false
+	}
+	// A header given twice (rare) has a value slice of its own: its head
+	// is parsed each time.
+	if h.reusable = len(b) <= maxReused && !h.twice; h.reusable {
+		h.last = append(h.last[:0], b...)
+		h.memo = append(h.memo[:0], h.vals...)
+	}
+	return true
+}
+
+func parseNew(b []byte, h *head) bool {
 	line, rest, ok := bytes.Cut(b, crlf)
 	if !ok {
 		return false
@@ -102,7 +143,7 @@ func parseHead(b []byte, h *head) bool {
 		h.path, h.query = h.target[:i], h.target[i+1:]
 	}
 	clear(h.header)
-	h.vals = h.vals[:0]
+	h.vals, h.keys, h.twice = h.vals[:0], h.keys[:0], false
 	h.host, h.contentLength, h.close = "", 0, false
 	seenHost, seenLength := false, false
 	for {
@@ -152,9 +193,9 @@ func parseHead(b []byte, h *head) bool {
 			}
 		}
 		if vs, ok := h.header[key]; ok {
-			h.header[key] = append(vs, v)
+			h.header[key], h.twice = append(vs, v), true
 		} else {
-			h.vals = append(h.vals, v)
+			h.vals, h.keys = append(h.vals, v), append(h.keys, key)
 			i := len(h.vals) - 1
 			h.header[key] = h.vals[i : i+1 : i+1]
 		}

@@ -47,6 +47,20 @@ func FuzzParseHead(f *testing.F) {
 		if !maps.EqualFunc(r.Header, h.header, slices.Equal) {
 			t.Fatalf("headers differ: net/http %q, loop %q", r.Header, h.header)
 		}
+		// The same head again, after a handler changed the header, reads
+		// as it did the first time.
+		want := http.Header{}
+		for k, vs := range h.header {
+			want[k] = slices.Clone(vs)
+		}
+		for k, vs := range h.header {
+			vs[0] = "changed"
+			delete(h.header, k)
+		}
+		h.header["X-Handler"] = []string{"added"}
+		if !parseHead(b[:n], &h) || h.size != n || h.method != r.Method || h.target != r.RequestURI || !maps.EqualFunc(want, h.header, slices.Equal) {
+			t.Fatalf("read differently the second time: %+v, want header %q", h, want)
+		}
 	})
 }
 
