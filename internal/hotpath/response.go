@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -311,6 +312,9 @@ func (w *response) head(body []byte, length int64) []byte {
 // appendValue appends a header value with line breaks made spaces, so
 // that no value can end the head early.
 func appendValue(b []byte, v string) []byte {
+	if strings.IndexAny(v, "\r\n") < 0 {
+		return append(b, v...)
+	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c == '\r' || c == '\n' {
