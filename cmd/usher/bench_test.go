@@ -297,6 +297,12 @@ func TestBenchEnumerateWrk(t *testing.T) {
 		if len(heads) != 3 {
 			t.Errorf("headlines: %q, want NFuse, REST and the cold start", heads)
 		}
+		// The cold start's client was calibrated against nginx.
+		for _, h := range rep.Headlines {
+			if strings.HasPrefix(h.What, "Cold start") && (!strings.Contains(h.Yardstick, "to nginx serving the answer: p99 ") || strings.HasSuffix(h.Yardstick, "p99 - ms")) {
+				t.Errorf("cold start without the client's floor against nginx: %+v", h)
+			}
+		}
 	}
 	// The cold start: concurrent first requests of one user share a check.
 	if !strings.Contains(stdout, "100 concurrent first requests of one user: 1 check(s)") {

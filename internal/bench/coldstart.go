@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,14 @@ import (
 	"github.com/usher-vdi/usher/internal/loadgen"
 )
 
+// coldYardstick is the nginx that calibrates the cold start's client:
+// the binary ("" for none), its tuning, and the answer it serves.
+type coldYardstick struct {
+	nginx  string
+	tuning NginxTuning
+	answer []byte
+}
+
 // ColdStart is what n concurrent first requests of one user cost: the
 // password checks they made (one, when concurrent misses share a check)
 // and their latency beside one argon2id check's.
@@ -33,6 +42,10 @@ type ColdStart struct {
 	// credentials are verified: the cost of n new connections and answers
 	// alone.
 	WarmP99 time.Duration `json:"-"`
+	// ClientP99 is the p99 of the same requests sent by the same client
+	// to nginx serving the same answer: the client's own floor, which no
+	// server can beat; 0: not measured (no nginx).
+	ClientP99 time.Duration `json:"-"`
 	// Client says how the requests were sent, for the report.
 	Client string `json:"-"`
 }
@@ -51,8 +64,9 @@ func (c ColdStart) Within() float64 {
 // from it in another process (ColdStartClient), pinned to the client's
 // CPUs, while this process, and so the site, is pinned to the server's:
 // the check alone is timed there too. Otherwise they come from this
-// process.
-func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen.Credential, n int) (ColdStart, error) {
+// process. With y's nginx, the same client then sends the same requests
+// to nginx serving the same answer, for the client's own floor.
+func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen.Credential, n int, y coldYardstick) (ColdStart, error) {
 	c := ColdStart{Requests: n, Checks: -1, Client: "Go HTTP client in the bench process, one connection per request"}
 	plan := benchkit.PlanCPUs()
 	if len(env.Self) > 0 {
@@ -83,7 +97,7 @@ func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen
 	if counts {
 		checks0, _ = h.Hashes()
 	}
-	send := func() (ColdStartResult, error) {
+	send := func(url string) (ColdStartResult, error) {
 		if len(env.Self) == 0 {
 			return ColdStartClient(ctx, url, body, n), nil
 		}
@@ -91,7 +105,7 @@ func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen
 		c.Client = note
 		return res, err
 	}
-	res, err := send()
+	res, err := send(url)
 	if err != nil {
 		return c, err
 	}
@@ -102,7 +116,7 @@ func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen
 	c.Errors, c.P50, c.P99 = res.Errors, res.P50, res.P99
 	// The same requests again, the credentials now verified: what n new
 	// connections cost without any check.
-	warm, err := send()
+	warm, err := send(url)
 	if err != nil {
 		return c, err
 	}
@@ -110,7 +124,34 @@ func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen
 	if c.Errors == n {
 		return c, fmt.Errorf("cold start: every request failed: %s", res.FirstError)
 	}
+	if c.ClientP99, err = coldClientFloor(ctx, y, send); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// coldClientFloor starts y's nginx and returns the p99 of the cold
+// start's requests sent to it by send, or 0 without an nginx.
+func coldClientFloor(ctx context.Context, y coldYardstick, send func(string) (ColdStartResult, error)) (time.Duration, error) {
+	if y.nginx == "" {
+		return 0, nil
+	}
+	ngx, err := StartTunedNginx(ctx, y.nginx, y.tuning, NFusePath, y.answer, "text/xml")
+	switch {
+	case errors.Is(err, ErrNoNginx):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("cold start: nginx: %w", err)
+	}
+	defer ngx.Stop()
+	res, err := send(ngx.URL)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("cold start against nginx: %w", err)
+	case res.Errors > 0:
+		return 0, fmt.Errorf("cold start against nginx: %d errors: %s", res.Errors, res.FirstError)
+	}
+	return res.P99, nil
 }
 
 // ColdStartResult is what the cold start's client measured.
@@ -220,9 +261,9 @@ func (c ColdStart) table() loadgen.Table {
 	return loadgen.Table{
 		Title: fmt.Sprintf("Cold start: %d concurrent first enumerations of one user", c.Requests),
 		Header: []string{"requests", "argon2id checks", "errors", "p50 ms", "p99 ms", "one check alone ms", "p99 / one check",
-			"the same requests warm: p99 ms", "p99 - warm p99 ms"},
+			"the same requests warm: p99 ms", "p99 - warm p99 ms", "the client against nginx: p99 ms"},
 		Rows: [][]string{{fmt.Sprint(c.Requests), checks, fmt.Sprint(c.Errors), fmtMs(c.P50), fmtMs(c.P99), fmtMs(c.Check),
-			fmtF(c.Within(), 2), fmtMs(c.WarmP99), fmtMs(c.P99 - c.WarmP99)}},
+			fmtF(c.Within(), 2), fmtMs(c.WarmP99), fmtMs(c.P99 - c.WarmP99), c.clientFloor()}},
 	}
 }
 
@@ -236,10 +277,19 @@ func (c ColdStart) headline() loadgen.Headline {
 		What: fmt.Sprintf("Cold start: %d concurrent first NFuse enumerations of one user", c.Requests),
 		Usher: fmt.Sprintf("%s, p99 %s ms (the same requests once verified: %s ms), %d errors", checks, fmtMs(c.P99),
 			fmtMs(c.WarmP99), c.Errors),
-		Yardstick: fmt.Sprintf("one argon2id check alone: %s ms", fmtMs(c.Check)),
-		Ratio:     fmt.Sprintf("p99 = %.2f × one check", c.Within()),
-		Client:    c.Client,
+		Yardstick: fmt.Sprintf("one argon2id check alone: %s ms; the same requests from the same client to nginx serving the answer: p99 %s ms",
+			fmtMs(c.Check), c.clientFloor()),
+		Ratio:  fmt.Sprintf("p99 = %.2f × one check", c.Within()),
+		Client: c.Client,
 	}
+}
+
+// clientFloor is ClientP99 for a report, "-" when not measured.
+func (c ColdStart) clientFloor() string {
+	if c.ClientP99 <= 0 {
+		return "-"
+	}
+	return fmtMs(c.ClientP99)
 }
 
 func fmtMs(d time.Duration) string { return fmtF(float64(d)/1e6, 1) }

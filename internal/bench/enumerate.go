@@ -105,7 +105,12 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if cfg.URL != "" {
 		counted = nil // another site's checks are not ours to count
 	}
-	cs, err := coldStart(ctx, env, counted, url, users[len(users)-1], ColdStartRequests)
+	plan := benchkit.PlanCPUs()
+	cs, err := coldStart(ctx, env, counted, url, users[len(users)-1], ColdStartRequests, coldYardstick{
+		nginx:  cfg.Nginx,
+		tuning: NginxTuning{Workers: plan.Workers(), CPUs: plan.Server, NoPush: true, SendBuffer: cfg.SendBuffer},
+		answer: answer,
+	})
 	if err != nil {
 		return nil, err
 	}
