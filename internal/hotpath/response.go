@@ -312,7 +312,7 @@ func (w *response) head(body []byte, length int64) []byte {
 // appendValue appends a header value with line breaks made spaces, so
 // that no value can end the head early.
 func appendValue(b []byte, v string) []byte {
-	if strings.IndexAny(v, "\r\n") < 0 {
+	if !strings.ContainsAny(v, "\r\n") {
 		return append(b, v...)
 	}
 	for i := 0; i < len(v); i++ {
