@@ -105,10 +105,9 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if cfg.URL != "" {
 		counted = nil // another site's checks are not ours to count
 	}
-	plan := benchkit.PlanCPUs()
 	cs, err := coldStart(ctx, env, counted, url, users[len(users)-1], ColdStartRequests, coldYardstick{
 		nginx:  cfg.Nginx,
-		tuning: NginxTuning{Workers: plan.Workers(), CPUs: plan.Server, NoPush: true, SendBuffer: cfg.SendBuffer},
+		tuning: cfg.nginxTuning(benchkit.PlanCPUs()),
 		answer: answer,
 	})
 	if err != nil {
@@ -205,6 +204,12 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	return rep, runErr
 }
 
+// nginxTuning is the tuning of the nginx that wrk and the cold start's
+// client meet: usher's CPUs, worker count and send buffer.
+func (cfg EnumerateConfig) nginxTuning(plan benchkit.Plan) NginxTuning {
+	return NginxTuning{Workers: plan.Workers(), CPUs: plan.Server, NoPush: true, SendBuffer: cfg.SendBuffer}
+}
+
 // NullPath is where the wrk part's nginx serves padding of the answer's
 // size: the client's ceiling.
 const NullPath = "/null"
@@ -250,7 +255,8 @@ func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, apis []wrkA
 	}
 	plan := benchkit.PlanCPUs()
 	wrk := Wrk{Binary: cfg.Wrk, Plan: plan}
-	tuning := NginxTuning{Workers: plan.Workers(), CPUs: plan.Server, NoPush: true, SendBuffer: cfg.SendBuffer, NullPath: NullPath}
+	tuning := cfg.nginxTuning(plan)
+	tuning.NullPath = NullPath
 	restore, err := plan.PinServer()
 	if err != nil {
 		return nil, nil, nil, err

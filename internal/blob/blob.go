@@ -24,9 +24,8 @@ const MinFileSize = 16 << 10
 type Blob struct {
 	b    []byte
 	once sync.Once
-	// f is the blob's file, nil when it has none; fd is its descriptor.
-	f  *os.File
-	fd int
+	// f is the blob's file, nil when it has none.
+	f *os.File
 	// length is the blob's length as a header value.
 	length []string
 }
@@ -61,21 +60,9 @@ func (b *Blob) File() (f *os.File, ok bool) {
 	}
 	b.once.Do(func() {
 		dir, _ := fileDir.Load().(string)
-		if b.f = newFile(b.b, dir); b.f != nil {
-			b.fd = int(b.f.Fd())
-		}
+		b.f = newFile(b.b, dir)
 	})
 	return b.f, b.f != nil
-}
-
-// FD returns the descriptor of the blob's file, as File makes it, for a
-// caller that holds b for as long as it uses the descriptor: it is
-// closed with the file once b is garbage.
-func (b *Blob) FD() (fd int, ok bool) {
-	if _, ok := b.File(); !ok {
-		return -1, false
-	}
-	return b.fd, true
 }
 
 // fileDir is where blob files are made, a string; empty or unset: in

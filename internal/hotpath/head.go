@@ -27,13 +27,12 @@ type head struct {
 	strs map[string]string
 	vals []string
 
-	// last is the head last parsed, when it may be reused: h's fields
-	// hold its parse, keys are its header names in the order of vals,
-	// and memo is a copy of vals, as a handler may have changed them.
-	// A repeated head is then not parsed again (see parseHead).
+	// last is the head last parsed, empty unless it may be reused: h's
+	// fields hold its parse, keys are its header names in the order of
+	// vals, and memo is a copy of vals, as a handler may have changed
+	// them. A repeated head is then not parsed again (see parseHead).
 	last       []byte
 	keys, memo []string
-	reusable   bool
 	twice      bool // a header name came twice in the head last parsed
 }
 
@@ -93,7 +92,7 @@ func headEnd(b []byte) (n int, bare bool) {
 // again: only its header is made anew, as the handler of the last
 // request may have changed it.
 func parseHead(b []byte, h *head) bool {
-	if h.reusable && bytes.Equal(b, h.last) {
+	if len(h.last) > 0 && bytes.Equal(b, h.last) {
 		clear(h.header)
 		copy(h.vals, h.memo)
 		for i, k := range h.keys {
@@ -103,14 +102,14 @@ func parseHead(b []byte, h *head) bool {
 		}
 		return true
 	}
-	h.reusable = false
+	h.last = h.last[:0]
 	if !parseNew(b, h) {
 		return false
 	}
 	// A header given twice (rare) has a value slice of its own: its head
 	// is parsed each time.
-	if h.reusable = len(b) <= maxReused && !h.twice; h.reusable {
-		h.last = append(h.last[:0], b...)
+	if len(b) <= maxReused && !h.twice {
+		h.last = append(h.last, b...)
 		h.memo = append(h.memo[:0], h.vals...)
 	}
 	return true

@@ -634,11 +634,8 @@ func (c *lconn) files() bool { return true }
 
 // sendBlob queues hdr and b's file and sends what the socket takes now.
 // It returns b's length: what is queued is as good as sent.
-func (c *lconn) sendBlob(hdr []byte, b *blob.Blob, _ *os.File) (int64, error) {
-	fd, ok := b.FD() // f's, alive as long as the segment holds b
-	if !ok {
-		return 0, errors.New("hotpath: the blob has no file")
-	}
+func (c *lconn) sendBlob(hdr []byte, b *blob.Blob, f *os.File) (int64, error) {
+	fd := int(f.Fd()) // open as long as the segment holds b, which holds f
 	// Queued only: the loop sends it once the handler returns.
 	c.queueBytes(hdr)
 	c.out = append(c.out, segment{blob: b, fd: fd, end: int64(b.Len())})
