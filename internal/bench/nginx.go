@@ -39,7 +39,7 @@ type NginxTuning struct {
 	// Workers is worker_processes; 0: auto.
 	Workers int
 	// NoPush turns tcp_nopush off: nginx served the enumeration's answer
-	// faster without it (usher corks only a head that a file follows).
+	// faster without it, and usher does not cork its heads either.
 	NoPush bool
 	// SendBuffer is the listen socket's sndbuf in bytes; 0: the kernel's.
 	SendBuffer int64
