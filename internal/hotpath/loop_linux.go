@@ -65,9 +65,15 @@ type loop struct {
 	signals int // wakes written and not yet read, at most one
 
 	// stopped is stop as the loop last took it.
-	stopped   bool
-	conns     map[int]*lconn
-	events    []unix.EpollEvent
+	stopped bool
+	conns   map[int]*lconn
+	events  []unix.EpollEvent
+	// rbuf is where a connection with nothing buffered reads: it is
+	// one connection's at a time, and given back with the bytes of an
+	// unfinished request copied out (unshare) before the loop moves on.
+	// A waiting connection then holds no read buffer, and a busy one
+	// reads into memory the loop keeps warm.
+	rbuf      []byte
 	nextSweep time.Time
 	done      chan struct{}
 }
@@ -88,7 +94,7 @@ func newLoop(s *Server, a *acceptor) (*loop, error) {
 		unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l := &loop{s: s, ln: a, epfd: epfd, wake: wake, conns: map[int]*lconn{}, events: make([]unix.EpollEvent, 256), done: make(chan struct{})}
+	l := &loop{s: s, ln: a, epfd: epfd, wake: wake, conns: map[int]*lconn{}, events: make([]unix.EpollEvent, 256), rbuf: make([]byte, bufferSize), done: make(chan struct{})}
 	if err := l.listen(); err != nil {
 		unix.Close(epfd)
 		unix.Close(wake)
@@ -266,9 +272,12 @@ type lconn struct {
 	base, waitBase *http.Request
 	cancel         context.CancelFunc
 
-	// buf[r:w] is read and not yet consumed.
-	buf      []byte
+	// buf[r:w] is read and not yet consumed. buf is the loop's rbuf
+	// while shared, else own, which is allocated for the first
+	// request that does not come whole.
+	buf, own []byte
 	r, w     int
+	shared   bool
 	readable bool // an edge not yet read to the end
 	eof      bool // the peer will send nothing more
 	hup      bool // the peer shut down: read to the end
@@ -319,8 +328,33 @@ func (c *lconn) close() {
 }
 
 // drive moves c as far as it can go without waiting: it writes what is
-// pending, answers the requests its buffer holds, and reads.
+// pending, answers the requests its buffer holds, and reads. It leaves
+// the loop's read buffer free.
 func (c *lconn) drive() {
+	c.advance()
+	c.unshare()
+}
+
+// unshare gives the loop's read buffer back, the bytes c has read and
+// not consumed copied to its own buffer.
+func (c *lconn) unshare() {
+	if !c.shared {
+		return
+	}
+	rest := c.buf[c.r:c.w]
+	c.buf, c.r, c.w, c.shared = c.own, 0, 0, false
+	if len(rest) == 0 || c.fd < 0 {
+		return
+	}
+	if c.own == nil {
+		c.own = make([]byte, bufferSize)
+		c.buf = c.own
+	}
+	c.w = copy(c.buf, rest)
+}
+
+// advance is drive but for giving the read buffer back.
+func (c *lconn) advance() {
 	f := c.l.s.cfg.Fallback
 	for c.fd >= 0 && !c.deferred {
 		if c.pending() {
@@ -382,7 +416,7 @@ func (c *lconn) setReadDL(t time.Time) error { c.readDL = t; return nil }
 // nothing more is to be had now (or the connection closed).
 func (c *lconn) read() bool {
 	if c.r == c.w {
-		c.r, c.w = 0, 0
+		c.buf, c.r, c.w, c.shared = c.l.rbuf, 0, 0, true
 	} else if c.r > 0 && c.w == len(c.buf) {
 		c.w = copy(c.buf, c.buf[c.r:c.w])
 		c.r = 0
@@ -465,6 +499,7 @@ func (c *lconn) serve() {
 	ok := c.run(w, r)
 	if w.deferred {
 		c.deferred, c.queueing = true, true
+		c.unshare() // the request is read again off the loop
 		go c.runDeferred()
 		return
 	}
@@ -906,7 +941,7 @@ func (s *Server) newLconn(l *loop, fd int, sa unix.Sockaddr) *lconn {
 		local = tcpAddr(lsa)
 	}
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, local)
-	c := &lconn{l: l, fd: fd, remote: tcpAddr(sa).String(), cancel: cancel, buf: make([]byte, bufferSize)}
+	c := &lconn{l: l, fd: fd, remote: tcpAddr(sa).String(), cancel: cancel}
 	c.waitBase = baseRequest(ctx)
 	c.base = c.waitBase
 	if f := s.cfg.LoopContext; f != nil {

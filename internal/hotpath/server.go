@@ -70,9 +70,9 @@ type Server struct {
 	fallbackErr  error
 }
 
-// bufferSize is the loop's read buffer per connection: a request head
-// longer than this goes to net/http, which bounds heads by its
-// MaxHeaderBytes.
+// bufferSize is the size of a loop's read buffer, and of a connection's
+// own for a request that does not come whole: a request head longer
+// than this goes to net/http, which bounds heads by its MaxHeaderBytes.
 const bufferSize = 8 << 10
 
 // maxDrain is the most of an unread request body the loop reads past to
