@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -191,9 +192,18 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 	if err := req.Write(&raw); err != nil {
 		return fail(err)
 	}
+	var tlsConfig *tls.Config
+	port := "80"
+	switch req.URL.Scheme {
+	case "http":
+	case "https":
+		tlsConfig, port = &tls.Config{ServerName: req.URL.Hostname()}, "443"
+	default:
+		return fail(fmt.Errorf("the cold start's client speaks http and https, not %q", req.URL.Scheme))
+	}
 	host := req.URL.Host
 	if req.URL.Port() == "" {
-		host = net.JoinHostPort(req.URL.Hostname(), "80")
+		host = net.JoinHostPort(req.URL.Hostname(), port)
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	bufs := make([][]byte, n)
@@ -214,7 +224,7 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 		wg.Go(func() {
 			<-gate
 			start := time.Now()
-			errs[i] = postNFuse(ctx, host, raw.Bytes(), brs[i], bufs[i])
+			errs[i] = postNFuse(ctx, host, tlsConfig, raw.Bytes(), brs[i], bufs[i])
 			lat[i] = time.Since(start)
 		})
 	}
@@ -269,11 +279,19 @@ func lastLine(out []byte) []byte {
 }
 
 // postNFuse sends the request req, as written out, on a new connection
-// to host, reads the answer through br and buf, and checks that it was
-// answered: a status of 200 and no NFuse error in the answer.
-func postNFuse(ctx context.Context, host string, req []byte, br *bufio.Reader, buf []byte) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", host)
+// to host (with TLS when tlsConfig is set), reads the answer through br
+// and buf, and checks that it was answered: a status of 200 and no NFuse
+// error in the answer.
+func postNFuse(ctx context.Context, host string, tlsConfig *tls.Config, req []byte, br *bufio.Reader, buf []byte) error {
+	var conn net.Conn
+	var err error
+	if tlsConfig != nil {
+		d := tls.Dialer{Config: tlsConfig}
+		conn, err = d.DialContext(ctx, "tcp", host)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", host)
+	}
 	if err != nil {
 		return err
 	}

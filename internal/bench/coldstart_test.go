@@ -42,6 +42,16 @@ func TestColdStartClient(t *testing.T) {
 	if res.P50 <= 0 || res.P99 < res.P50 {
 		t.Errorf("p50 %v, p99 %v", res.P50, res.P99)
 	}
+	if res := ColdStartClient(context.Background(), "ftp://127.0.0.1/", "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "ftp") {
+		t.Errorf("an ftp URL: %+v, want 3 errors naming the scheme", res)
+	}
+	// https is spoken: the test server's certificate is not trusted,
+	// where plain HTTP would have read a malformed answer.
+	tsrv := httptest.NewTLSServer(srv.Config.Handler)
+	defer tsrv.Close()
+	if res := ColdStartClient(context.Background(), tsrv.URL, "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "certificate") {
+		t.Errorf("https: %+v, want 3 certificate errors", res)
+	}
 	for _, body := range []string{"error", "late error", "status"} {
 		if res := ColdStartClient(context.Background(), srv.URL, body, 3); res.Errors != 3 || res.FirstError == "" {
 			t.Errorf("%s answers: %+v, want 3 errors", body, res)
