@@ -157,6 +157,6 @@ func fmtF(f float64, prec int) string { return fmt.Sprintf("%.*f", prec, f) }
 
 // machineNote describes where the figures were measured.
 func machineNote(r *loadgen.Report) string {
-	return fmt.Sprintf("Measured on %s (%s CPUs, %s), client and server on one machine over loopback.",
-		r.Host["hostname"], r.Host["cpus"], r.Host["os"])
+	return fmt.Sprintf("Measured on %s (%s CPUs, %s), client and server on one machine over loopback; TCP congestion control %s, default qdisc %s.",
+		r.Host["hostname"], r.Host["cpus"], r.Host["os"], r.Host["tcp_congestion_control"], r.Host["default_qdisc"])
 }

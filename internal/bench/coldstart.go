@@ -192,12 +192,11 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 	if err := req.Write(&raw); err != nil {
 		return fail(err)
 	}
-	var tlsConfig *tls.Config
-	port := "80"
+	dial, port := (&net.Dialer{}).DialContext, "80"
 	switch req.URL.Scheme {
 	case "http":
 	case "https":
-		tlsConfig, port = &tls.Config{ServerName: req.URL.Hostname()}, "443"
+		dial, port = (&tls.Dialer{}).DialContext, "443" // the server's name from host
 	default:
 		return fail(fmt.Errorf("the cold start's client speaks http and https, not %q", req.URL.Scheme))
 	}
@@ -224,7 +223,7 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 		wg.Go(func() {
 			<-gate
 			start := time.Now()
-			errs[i] = postNFuse(ctx, host, tlsConfig, raw.Bytes(), brs[i], bufs[i])
+			errs[i] = postNFuse(ctx, dial, host, raw.Bytes(), brs[i], bufs[i])
 			lat[i] = time.Since(start)
 		})
 	}
@@ -279,19 +278,10 @@ func lastLine(out []byte) []byte {
 }
 
 // postNFuse sends the request req, as written out, on a new connection
-// to host (with TLS when tlsConfig is set), reads the answer through br
-// and buf, and checks that it was answered: a status of 200 and no NFuse
-// error in the answer.
-func postNFuse(ctx context.Context, host string, tlsConfig *tls.Config, req []byte, br *bufio.Reader, buf []byte) error {
-	var conn net.Conn
-	var err error
-	if tlsConfig != nil {
-		d := tls.Dialer{Config: tlsConfig}
-		conn, err = d.DialContext(ctx, "tcp", host)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", host)
-	}
+// to host made by dial, reads the answer through br and buf, and checks
+// that it was answered: a status of 200 and no NFuse error in the answer.
+func postNFuse(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), host string, req []byte, br *bufio.Reader, buf []byte) error {
+	conn, err := dial(ctx, "tcp", host)
 	if err != nil {
 		return err
 	}

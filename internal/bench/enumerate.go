@@ -276,8 +276,8 @@ func enumerateWrk(ctx context.Context, env Env, cfg EnumerateConfig, apis []wrkA
 		"REST gets /api/v1/resources with one user's bearer token. CPUs: %s; usher runs with GOMAXPROCS %d, nginx with %d worker(s) on the same CPUs, "+
 		"sendfile on, tcp_nopush off, open_file_cache on (as usher keeps its answers open), sndbuf %d. The client's ceiling is wrk's GET of %s from that nginx, padding of the answer's size as a static file. "+
 		"A figure at %.0f%% of that ceiling or more is client-bound and gets no ratio. CPU per request: the server's CPU time over the run "+
-		"(usher: this whole process, its simulated VDAs included; nginx: master and workers) over its requests. %s",
-		wrk.Note(), cfg.StepDuration, plan, plan.Workers(), plan.Workers(), cfg.SendBuffer, NullPath, 100*benchkit.ClientBound, tcpNote())}
+		"(usher: this whole process, its simulated VDAs included; nginx: master and workers) over its requests.",
+		wrk.Note(), cfg.StepDuration, plan, plan.Workers(), plan.Workers(), cfg.SendBuffer, NullPath, 100*benchkit.ClientBound)}
 	return tables, notes, heads, nil
 }
 
@@ -709,20 +709,4 @@ func probeREST(ctx context.Context, base string, user loadgen.Credential) (token
 	}
 	answer, err = call(http.MethodGet, RESTResourcesPath, out.Token, nil)
 	return out.Token, answer, err
-}
-
-// tcpNote names the machine's TCP congestion control and default
-// queueing discipline, which decide whether the kernel paces each
-// socket itself (bbr without fq): a pacing timer per answer can double
-// the kernel's share of a 110 KB answer, so figures from machines that
-// differ here do not compare.
-func tcpNote() string {
-	read := func(name string) string {
-		b, err := os.ReadFile("/proc/sys/net/" + name)
-		if err != nil {
-			return "unknown"
-		}
-		return strings.TrimSpace(string(b))
-	}
-	return fmt.Sprintf("TCP congestion control %s, default qdisc %s.", read("ipv4/tcp_congestion_control"), read("core/default_qdisc"))
 }

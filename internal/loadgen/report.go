@@ -244,12 +244,27 @@ type Headline struct {
 	Ceiling   string `json:"ceiling,omitempty"`   // the client's ceiling in the same run
 }
 
-// NewReport starts a report with the host's description.
+// NewReport starts a report with the host's description. It names the
+// TCP congestion control and default queueing discipline too: they
+// decide whether the kernel paces each socket itself (bbr without fq),
+// which once doubled the kernel's share of an answer, so figures from
+// hosts that differ there do not compare.
 func NewReport(title, command string) *Report {
 	host, _ := os.Hostname()
 	return &Report{Title: title, Command: command, Created: time.Now().UTC().Truncate(time.Second),
 		Host: map[string]string{"hostname": host, "os": runtime.GOOS + "/" + runtime.GOARCH,
-			"cpus": strconv.Itoa(runtime.NumCPU()), "go": runtime.Version()}}
+			"cpus": strconv.Itoa(runtime.NumCPU()), "go": runtime.Version(),
+			"tcp_congestion_control": procSys("net/ipv4/tcp_congestion_control"), "default_qdisc": procSys("net/core/default_qdisc")}}
+}
+
+// procSys reads a kernel setting under /proc/sys, "unknown" when it
+// cannot.
+func procSys(name string) string {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // WriteText writes the tables and notes as Markdown.

@@ -128,3 +128,18 @@ func TestThresholds(t *testing.T) {
 		}
 	}
 }
+
+// TestNewReportNamesTCP: a report records the host's TCP congestion
+// control and default qdisc, as the kernel reports them.
+func TestNewReportNamesTCP(t *testing.T) {
+	r := NewReport("t", "c")
+	for key, file := range map[string]string{"tcp_congestion_control": "/proc/sys/net/ipv4/tcp_congestion_control", "default_qdisc": "/proc/sys/net/core/default_qdisc"} {
+		want := "unknown"
+		if b, err := os.ReadFile(file); err == nil {
+			want = strings.TrimSpace(string(b))
+		}
+		if r.Host[key] != want || want == "" {
+			t.Errorf("Host[%q] = %q, want %q", key, r.Host[key], want)
+		}
+	}
+}
