@@ -126,9 +126,11 @@ func (u *Upstream) watch(c Conn) {
 		if u.lastErr == nil {
 			u.lastErr = errors.New("connection lost")
 		}
+		// Counted under the lock, so that whoever sees the connection
+		// gone also sees the failure counted.
+		u.failures.Add(1)
 		u.mu.Unlock()
 		c.Close()
-		u.failures.Add(1)
 		u.opt.Logger.Warn("host cache: upstream connection lost; cached blocks are still served, misses fail until it is back",
 			"upstream", u.opt.Name)
 		u.redial()
@@ -169,10 +171,12 @@ func (u *Upstream) redial() {
 			return
 		}
 		u.conn, u.lastErr = c, nil
+		// Counted before a waiting read can go on, so that a read served
+		// on the new connection sees the reconnect counted.
+		u.reconnects.Add(1)
 		close(u.back)
 		down := time.Since(u.since)
 		u.mu.Unlock()
-		u.reconnects.Add(1)
 		u.opt.Logger.Info("host cache: upstream reconnected", "upstream", u.opt.Name, "down", down.Round(time.Millisecond), "attempts", attempt)
 		u.watch(c)
 		return
