@@ -161,13 +161,16 @@ type Broker struct {
 	// machine; resyncStart is when the last began.
 	resyncMu    sync.Mutex
 	resyncStart time.Time
-	events      batcher[*pendingEvent]
-	heartbeats  batcher[*pendingHeartbeat]
-	machines    *table
-	obs         Observer
-	guard       *auth.Guard
-	siteClear   siteClear
-	admission   *admission
+	// sweepBlocked is set while expireMachines finds the site DB
+	// unavailable (the sweeping goroutine's alone).
+	sweepBlocked bool
+	events       batcher[*pendingEvent]
+	heartbeats   batcher[*pendingHeartbeat]
+	machines     *table
+	obs          Observer
+	guard        *auth.Guard
+	siteClear    siteClear
+	admission    *admission
 	// delegate, when set, hands brokering to another broker (SetDelegate).
 	delegate Delegate
 	// launches lets one launch of a user at a time through this broker.

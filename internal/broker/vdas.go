@@ -427,9 +427,12 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent, byVDA bool) 
 }
 
 // expireMachines unregisters machines whose heartbeats stopped.
+// While the site DB is unavailable a sweep stops at the first machine and
+// says so once, not once per machine and sweep.
 func (b *Broker) expireMachines(ctx context.Context) {
 	deadline := b.cfg.Now().Add(-b.cfg.HeartbeatTimeout)
-	for _, name := range b.machines.stale(deadline) {
+	stale := b.machines.stale(deadline)
+	for i, name := range stale {
 		var st site.MachineStatus
 		expired := false
 		err := b.store.Update(ctx, func(tx site.Tx) error {
@@ -444,6 +447,17 @@ func (b *Broker) expireMachines(ctx context.Context) {
 			expired = true
 			return tx.SetMachineStatus(ctx, name, st)
 		})
+		if site.ErrorCode(err) == site.EUnavailable {
+			if !b.sweepBlocked {
+				b.log.Warn("silent machines stay registered until the site DB answers", "waiting", len(stale)-i, "err", err)
+				b.sweepBlocked = true
+			}
+			return
+		}
+		if b.sweepBlocked {
+			b.log.Info("silent machines are unregistered again", "waiting", len(stale)-i)
+			b.sweepBlocked = false
+		}
 		switch {
 		case err != nil:
 			b.log.Warn("unregister silent machine", "machine", name, "err", err)
