@@ -87,15 +87,14 @@ func readState(ctx context.Context, db site.Store) (*siteState, error) {
 	return st, nil
 }
 
-// writeCopy writes st into a new copy at path: into a temporary file
-// first, synced, then renamed over the last copy, so that a copy cut off
-// at any point leaves the last good one.
-func writeCopy(ctx context.Context, path string, st *siteState, log *slog.Logger) (err error) {
-	tmp := path + ".new"
-	for _, f := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("local copy: %w", err)
-		}
+// writeCopy writes st into a new copy at tmp, synced: renamed over the
+// last copy (replace) once whole, it leaves the last good one in place
+// until then, wherever it is cut off. It takes seconds on a large site or
+// a loaded machine, so it runs without holding back outage mode, which
+// opens the last copy meanwhile; one runs at a time.
+func writeCopy(ctx context.Context, tmp string, st *siteState, log *slog.Logger) (err error) {
+	if err := removeCopy(tmp); err != nil {
+		return fmt.Errorf("local copy: %w", err)
 	}
 	db, err := sqlitestore.Open(ctx, tmp, sqlitestore.Options{Logger: log})
 	if err != nil {
@@ -106,9 +105,12 @@ func writeCopy(ctx context.Context, path string, st *siteState, log *slog.Logger
 			err = fmt.Errorf("local copy: %w", cerr)
 		}
 		if err == nil {
-			err = replace(tmp, path)
-		} else {
-			os.Remove(tmp)
+			if err = syncFile(tmp); err != nil {
+				err = fmt.Errorf("local copy: %w", err)
+			}
+		}
+		if err != nil {
+			removeCopy(tmp)
 		}
 	}()
 	return db.Update(ctx, func(tx site.Tx) error {
@@ -156,11 +158,19 @@ func writeCopy(ctx context.Context, path string, st *siteState, log *slog.Logger
 	})
 }
 
-// replace renames tmp over path and syncs both and their directory.
-func replace(tmp, path string) error {
-	if err := syncFile(tmp); err != nil {
-		return fmt.Errorf("local copy: %w", err)
+// removeCopy removes a SQLite file and its companions, if there.
+func removeCopy(path string) error {
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
+	return nil
+}
+
+// replace renames tmp, a synced copy, over path and syncs their
+// directory.
+func replace(tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("local copy: %w", err)
 	}

@@ -676,12 +676,19 @@ func (s *Store) copyNow() error {
 	if err != nil {
 		return err
 	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tmp := s.path + ".new"
+	if err := writeCopy(ctx, tmp, st, s.log); err != nil {
+		return err
+	}
 	s.copyMu.Lock()
 	defer s.copyMu.Unlock()
 	if s.outage.Load() {
-		return errors.New("outage mode began while the copy was read")
+		removeCopy(tmp)
+		return errors.New("outage mode began while the copy was made")
 	}
-	if err := writeCopy(ctx, s.path, st, s.log); err != nil {
+	if err := replace(tmp, s.path); err != nil {
 		return err
 	}
 	s.recent.forget(mark)

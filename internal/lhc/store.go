@@ -159,9 +159,11 @@ type Store struct {
 	// until the time given (endPhantoms); under trans.
 	lingering map[string]time.Time
 	// trans serializes the transitions between modes; copyMu, a copy's
-	// replacing the file with outage mode's opening it.
-	trans  sync.Mutex
-	copyMu sync.Mutex
+	// replacing the file with outage mode's opening it; writeMu, the
+	// writing of copies (one at a time: they share a temporary file).
+	trans   sync.Mutex
+	copyMu  sync.Mutex
+	writeMu sync.Mutex
 
 	copies  sync.WaitGroup
 	stop    chan struct{}
