@@ -42,6 +42,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.StringVar(&cfg.Name, "name", "", "this broker's name in the site's broker registry (default: the host name); two running brokers cannot share one")
 	fs.StringVar(&cfg.Zone, "zone", "", "the zone this broker is in (default: the primary zone): the user location of its launches; given, it takes only that zone's VDAs (and, in the primary zone, those of zones with primary_fallback)")
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port at which the site's other brokers reach this one's listener (a zone's brokers hand launches to its leader while the site DB is down; default: the listen address, with this host's name for a wildcard host)")
 	startRetry := time.Duration(0)
 	if isBroker {
 		fs.DurationVar(&startRetry, "start-retry", 5*time.Minute, "how long to keep trying when the site DB does not answer at start and there is no local copy to broker from (0: fail at once)")

@@ -26,6 +26,11 @@ const (
 	// zone's leader; leaderProbe bounds each probe of a peer.
 	leaderEvery = 300 * time.Millisecond
 	leaderProbe = 500 * time.Millisecond
+	// leaderLost is how long the leader may leave probes unanswered
+	// before this broker stops handing it requests: one probe lost to a
+	// loaded machine must not split the zone in two, each broker seating
+	// launches that the other does not know of.
+	leaderLost = 2 * time.Second
 	// peerTimeout bounds a request handed to the leader.
 	peerTimeout = 10 * time.Second
 )
@@ -47,6 +52,8 @@ type zoneLeader struct {
 	mu        sync.Mutex
 	leader    site.BrokerRecord
 	elsewhere bool
+	// heard is when the leader last answered a probe.
+	heard time.Time
 	// told is the leader this broker handed its sessions to: until then
 	// requests for the leader wait (answer retry shortly).
 	told string
@@ -87,7 +94,12 @@ func (z *zoneLeader) run(ctx context.Context) {
 		leader, elsewhere := z.leader, z.elsewhere
 		z.mu.Unlock()
 		if elsewhere {
-			if st, ok := z.state(ctx, leader); ok && st.Outage {
+			st, ok := z.state(ctx, leader)
+			if ok && st.Outage {
+				z.answered()
+				continue
+			}
+			if !ok && !z.silent() {
 				continue
 			}
 		}
@@ -121,18 +133,42 @@ func (z *zoneLeader) elect(ctx context.Context) {
 		}
 		if _, ok := z.state(ctx, p); ok {
 			z.set(p, true)
+			z.answered()
 			z.tell(ctx, p)
+			return
+		}
+		if wasElsewhere && p.Name == was && !z.silent() {
+			// Not answering for a moment: still the leader.
 			return
 		}
 	}
 	if wasElsewhere {
 		// The leader this broker handed its brokering to stopped
 		// answering: what it brokered is known again only as its VDAs
-		// come here.
-		z.log.Warn("the zone's leader stopped answering", "leader", was)
+		// come here, and a leader found again later is handed this
+		// broker's sessions anew.
+		z.log.Warn("the zone's leader stopped answering", "leader", was, "for", leaderLost)
 		z.lh.Rebuild()
+		z.mu.Lock()
+		z.told = ""
+		z.mu.Unlock()
 	}
 	z.set(site.BrokerRecord{Name: z.self}, false)
+}
+
+// answered records that the leader answered a probe.
+func (z *zoneLeader) answered() {
+	z.mu.Lock()
+	z.heard = time.Now()
+	z.mu.Unlock()
+}
+
+// silent reports whether the leader has answered no probe for
+// leaderLost.
+func (z *zoneLeader) silent() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return time.Since(z.heard) >= leaderLost
 }
 
 // tell hands the leader the sessions this broker wrote to the site DB
@@ -160,6 +196,7 @@ func (z *zoneLeader) tell(ctx context.Context, leader site.BrokerRecord) {
 	}
 	z.mu.Lock()
 	z.told = leader.Name
+	z.heard = time.Now() // a handover can take a while: the leader answered now
 	z.mu.Unlock()
 	z.log.Info("the zone's leader took this broker's sessions and machines", "leader", leader.Name, "sessions", len(body.Sessions),
 		"machines", len(body.Machines))
@@ -206,7 +243,11 @@ func (z *zoneLeader) call(ctx context.Context, op string, req api.PeerRequest, o
 	case told != leader.Name:
 		return site.Errorf(site.EUnavailable, "this broker is handing its brokering to the zone's leader %q: retry", leader.Name)
 	}
-	return z.post(ctx, leader, op, req, out)
+	err := z.post(ctx, leader, op, req, out)
+	if err == nil || site.ErrorCode(err) != site.EUnavailable {
+		z.answered() // the leader answered, if only to refuse
+	}
+	return err
 }
 
 // post sends a peer request to the leader and decodes its answer into out.

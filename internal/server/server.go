@@ -82,6 +82,11 @@ type Config struct {
 	// APIs, NFuse, metrics, health and the index page (default
 	// DefaultListen).
 	Listen string
+	// Advertise is the address (host:port) at which the other brokers of
+	// the site reach this one's listener: while the site DB is down, a
+	// zone's brokers hand their launches to its leader there. Empty: the
+	// listener's address, with this host's name for a wildcard host.
+	Advertise string
 	// NFuseListen, when set, also serves the NFuse XML service alone on
 	// this address.
 	NFuseListen string
@@ -194,6 +199,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	if c.Advertise != "" {
+		if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
+			return c, fmt.Errorf("server: advertised address %q: want host:port", c.Advertise)
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return c, fmt.Errorf("server: advertised address %q: other brokers cannot reach a wildcard address", c.Advertise)
+		}
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -226,6 +238,8 @@ type Server struct {
 	// store), nil on an embedded site DB.
 	lhc    *lhc.Store
 	broker *broker.Broker
+	// leader finds the zone's leader in outage mode; nil without lhc.
+	leader *zoneLeader
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 
@@ -369,6 +383,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cleanup = append(s.cleanup, brk.CloseDirectory)
 	metrics.Attach(brk)
 	metrics.AttachStore(store)
+	if err := registerPasswordMetrics(registry, verified); err != nil {
+		return nil, err
+	}
 	s.broker = brk
 	var outage api.Outage
 	if s.lhc != nil {
@@ -395,6 +412,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		go func() { defer close(lhcDone); s.lhc.Run(runCtx) }()
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-lhcDone })
 		leader := newZoneLeader(s.name, zone, s.lhc, signer, log)
+		s.leader = leader
 		brk.SetDelegate(leader)
 		leaderDone := make(chan struct{})
 		go func() { defer close(leaderDone); leader.run(runCtx) }()
@@ -467,8 +485,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	s.addr = ln.Addr().String()
+	advertised, err := advertise(cfg.Advertise, s.addr)
+	if err != nil {
+		return nil, err
+	}
 	now := cfg.Now()
-	stopRegistry, err := s.registerBroker(ctx, site.BrokerRecord{Name: s.name, Zone: s.zone, Address: s.addr,
+	stopRegistry, err := s.registerBroker(ctx, site.BrokerRecord{Name: s.name, Zone: s.zone, Address: advertised,
 		Instance: brokerInstance(s.dataDir), StartedAt: now, LastSeen: now})
 	if err != nil {
 		return nil, fmt.Errorf("broker %q: %w", s.name, err)
@@ -479,7 +501,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.srv, err = s.httpServer(ctx, handler); err != nil {
 		return nil, err
 	}
-	log.Info("listening", "addr", s.addr, "broker", s.name, "zone", s.zone)
+	log.Info("listening", "addr", s.addr, "advertised", advertised, "broker", s.name, "zone", s.zone)
 	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
 
 	if cfg.SimVDAs != 0 {
@@ -621,6 +643,18 @@ func (s *Server) Zone() string { return s.zone }
 // Addr is the main listener's address, host:port.
 func (s *Server) Addr() string { return s.addr }
 
+// HandedOver reports whether this broker hands its brokering to its
+// zone's leader and has handed it its sessions, so that the leader's
+// launches know them.
+func (s *Server) HandedOver() bool {
+	if s.leader == nil {
+		return false
+	}
+	s.leader.mu.Lock()
+	defer s.leader.mu.Unlock()
+	return s.leader.elsewhere && s.leader.told == s.leader.leader.Name
+}
+
 // URL is the main listener's base URL.
 func (s *Server) URL() string { return "http://" + s.addr }
 
@@ -734,4 +768,25 @@ func statusSync(cfg Config) time.Duration {
 		return -1
 	}
 	return 0 // broker.DefaultStatusSyncInterval
+}
+
+// advertise returns the address other brokers reach this one at: the
+// configured one, else the listener's, with this host's name for a
+// wildcard host (a peer dialling "[::]:8080" would reach itself).
+func advertise(configured, listen string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("server: listener address %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+		return listen, nil
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("server: the listener's host is a wildcard and this host's name is unknown (set an advertised address): %w", err)
+	}
+	return net.JoinHostPort(name, port), nil
 }
