@@ -124,10 +124,13 @@ func openBrokers(t *testing.T, n int, edit func(i int, c *server.Config)) []*ser
 }
 
 // TestConfigChangeReachesEveryBroker: a change made through one broker's
-// admin API is served by the others within a second, although they check
-// the version only hourly: the site DB tells them (LISTEN/NOTIFY), and
-// they read only what changed.
+// admin API is served by the others within seconds (propagateWithin),
+// although they check the version only hourly: the site DB tells them
+// (LISTEN/NOTIFY), and they read only what changed. It takes about
+// 100–400 ms here; the bound leaves room for a loaded CI machine, and
+// scripts/change-latency measures it.
 func TestConfigChangeReachesEveryBroker(t *testing.T) {
+	const propagateWithin = 5 * time.Second
 	brokers := openBrokers(t, 3, nil)
 	a := brokers[0]
 	user := `DEMO\user0001`
@@ -170,12 +173,12 @@ func TestConfigChangeReachesEveryBroker(t *testing.T) {
 		t.Fatalf("delete %s: %d %s", gone, code, body)
 	}
 	for _, s := range brokers[1:] {
-		poll(t, time.Second-time.Since(start), s.Name()+" to stop serving "+gone, func() bool { return !serves(s, gone) })
+		poll(t, propagateWithin-time.Since(start), s.Name()+" to stop serving "+gone, func() bool { return !serves(s, gone) })
 	}
 	t.Logf("a delete reached every broker in %v", time.Since(start))
 
 	// A password change: the new password logs on at every other broker
-	// within a second, the old one no longer.
+	// within propagateWithin, the old one no longer.
 	start = time.Now()
 	body, _ := json.Marshal(map[string]string{"password": "pw-changed-5678"})
 	req, _ := http.NewRequestWithContext(t.Context(), "PUT", a.URL()+"/api/v1/admin/users/user0001/password", bytes.NewReader(body))
@@ -190,7 +193,7 @@ func TestConfigChangeReachesEveryBroker(t *testing.T) {
 		t.Fatalf("set password: %d", resp.StatusCode)
 	}
 	for _, s := range brokers[1:] {
-		poll(t, time.Second-time.Since(start), s.Name()+" to take the new password", func() bool {
+		poll(t, propagateWithin-time.Since(start), s.Name()+" to take the new password", func() bool {
 			code, _, _ := call(t, "POST", s.URL()+"/api/v1/login", map[string]string{"username": user, "password": "pw-changed-5678"})
 			return code == http.StatusOK
 		})
