@@ -425,6 +425,9 @@ func (b benchSite) Close() error { return b.s.Close() }
 // Hashes counts the site's password checks and decoy hashes (bench.Hasher).
 func (b benchSite) Hashes() (checks, decoys int64) { return b.s.Broker().Verified().Hashes() }
 
+// CheckTime is the time the site's password checks took (bench.CheckTimer).
+func (b benchSite) CheckTime() time.Duration { return b.s.Broker().Verified().CheckTime() }
+
 // benchStarter starts bench sites in data directories under root: each
 // gets the configuration applied to a new site DB, then runs as usher
 // serve does, with every machine played by a simulated VDA.

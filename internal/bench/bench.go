@@ -28,6 +28,12 @@ type Hasher interface {
 	Hashes() (checks, decoys int64)
 }
 
+// CheckTimer is a Hasher that also times its password checks: the time
+// they took in all, each from when it had a hashing slot.
+type CheckTimer interface {
+	CheckTime() time.Duration
+}
+
 // StartFunc starts a site holding cfg and returns once every machine's
 // simulated VDA has registered.
 type StartFunc func(ctx context.Context, cfg *site.Config) (Site, error)

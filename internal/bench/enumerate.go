@@ -113,8 +113,8 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(env.out(), "cold start: %d concurrent first requests of one user: %d check(s), p99 %s ms (one check alone: %s ms)\n",
-		cs.Requests, cs.Checks, fmtMs(cs.P99), fmtMs(cs.Check))
+	fmt.Fprintf(env.out(), "cold start: %d concurrent first requests of one user: %d check(s) of %s ms, p99 %s ms (one check alone: %s ms)\n",
+		cs.Requests, cs.Checks, cs.runCheck(), fmtMs(cs.P99), fmtMs(cs.Check))
 
 	// Cold: every user's first enumeration, which verifies the password.
 	coldExec := loadgen.FixedWork{Concurrency: []int{2 * runtime.NumCPU()}, Requests: nusers}
