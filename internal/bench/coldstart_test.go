@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // TestColdStartClient: the cold start's client sends its requests at
@@ -91,4 +92,23 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	k := copy(p[:min(len(p), r.n)], r.s)
 	r.s = r.s[k:]
 	return k, nil
+}
+
+// TestColdStartRatios: the report gives the p99 in single checks, against
+// the check timed alone and, when the site timed it, the run's own.
+func TestColdStartRatios(t *testing.T) {
+	c := ColdStart{Requests: 100, Checks: 1, P99: 90 * time.Millisecond, Check: 30 * time.Millisecond}
+	if got, want := c.headline().Ratio, "p99 = 3.00 × one check"; got != want {
+		t.Errorf("untimed: %q, want %q", got, want)
+	}
+	if row := c.table().Rows[0]; row[len(row)-1] != "-" {
+		t.Errorf("untimed: the run's check %q, want -", row[len(row)-1])
+	}
+	c.RunCheck = 60 * time.Millisecond
+	if got, want := c.headline().Ratio, "p99 = 3.00 × one check (1.50 × the run's own check)"; got != want {
+		t.Errorf("timed: %q, want %q", got, want)
+	}
+	if row := c.table().Rows[0]; row[len(row)-1] != "60.0" {
+		t.Errorf("timed: the run's check %q, want 60.0", row[len(row)-1])
+	}
 }
