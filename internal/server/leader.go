@@ -133,7 +133,6 @@ func (z *zoneLeader) elect(ctx context.Context) {
 		}
 		if _, ok := z.state(ctx, p); ok {
 			z.set(p, true)
-			z.answered()
 			z.tell(ctx, p)
 			return
 		}
@@ -161,6 +160,14 @@ func (z *zoneLeader) answered() {
 	z.mu.Lock()
 	z.heard = time.Now()
 	z.mu.Unlock()
+}
+
+// handedOver reports whether requests go to the leader and it has this
+// broker's sessions.
+func (z *zoneLeader) handedOver() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.elsewhere && z.told == z.leader.Name
 }
 
 // silent reports whether the leader has answered no probe for
@@ -196,8 +203,8 @@ func (z *zoneLeader) tell(ctx context.Context, leader site.BrokerRecord) {
 	}
 	z.mu.Lock()
 	z.told = leader.Name
-	z.heard = time.Now() // a handover can take a while: the leader answered now
 	z.mu.Unlock()
+	z.answered() // a handover can take a while: the leader answered now
 	z.log.Info("the zone's leader took this broker's sessions and machines", "leader", leader.Name, "sessions", len(body.Sessions),
 		"machines", len(body.Machines))
 }
@@ -219,6 +226,9 @@ func (z *zoneLeader) set(leader site.BrokerRecord, elsewhere bool) {
 	changed := z.leader.Name != leader.Name || z.elsewhere != elsewhere
 	quiet := z.leader.Name == "" && !elsewhere // the first look, at start
 	z.leader, z.elsewhere = leader, elsewhere
+	if elsewhere {
+		z.heard = time.Now() // a leader is chosen as it answers
+	}
 	z.mu.Unlock()
 	if changed && !quiet {
 		switch {

@@ -356,6 +356,20 @@ type zoneOfTwo struct {
 
 func newZoneOfTwo(t *testing.T) *zoneOfTwo { return newZoneOfTwoVia(t, false) }
 
+// load starts two clients on each broker, a's through urlA, each pair
+// with 60 users of its own; stop ends them all.
+func (z *zoneOfTwo) load(h *bench.History, urlA func() string) (stop func()) {
+	stopA := startClients(h, urlA, 2)
+	stopB := startClientsFrom(h, z.b.URL, 2, 60)
+	return func() { stopA(); stopB() }
+}
+
+// delegating reports whether broker b hands its brokering to a.
+func (z *zoneOfTwo) delegating() bool {
+	leader, elsewhere := z.b.Broker().Delegate()
+	return elsewhere && leader == "lhc-a"
+}
+
 // newZoneOfTwoVia is newZoneOfTwo, with a advertised behind a proxy
 // (zoneOfTwo.peer) when peerProxy.
 func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
@@ -426,10 +440,8 @@ func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
 func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 	z := newZoneOfTwo(t)
 	h := newHistory()
-	stopA := startClients(h, z.a.URL, 2)
-	defer stopA()
-	stopB := startClientsFrom(h, z.b.URL, 2, 60)
-	defer stopB()
+	stop := z.load(h, z.a.URL)
+	defer stop()
 	time.Sleep(time.Second)
 	h.Mark(time.Now())
 	z.cs.wan.Cut()
@@ -438,16 +450,12 @@ func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 	for _, s := range []*server.Server{z.a, z.b} {
 		waitFor(t, 30*time.Second, "outage mode", s.LHC().InOutage)
 	}
-	waitFor(t, 30*time.Second, "broker b handing its zone to a", func() bool {
-		leader, elsewhere := z.b.Broker().Delegate()
-		return elsewhere && leader == "lhc-a"
-	})
+	waitFor(t, 30*time.Second, "broker b handing its zone to a", z.delegating)
 	time.Sleep(3 * time.Second)
 	z.cs.restore(t)
 	settle(t, z.a)
 	settle(t, z.b)
-	stopA()
-	stopB()
+	stop()
 	time.Sleep(time.Second)
 	checkHistory(t, h, z.cs.direct)
 }
@@ -461,18 +469,12 @@ func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 func TestZoneLeaderSilentForAMoment(t *testing.T) {
 	z := newZoneOfTwoVia(t, true)
 	h := newHistory()
-	stopA := startClients(h, z.a.URL, 2)
-	defer stopA()
-	stopB := startClientsFrom(h, z.b.URL, 2, 60)
-	defer stopB()
+	stop := z.load(h, z.a.URL)
+	defer stop()
 	time.Sleep(time.Second)
 	h.Mark(time.Now())
 	z.cs.wan.Cut()
-	delegating := func() bool {
-		leader, elsewhere := z.b.Broker().Delegate()
-		return elsewhere && leader == "lhc-a"
-	}
-	waitFor(t, 30*time.Second, "broker b handing its zone to a", delegating)
+	waitFor(t, 30*time.Second, "broker b handing its zone to a", z.delegating)
 	// Its sessions handed over: b now only probes a.
 	waitFor(t, 30*time.Second, "broker b handing its sessions to a", z.b.HandedOver)
 
@@ -481,7 +483,7 @@ func TestZoneLeaderSilentForAMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if !delegating() {
+		if !z.delegating() {
 			t.Fatal("broker b stopped handing its zone to a leader silent for less than 2 s")
 		}
 	}
@@ -489,7 +491,7 @@ func TestZoneLeaderSilentForAMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	if !delegating() {
+	if !z.delegating() {
 		t.Fatal("broker b stopped handing its zone to a leader silent for less than 2 s")
 	}
 
@@ -510,12 +512,11 @@ func TestZoneLeaderSilentForAMoment(t *testing.T) {
 	if err := z.peer.Unhole(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "broker b handing its zone to a again", delegating)
+	waitFor(t, 30*time.Second, "broker b handing its zone to a again", z.delegating)
 	z.cs.restore(t)
 	settle(t, z.a)
 	settle(t, z.b)
-	stopA()
-	stopB()
+	stop()
 	time.Sleep(time.Second)
 	checkHistory(t, h, z.cs.direct)
 }
@@ -531,16 +532,11 @@ func TestZoneLeaderKilled(t *testing.T) {
 	var mu sync.Mutex
 	aURL := z.a.URL()
 	urlA := func() string { mu.Lock(); defer mu.Unlock(); return aURL }
-	stopA := startClients(h, urlA, 2)
-	defer stopA()
-	stopB := startClientsFrom(h, z.b.URL, 2, 60)
-	defer stopB()
+	stop := z.load(h, urlA)
+	defer stop()
 	time.Sleep(time.Second)
 	z.cs.wan.Cut()
-	waitFor(t, 30*time.Second, "broker b handing its zone to a", func() bool {
-		leader, elsewhere := z.b.Broker().Delegate()
-		return elsewhere && leader == "lhc-a"
-	})
+	waitFor(t, 30*time.Second, "broker b handing its zone to a", z.delegating)
 	// The leader brokers before it goes: its journal is what the restart
 	// below must write back.
 	waitFor(t, 15*time.Second, "a session journaled by the leader", func() bool {
@@ -571,8 +567,7 @@ func TestZoneLeaderKilled(t *testing.T) {
 
 	z.cs.restore(t)
 	settle(t, z.b)
-	stopA()
-	stopB()
+	stop()
 	// The dead leader's journal: written back when it starts again.
 	cfg := z.cfgA
 	cfg.Demo, cfg.DemoPassword = false, ""

@@ -647,12 +647,7 @@ func (s *Server) Addr() string { return s.addr }
 // zone's leader and has handed it its sessions, so that the leader's
 // launches know them.
 func (s *Server) HandedOver() bool {
-	if s.leader == nil {
-		return false
-	}
-	s.leader.mu.Lock()
-	defer s.leader.mu.Unlock()
-	return s.leader.elsewhere && s.leader.told == s.leader.leader.Name
+	return s.leader != nil && s.leader.handedOver()
 }
 
 // URL is the main listener's base URL.
