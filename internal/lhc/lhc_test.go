@@ -244,3 +244,69 @@ func TestStartWithoutTheSiteDB(t *testing.T) {
 		}
 	}
 }
+
+// heldRead is a site DB whose next View, once armed, reads and then
+// waits to return until released: a copy that read the site, slow to
+// write it.
+type heldRead struct {
+	*flaky
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (h *heldRead) View(ctx context.Context, fn func(site.Tx) error) error {
+	err := h.flaky.View(ctx, fn)
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.entered)
+		<-h.release
+	}
+	return err
+}
+
+// TestOlderCopyDoesNotReplaceANewerOne: two copies made at once (Force's
+// first copy beside the periodic one) finish in the opposite order to
+// their reads; the copy in place is the one read last.
+func TestOlderCopyDoesNotReplaceANewerOne(t *testing.T) {
+	primary := &heldRead{flaky: newPrimary(t), entered: make(chan struct{}), release: make(chan struct{})}
+	dir := t.TempDir()
+	s := open(t, primary, dir)
+	if err := s.copyNow(); err != nil {
+		t.Fatal(err)
+	}
+	first := copyInfoOf(t, dir)
+	primary.armed.Store(true)
+	older := make(chan error, 1)
+	go func() { older <- s.copyNow() }()
+	<-primary.entered // the older copy has read the site
+	err := primary.Update(context.Background(), func(tx site.Tx) error {
+		return tx.Groups().Create(context.Background(), site.Group{Name: "newcomers"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.copyNow(); err != nil {
+		t.Fatal(err)
+	}
+	close(primary.release)
+	if err := <-older; err != nil {
+		t.Fatalf("the older copy: %v", err)
+	}
+	info := copyInfoOf(t, dir)
+	if want := first.version + 1; info.version != want {
+		t.Errorf("copy in place holds version %d, want the newer copy's %d", info.version, want)
+	}
+	if st := s.Status(); st.CopyVersion != first.version+1 {
+		t.Errorf("status says the copy holds version %d, want %d", st.CopyVersion, first.version+1)
+	}
+}
+
+// copyInfoOf opens the copy in dir whole and reports what it holds.
+func copyInfoOf(t *testing.T, dir string) copyInfo {
+	t.Helper()
+	db, info, err := openCopy(context.Background(), filepath.Join(dir, CopyFile), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	return info
+}

@@ -672,12 +672,19 @@ func (s *Store) copyNow() error {
 	}()
 	start := s.opts.Now()
 	mark := s.recent.mark()
+	n := s.copyReads.Add(1)
 	st, err := readState(ctx, db)
 	if err != nil {
 		return err
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	if n < s.copyWritten {
+		// Two copies ran at once (Force's first copy beside the periodic
+		// one) and the one read later is in place already.
+		s.log.Debug("local copy not written: a newer one is in place", "version", st.version)
+		return nil
+	}
 	tmp := s.path + ".new"
 	if err := writeCopy(ctx, tmp, st, s.log); err != nil {
 		return err
@@ -691,6 +698,7 @@ func (s *Store) copyNow() error {
 	if err := replace(tmp, s.path); err != nil {
 		return err
 	}
+	s.copyWritten = n
 	s.recent.forget(mark)
 	s.mu.Lock()
 	s.status.CopyVersion, s.status.CopyAt, s.status.CopyError = st.version, start, ""

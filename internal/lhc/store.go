@@ -164,6 +164,11 @@ type Store struct {
 	trans   sync.Mutex
 	copyMu  sync.Mutex
 	writeMu sync.Mutex
+	// copyReads numbers the copies' reads of the site DB as they begin;
+	// copyWritten is the number of the copy in place (under writeMu), so
+	// that a copy read before it never replaces it.
+	copyReads   atomic.Uint64
+	copyWritten uint64
 
 	copies  sync.WaitGroup
 	stop    chan struct{}
