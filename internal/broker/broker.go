@@ -173,6 +173,11 @@ type Broker struct {
 	admission    *admission
 	// delegate, when set, hands brokering to another broker (SetDelegate).
 	delegate Delegate
+	// refusing is set once a registration was refused because another
+	// broker leads the zone, and cleared when one is taken again: the
+	// first refusal is logged at info, the rest (one per VDA heartbeat)
+	// at debug.
+	refusing atomic.Bool
 	// launches lets one launch of a user at a time through this broker.
 	launches userGate
 	// dummyHash is verified against (as a decoy) for unknown users.

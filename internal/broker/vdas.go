@@ -138,8 +138,16 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 		return err
 	}
 	if err := b.notLeader(); err != nil {
-		b.log.InfoContext(ctx, "registration refused: another broker leads the zone", "machine", req.Machine, "err", err)
+		level := slog.LevelDebug
+		if b.refusing.CompareAndSwap(false, true) {
+			level = slog.LevelInfo
+		}
+		b.log.Log(ctx, level, "registration refused: another broker leads the zone (further refusals logged at debug until registrations are taken again)",
+			"machine", req.Machine, "err", err)
 		return err
+	}
+	if b.refusing.Load() {
+		b.refusing.Store(false)
 	}
 	addr := req.Address
 	if addr == "" {
