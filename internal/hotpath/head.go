@@ -64,8 +64,13 @@ func (h *head) intern(b []byte) string {
 // including the CRLF CRLF that ends it, or -1 when b does not hold it all.
 // bare is set when a line of b ends in a line feed alone, a head for
 // net/http to judge.
-func headEnd(b []byte) (n int, bare bool) {
-	for i := 0; ; {
+//
+// from is where to look for line ends: b[:from] must be bytes headEnd
+// has seen, as a prefix of b, end nothing and be bare nowhere. A head
+// that comes a few bytes at a time is then scanned once, not once a
+// read.
+func headEnd(b []byte, from int) (n int, bare bool) {
+	for i := from; ; {
 		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
 			return -1, false

@@ -22,7 +22,7 @@ func FuzzParseHead(f *testing.F) {
 		f.Add([]byte(tc))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n, bare := headEnd(b)
+		n, bare := headEnd(b, 0)
 		if bare || n < 0 {
 			return
 		}
@@ -150,4 +150,22 @@ var headSeeds = []string{
 	"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
 	"GET http://a/b HTTP/1.1\r\nHost: a\r\n\r\n",
 	"GET /a HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\n\r\n",
+}
+
+// FuzzHeadEnd: a head scanned in two parts, the second resuming where the
+// first left off, ends where the whole scanned at once does.
+func FuzzHeadEnd(f *testing.F) {
+	for _, tc := range headSeeds {
+		f.Add([]byte(tc), uint16(len(tc)/2))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, k uint16) {
+		cut := int(k) % (len(b) + 1)
+		if n, bare := headEnd(b[:cut], 0); n >= 0 || bare {
+			return // the first part was enough: nothing to resume
+		}
+		wantN, wantBare := headEnd(b, 0)
+		if n, bare := headEnd(b, cut); n != wantN || bare != wantBare {
+			t.Fatalf("resumed at %d: (%d, %v), scanned whole: (%d, %v), in %q", cut, n, bare, wantN, wantBare, b)
+		}
+	})
 }

@@ -258,6 +258,8 @@ func (l *loop) sweep(now time.Time, stop, kill bool) {
 			}
 		case !c.readDL.IsZero() && now.After(c.readDL):
 			c.close()
+		case c.idle():
+			c.trim()
 		}
 	}
 }
@@ -283,8 +285,14 @@ type lconn struct {
 	hup      bool // the peer shut down: read to the end
 
 	head head
-	resp response
-	body memBody
+	// While a request comes in parts: scanned is how much of
+	// buf[r:w] headEnd has seen without finding the head's end, and need,
+	// once the head is parsed (into head), the request's length. A head
+	// or body that trickles in is then not scanned or parsed again for
+	// every read.
+	scanned, need int
+	resp          response
+	body          memBody
 	// deferred is set while a request runs off the loop; n is its
 	// length, head and body included.
 	deferred bool
@@ -313,6 +321,25 @@ type segment struct {
 
 // idle reports whether c waits for a request with nothing begun.
 func (c *lconn) idle() bool { return !c.deferred && !c.pending() && c.r == c.w }
+
+// trim gives back what an idle connection holds for a request that came
+// in parts or an answer its socket did not take at once, so that a
+// connection waiting for its next request costs a few KiB however its
+// last one went. It is done at a sweep, not after each request: a busy
+// connection keeps its buffers.
+func (c *lconn) trim() {
+	if !c.shared {
+		c.buf, c.own, c.r, c.w = nil, nil, 0, 0
+	}
+	c.body = memBody{}
+	if cap(c.arena) > idleBuffer {
+		c.arena = nil
+	}
+	c.resp.trim()
+	// The last sendmsg's vectors point into what was sent.
+	clear(c.iov[:])
+	clear(c.bufs[:cap(c.bufs)])
+}
 
 // pending reports whether output is queued.
 func (c *lconn) pending() bool { return c.oh < len(c.out) }
@@ -456,7 +483,13 @@ const (
 // parse looks at the buffered bytes for a whole request the loop takes.
 func (c *lconn) parse() int {
 	buf := c.buf[c.r:c.w]
-	n, bare := headEnd(buf)
+	if c.need > 0 {
+		if len(buf) < c.need {
+			return reqBody
+		}
+		return reqReady
+	}
+	n, bare := headEnd(buf, c.scanned)
 	switch {
 	case bare:
 		return reqHandOver
@@ -464,8 +497,10 @@ func (c *lconn) parse() int {
 		if len(buf) == len(c.buf) {
 			return reqHandOver // a long head: net/http's to judge
 		}
+		c.scanned = len(buf)
 		return reqMore
 	}
+	c.scanned = 0
 	h := &c.head
 	if !parseHead(buf[:n], h) || h.method == http.MethodHead || !c.l.s.cfg.Hot(h.method, h.path) {
 		return reqHandOver
@@ -479,6 +514,7 @@ func (c *lconn) parse() int {
 			c.w = copy(c.buf, buf)
 			c.r = 0
 		}
+		c.need = int(total)
 		return reqBody
 	}
 	return reqReady
@@ -488,6 +524,7 @@ func (c *lconn) parse() int {
 func (c *lconn) serve() {
 	h := &c.head
 	c.n = min(h.size+int(h.contentLength), c.w-c.r)
+	c.need = 0
 	c.l.s.hot.Add(1)
 	f := c.l.s.cfg.Fallback
 	c.readDL = time.Time{}

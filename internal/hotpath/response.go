@@ -74,6 +74,17 @@ func (w *response) reset(o out, r *http.Request) {
 	*w = response{o: o, req: r, header: w.header, cl: -1, buf: buf, hbuf: w.hbuf[:0], keys: w.keys[:0]}
 }
 
+// idleBuffer bounds a buffer an idle connection keeps for its next
+// request (see lconn.trim).
+const idleBuffer = 4 << 10
+
+// trim drops the body buffer when it is past idleBuffer.
+func (w *response) trim() {
+	if cap(w.buf) > idleBuffer {
+		w.buf = nil
+	}
+}
+
 func (w *response) Header() http.Header { return w.header }
 
 // errDeferred is the error of a deferred response's writes.

@@ -348,9 +348,10 @@ func (c *conn) serve() {
 // readHead reads until the buffer holds a whole head, and parses it. It
 // returns false when the loop should not take the request.
 func (c *conn) readHead() (bool, error) {
-	for {
+	for from := 0; ; {
 		buf, _ := c.br.Peek(c.br.Buffered())
-		n, bare := headEnd(buf)
+		n, bare := headEnd(buf, from)
+		from = len(buf)
 		if bare {
 			return false, nil
 		}
@@ -373,7 +374,7 @@ func (c *conn) readHead() (bool, error) {
 // wholeHead reports whether buf starts with a whole head (or with
 // something readHead will decline at once).
 func wholeHead(buf []byte) bool {
-	n, bare := headEnd(buf)
+	n, bare := headEnd(buf, 0)
 	return n >= 0 || bare
 }
 
