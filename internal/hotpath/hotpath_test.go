@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,6 +304,62 @@ func testHeadTimeout(t *testing.T, goroutines bool) {
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
 			t.Errorf("head %q: read %v after %s, want the server to close at once", raw, err, time.Since(start))
 		}
+	}
+}
+
+// TestBodyTimeout: a request whose head came in time has ReadTimeout,
+// counted from its start, for its body, as net/http gives it; a body that
+// never comes whole is dropped then. (The loop once held the body to the
+// head's timeout.)
+func TestBodyTimeout(t *testing.T) { bothModes(t, testBodyTimeout) }
+
+func testBodyTimeout(t *testing.T, goroutines bool) {
+	const headTimeout, readTimeout = 200 * time.Millisecond, 3 * time.Second
+	p := startPair(t, goroutines, func(s *http.Server) {
+		s.ReadHeaderTimeout, s.ReadTimeout = headTimeout, readTimeout
+	})
+	const head = "POST /hot/echo HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n"
+	// A body slower than the head's timeout, within ReadTimeout: answered,
+	// by usher as by net/http.
+	for _, addr := range []string{p.hotAddr, p.plainAddr} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, head+"ab")
+		time.Sleep(3 * headTimeout)
+		io.WriteString(c, "cd")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: slow body: %v", addr, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		c.Close()
+		if err != nil || string(body) != "abcd" {
+			t.Errorf("%s: slow body: answer %q, %v", addr, body, err)
+		}
+	}
+	// A body that never comes whole: at ReadTimeout, not before, the
+	// connection is dropped (the loop reads a body before its handler
+	// runs) or the handler's read fails and it answers so (goroutines).
+	c, err := net.Dial("tcp", p.hotAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	io.WriteString(c, head+"ab")
+	c.SetReadDeadline(start.Add(4 * readTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	took := time.Since(start)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		t.Errorf("unfinished body: still open after %s, want the server to end it at ReadTimeout (%s)", took, readTimeout)
+	case took < readTimeout-headTimeout:
+		t.Errorf("unfinished body: ended after %s, before ReadTimeout (%s)", took, readTimeout)
+	case err == nil && resp.StatusCode != http.StatusBadRequest:
+		t.Errorf("unfinished body: answered %s", resp.Status)
 	}
 }
 

@@ -307,7 +307,11 @@ type lconn struct {
 	bufs  [][]byte
 
 	readDL, writeDL time.Time
-	closeAfter      bool
+	// began is when the request being read began: its head is due within
+	// the head's timeout of it, and its body within ReadTimeout, as
+	// net/http allows.
+	began      time.Time
+	closeAfter bool
 }
 
 // segment is a part of an answer the socket has not taken yet.
@@ -382,7 +386,6 @@ func (c *lconn) unshare() {
 
 // advance is drive but for giving the read buffer back.
 func (c *lconn) advance() {
-	f := c.l.s.cfg.Fallback
 	for c.fd >= 0 && !c.deferred {
 		if c.pending() {
 			done, err := c.flush()
@@ -431,13 +434,22 @@ func (c *lconn) advance() {
 			return
 		}
 		if wasEmpty && c.r < c.w {
-			// A request begins: its head has the head's timeout.
-			setDeadline(c.setReadDL, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+			c.begin()
 		}
 	}
 }
 
 func (c *lconn) setReadDL(t time.Time) error { c.readDL = t; return nil }
+
+// begin starts the clock of a request: its head has the head's timeout.
+func (c *lconn) begin() {
+	f := c.l.s.cfg.Fallback
+	c.began = time.Now()
+	c.readDL = time.Time{}
+	if d := cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout); d > 0 {
+		c.readDL = c.began.Add(d)
+	}
+}
 
 // read reads what the socket has into the buffer. It returns false when
 // nothing more is to be had now (or the connection closed).
@@ -515,6 +527,11 @@ func (c *lconn) parse() int {
 			c.r = 0
 		}
 		c.need = int(total)
+		// The head is in: the body has what is left of ReadTimeout.
+		c.readDL = time.Time{}
+		if d := c.l.s.cfg.Fallback.ReadTimeout; d > 0 {
+			c.readDL = c.began.Add(d)
+		}
 		return reqBody
 	}
 	return reqReady
@@ -568,8 +585,7 @@ func (c *lconn) finish(w *response, ok bool) {
 		f := c.l.s.cfg.Fallback
 		setDeadline(c.setReadDL, cmp.Or(f.IdleTimeout, f.ReadTimeout))
 	} else {
-		f := c.l.s.cfg.Fallback
-		setDeadline(c.setReadDL, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+		c.begin() // the next request's bytes are here
 	}
 }
 
@@ -985,8 +1001,7 @@ func (s *Server) newLconn(l *loop, fd int, sa unix.Sockaddr) *lconn {
 		c.base = baseRequest(f(ctx))
 	}
 	c.head.header = http.Header{}
-	f := s.cfg.Fallback
-	setDeadline(c.setReadDL, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+	c.begin()
 	return c
 }
 

@@ -9,7 +9,7 @@ import (
 // parsingConn is a loop connection with only what parse needs: a buffer
 // and a server whose every path is hot.
 func parsingConn() *lconn {
-	s := &Server{cfg: Config{Hot: func(string, string) bool { return true }}}
+	s := &Server{cfg: Config{Hot: func(string, string) bool { return true }, Fallback: &http.Server{}}}
 	c := &lconn{l: &loop{s: s}, buf: make([]byte, bufferSize)}
 	c.head.header = http.Header{}
 	return c
