@@ -87,6 +87,7 @@ type Store struct {
 	answerTimeout time.Duration
 	historyKeep   int
 	lost          atomic.Pointer[lostDB] // nil while the database answers
+	warnedFull    atomic.Int64           // when acquireOwn last logged, in Unix nanoseconds
 
 	mu     sync.Mutex     // orders ending.Add before Close's ending.Wait
 	ending sync.WaitGroup // transactions ending in the background
@@ -290,6 +291,11 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if err == nil {
 		return conn, nil
 	}
+	if tooManyConnections(err) {
+		if conn, err = s.acquireOwn(ctx, err); err == nil {
+			return conn, nil
+		}
+	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -303,6 +309,63 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 		s.markLost(cerr.Error())
 	}
 	return nil, fmt.Errorf("%w: %w", unavailable("unavailable"), cerr)
+}
+
+// ownPoll is how often acquireOwn looks for a connection of the pool's
+// own to come free.
+const ownPoll = 2 * time.Millisecond
+
+// acquireOwn waits for one of the pool's own connections when the server
+// refused a new one for being at its connection limit (max_connections,
+// or the role's or database's CONNECTION LIMIT): the pool's connections
+// come free in moments, so a busy server is waited for, as long as for
+// an answer, rather than taken for unavailable. A pool without a
+// connection has nothing to wait for. It polls the pool, not the server:
+// each connection attempt costs the server a process. It returns the
+// refusal when no connection comes free in time.
+func (s *Store) acquireOwn(ctx context.Context, refused error) (*pgxpool.Conn, error) {
+	if s.pool.Stat().TotalConns() == 0 {
+		return nil, refused
+	}
+	if last := s.warnedFull.Load(); time.Since(time.Unix(0, last)) > time.Minute &&
+		s.warnedFull.CompareAndSwap(last, time.Now().UnixNano()) {
+		s.log.Warn("site database refuses new connections (at its connection limit): transactions wait for the open ones",
+			logKeyDatabase, s.target, "open", s.pool.Stat().TotalConns(), logKeyError, s.connectErr(refused))
+	}
+	deadline := time.Now().Add(s.answerTimeout)
+	tick := time.NewTicker(ownPoll)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, refused
+		case <-s.stop:
+			return nil, refused
+		case <-tick.C:
+		}
+		st := s.pool.Stat()
+		if st.TotalConns() == 0 {
+			return nil, refused
+		}
+		if st.IdleConns() == 0 {
+			continue
+		}
+		conn, err := s.pool.Acquire(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		if !tooManyConnections(err) {
+			return nil, err
+		}
+	}
+	return nil, refused
+}
+
+// tooManyConnections reports whether err is the server's refusal of a
+// connection for being at its limit (SQLSTATE 53300).
+func tooManyConnections(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "53300"
 }
 
 // timedOut reports whether err is a wait that ran out of time.

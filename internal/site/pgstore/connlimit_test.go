@@ -1,0 +1,166 @@
+package pgstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usher-vdi/usher/internal/pgtest"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/pgstore"
+)
+
+// limitedRole creates a login role that may open at most limit
+// connections (CONNECTION LIMIT, which the server enforces with the same
+// refusal as max_connections, SQLSTATE 53300) and use the schema of dsn,
+// whose tables a store has made; it returns dsn as that role. The role is
+// dropped when t ends, after the cleanups registered later.
+func limitedRole(t *testing.T, dsn string, limit int) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	err = conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema)
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	role := "usher_limited_" + hex.EncodeToString(b)
+	admin := func(sql string) error {
+		conn, err := pgx.Connect(ctx, pgtest.Admin(t))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	r, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	if err := admin(fmt.Sprintf(`CREATE ROLE %s LOGIN CONNECTION LIMIT %d;
+		GRANT USAGE, CREATE ON SCHEMA %s TO %[1]s;
+		GRANT ALL ON ALL TABLES IN SCHEMA %[3]s TO %[1]s;
+		GRANT ALL ON ALL SEQUENCES IN SCHEMA %[3]s TO %[1]s;
+		GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %[3]s TO %[1]s`, r, limit, s)); err != nil {
+		t.Fatalf("create role: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := admin(fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %[1]s`, r)); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		return u.String()
+	}
+	return dsn + " user=" + role
+}
+
+// TestServerAtItsConnectionLimit: a server that refuses new connections
+// (here the role's CONNECTION LIMIT of 2, as a server at max_connections
+// does) makes transactions wait for the pool's open connections, not fail;
+// a pool with none open fails at once, saying why. (A broker once took
+// the refusal for an unavailable site DB, so its site-wide lock-out fell
+// back to its own count, and CI's TestLockoutIsSiteWide saw 17 password
+// checks against a threshold of 5.)
+func TestServerAtItsConnectionLimit(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	MustOpen(t, dsn) // migrates the schema the role gets
+	limited := limitedRole(t, dsn, 2)
+
+	var logs syncBuffer
+	s := MustOpenWith(t, limited, pgstore.Options{MaxConns: 8,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	const workers, each = 40, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- s.Update(ctx, func(tx site.Tx) error {
+					l, err := tx.AccountLock(ctx, site.AccountKey("user", fmt.Sprintf("u%02d", w)))
+					if err != nil {
+						return err
+					}
+					l.Failures = i + 1
+					l.WindowStart = time.Now()
+					return tx.SetAccountLock(ctx, l)
+				})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			if failed++; failed == 1 {
+				t.Errorf("a transaction failed while the pool had connections: %v", err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d transactions failed", failed, workers*each)
+	}
+	if !strings.Contains(logs.String(), "at its connection limit") {
+		t.Errorf("the server never refused a connection, so this test tried nothing; log: %q", logs.String())
+	}
+	var locks []site.AccountLock
+	if err := s.View(ctx, func(tx site.Tx) (err error) { locks, err = tx.AccountLocks(ctx); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != workers {
+		t.Errorf("%d accounts recorded, want %d", len(locks), workers)
+	}
+	for _, l := range locks {
+		if l.Failures != each {
+			t.Errorf("%s: %d failures recorded, want %d", l.Account, l.Failures, each)
+		}
+	}
+
+	// A pool with no connection of its own has nothing to wait for.
+	none := limitedRole(t, dsn, 0)
+	start := time.Now()
+	_, err := pgstore.Open(ctx, none, pgstore.Options{})
+	if err == nil || !strings.Contains(err.Error(), "53300") || time.Since(start) > 5*time.Second {
+		t.Errorf("open with no connection allowed: %v after %s, want the server's refusal (53300) at once", err, time.Since(start))
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a logger may write from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
