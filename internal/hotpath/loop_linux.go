@@ -445,10 +445,15 @@ func (c *lconn) setReadDL(t time.Time) error { c.readDL = t; return nil }
 func (c *lconn) begin() {
 	f := c.l.s.cfg.Fallback
 	c.began = time.Now()
-	c.readDL = time.Time{}
-	if d := cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout); d > 0 {
-		c.readDL = c.began.Add(d)
+	c.readDL = deadlineAfter(c.began, cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout))
+}
+
+// deadlineAfter is d after t, or no deadline when d is not positive.
+func deadlineAfter(t time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
 	}
+	return t.Add(d)
 }
 
 // read reads what the socket has into the buffer. It returns false when
@@ -528,10 +533,7 @@ func (c *lconn) parse() int {
 		}
 		c.need = int(total)
 		// The head is in: the body has what is left of ReadTimeout.
-		c.readDL = time.Time{}
-		if d := c.l.s.cfg.Fallback.ReadTimeout; d > 0 {
-			c.readDL = c.began.Add(d)
-		}
+		c.readDL = deadlineAfter(c.began, c.l.s.cfg.Fallback.ReadTimeout)
 		return reqBody
 	}
 	return reqReady
