@@ -46,6 +46,10 @@ var LocalDSNs = []string{
 	"postgres://root@127.0.0.1:5432/test?sslmode=disable&connect_timeout=2",
 }
 
+// testConnectTimeout is the connect_timeout, in seconds, of the local
+// server's DSNs that DSN and Admin give: pgstore's default.
+const testConnectTimeout = "10"
+
 var (
 	inMain atomic.Bool
 
@@ -132,7 +136,15 @@ func find() {
 	for _, dsn := range LocalDSNs {
 		err := ping(dsn)
 		if err == nil {
-			admin = dsn
+			// Found with a short connect timeout; used with the
+			// production default, since a CI machine running many
+			// packages' tests at once can take seconds to let a
+			// connection in, which a Store would take for a lost
+			// database.
+			admin, err = withSetting(dsn, "connect_timeout", testConnectTimeout)
+			if err != nil {
+				admin, reason = "", err.Error()
+			}
 			return
 		}
 		errs = append(errs, err.Error())

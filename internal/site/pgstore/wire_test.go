@@ -116,6 +116,9 @@ func openWire(t testing.TB, opts Options) (*Store, *wire) {
 	}
 	w := &wire{}
 	cfg.ConnConfig.DialFunc = w.dial
+	// A new connection into a wire that hangs waits this long, which
+	// the tests' bounds allow for.
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	s, err := open(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +338,7 @@ func TestUnansweringDatabaseFailsFast(t *testing.T) {
 		return tx.SetMachineStatus(ctx, "m1", site.MachineStatus{Registration: site.Registered})
 	})
 	// On a pooled connection, the wait is AnswerTimeout; on a new one, the
-	// connect timeout (pgtest's DSN: 2 s).
+	// connect timeout (openWire's: 2 s).
 	if took := time.Since(start); site.ErrorCode(err) != site.EUnavailable || took > 3*time.Second {
 		t.Fatalf("update on a database that does not answer: %v after %s; want %s after the answer or connect timeout", err, took, site.EUnavailable)
 	}
@@ -580,6 +583,9 @@ func TestPlaceOnALostDatabase(t *testing.T) {
 	cfg.ConnConfig.Password = password
 	w := &wire{}
 	cfg.ConnConfig.DialFunc = w.dial
+	// A new connection into a wire that hangs waits this long, which
+	// the tests' bounds allow for.
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	s, err := open(ctx, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
