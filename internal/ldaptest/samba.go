@@ -121,7 +121,7 @@ func (d *Directory) provisionSamba(ca *CA, users int) error {
 		"--server-role=dc", "--dns-backend=NONE", "--adminpass="+d.BindPassword, "--targetdir="+d.root,
 		"--option=interfaces=lo", "--option=bind interfaces only=yes", "--option=tls enabled=yes",
 		"--option=tls keyfile="+filepath.Join(tlsDir, "key.pem"), "--option=tls certfile="+filepath.Join(tlsDir, "cert.pem"),
-		"--option=tls cafile="+filepath.Join(tlsDir, "ca.pem")).CombinedOutput(); err != nil {
+		"--option=tls cafile="+filepath.Join(tlsDir, "ca.pem"), "--option=rpc server dynamic port range="+sambaRPCPorts()).CombinedOutput(); err != nil {
 		return fmt.Errorf("provision: %v\n%s", err, out)
 	}
 	if out, err := exec.Command("samba-tool", "domain", "passwordsettings", "set", "-s", conf, "--complexity=off",
@@ -171,6 +171,27 @@ func (d *Directory) provisionSamba(ca *CA, users int) error {
 		cmd.Run() // refused, as meant
 	}
 	return nil
+}
+
+// sambaRPCPorts returns the range of ports Samba's DCE/RPC endpoints
+// listen on: above the kernel's ephemeral ports, where no other test's
+// connection or listener on port 0 can hold one. Samba's default,
+// 49152-65535, overlaps Linux's ephemeral range (32768-60999), and Samba
+// fails to start when one of its first few ports is some connection's
+// local port. When the ephemeral range leaves no room above it, Samba's
+// default stands.
+func sambaRPCPorts() string {
+	const n = 200 // Samba's AD DC takes a port per endpoint: about a dozen
+	high := 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			fmt.Sscan(f[1], &high)
+		}
+	}
+	if high+n > 65535 {
+		return "49152-65535"
+	}
+	return fmt.Sprintf("%d-%d", high+1, high+n)
 }
 
 // writeSambaLDIF writes the AD objects of a Samba directory: the OUs,
