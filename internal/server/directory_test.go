@@ -539,7 +539,10 @@ func TestDirectoryMisconfiguredAtStart(t *testing.T) {
 				c.Users = append(c.Users, site.User{Name: localUser, PasswordHash: hash})
 				c.Directory = site.Directory{Enabled: true, Servers: []string{closed, d.Servers[0].LDAPS},
 					BindDN: d.BindDN, BindPassword: bindPassword, UserBaseDNs: []string{ldaptest.BaseDN},
-					UserAttribute: "uid", DialTimeoutSeconds: 1, TimeoutSeconds: 2}
+					// A handshake that fails on the certificate fails in
+					// moments, but a loaded CI machine took over a second to
+					// get that far: the dial timeout must not answer first.
+					UserAttribute: "uid", DialTimeoutSeconds: 5, TimeoutSeconds: 5}
 				return nil
 			})
 			return err
