@@ -40,15 +40,15 @@ import (
 // server: a DSN (URL or key=value) whose user may create schemas.
 const EnvDSN = "USHER_TEST_POSTGRES"
 
-// LocalDSNs are the local server's DSNs that DSN tries.
+// LocalDSNs are the local server's DSNs that DSN tries. They set no
+// connect_timeout: ping bounds its own try, and a Store takes pgstore's
+// default, since a CI machine running many packages' tests at once can
+// take seconds to let a connection in, which a Store with a shorter
+// timeout would take for a lost database.
 var LocalDSNs = []string{
-	"postgres://postgres@127.0.0.1:5432/test?sslmode=disable&connect_timeout=2",
-	"postgres://root@127.0.0.1:5432/test?sslmode=disable&connect_timeout=2",
+	"postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+	"postgres://root@127.0.0.1:5432/test?sslmode=disable",
 }
-
-// testConnectTimeout is the connect_timeout, in seconds, of the local
-// server's DSNs that DSN and Admin give: pgstore's default.
-const testConnectTimeout = "10"
 
 var (
 	inMain atomic.Bool
@@ -136,15 +136,7 @@ func find() {
 	for _, dsn := range LocalDSNs {
 		err := ping(dsn)
 		if err == nil {
-			// Found with a short connect timeout; used with the
-			// production default, since a CI machine running many
-			// packages' tests at once can take seconds to let a
-			// connection in, which a Store would take for a lost
-			// database.
-			admin, err = withSetting(dsn, "connect_timeout", testConnectTimeout)
-			if err != nil {
-				admin, reason = "", err.Error()
-			}
+			admin = dsn
 			return
 		}
 		errs = append(errs, err.Error())

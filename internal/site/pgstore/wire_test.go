@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/site"
@@ -114,17 +115,23 @@ func openWire(t testing.TB, opts Options) (*Store, *wire) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &wire{}
-	cfg.ConnConfig.DialFunc = w.dial
-	// A new connection into a wire that hangs waits this long, which
-	// the tests' bounds allow for.
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	w := wireFor(cfg)
 	s, err := open(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, w
+}
+
+// wireFor makes cfg's connections go through a wire the test controls.
+// A new connection into a wire that hangs waits 2 s, which the tests'
+// bounds allow for.
+func wireFor(cfg *pgxpool.Config) *wire {
+	w := &wire{}
+	cfg.ConnConfig.DialFunc = w.dial
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	return w
 }
 
 // fill creates a zone, a catalog, a user, machine m1, a delivery group and
@@ -338,7 +345,7 @@ func TestUnansweringDatabaseFailsFast(t *testing.T) {
 		return tx.SetMachineStatus(ctx, "m1", site.MachineStatus{Registration: site.Registered})
 	})
 	// On a pooled connection, the wait is AnswerTimeout; on a new one, the
-	// connect timeout (openWire's: 2 s).
+	// connect timeout (wireFor's: 2 s).
 	if took := time.Since(start); site.ErrorCode(err) != site.EUnavailable || took > 3*time.Second {
 		t.Fatalf("update on a database that does not answer: %v after %s; want %s after the answer or connect timeout", err, took, site.EUnavailable)
 	}
@@ -581,11 +588,7 @@ func TestPlaceOnALostDatabase(t *testing.T) {
 	}
 	const password = "hunter2-the-password" // the test server trusts; the store must not show it
 	cfg.ConnConfig.Password = password
-	w := &wire{}
-	cfg.ConnConfig.DialFunc = w.dial
-	// A new connection into a wire that hangs waits this long, which
-	// the tests' bounds allow for.
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	w := wireFor(cfg)
 	s, err := open(ctx, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
