@@ -16,6 +16,7 @@ import (
 	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vda"
 )
 
@@ -114,7 +115,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	if cfg.BootListen == "" && (cfg.ImageStore != "" || cfg.BootStream != "" || cfg.BootAppend != "" || cfg.BootAgent != "" || cfg.InsecureBootListen) {
 		return usageError{"--image-store, --boot-stream, --boot-append, --boot-agent and --insecure-boot-listen need --boot-listen"}
 	}
-	if cfg.BootListen != "" && !cfg.InsecureBootListen && !server.LoopbackAddr(cfg.BootListen) {
+	if cfg.BootListen != "" && !cfg.InsecureBootListen && !tlsconf.LoopbackAddr(cfg.BootListen) {
 		return usageError{fmt.Sprintf("--boot-listen %s is not a loopback address: anyone who reaches it boots as any target of the site "+
 			"(firmware has no credentials) and reads its image's kernel and initramfs; pass --insecure-boot-listen on a network for the targets alone", cfg.BootListen)}
 	}

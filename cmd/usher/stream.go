@@ -23,6 +23,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 // stream runs the NBD image streaming server over an image store.
@@ -92,7 +93,7 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	default:
 		return usageError{fmt.Sprintf("--auth %q is not writes, all or none", *auth)}
 	}
-	if !loopbackListen(*listen) && !requireTLS && !*insecure {
+	if !tlsconf.LoopbackAddr(*listen) && !requireTLS && !*insecure {
 		return usageError{fmt.Sprintf("--listen %s is not a loopback address: anyone who reaches it could read every image; "+
 			"serve it with --tls require (and --tls-client-ca to authenticate clients), or pass --insecure-listen", *listen)}
 	}
@@ -150,23 +151,6 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	srv := &nbd.Server{Exports: exports, Logger: log, Workers: *workers, TLS: tlsConfig, RequireTLS: requireTLS,
 		MaxConnections: *maxConns, MaxInFlight: perConn, MaxTotalInFlight: total, WriteTimeout: *writeTimeout}
 	return m.serveNBD(ctx, log, *listen, *metricsListen, srv, &reg)
-}
-
-// loopbackListen reports whether a --listen address reaches only this
-// host: a unix socket, localhost or a loopback IP.
-func loopbackListen(addr string) bool {
-	if strings.HasPrefix(addr, "unix:") {
-		return true
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = strings.Trim(addr, "[]")
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // loadCAs reads a PEM file of CA certificates for flag.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/usher-vdi/usher/internal/boot/initramfs"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 // bootWriteTimeout bounds the answer of one boot request: an initramfs
@@ -46,7 +46,7 @@ func (c Config) checkBoot() error {
 	if _, _, err := c.bootAgent(); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	if !c.InsecureBootListen && !LoopbackAddr(c.BootListen) {
+	if !c.InsecureBootListen && !tlsconf.LoopbackAddr(c.BootListen) {
 		return fmt.Errorf("server: boot listener %s is not a loopback address: anyone who reaches it gets the kernel and initramfs "+
 			"of every target's image, and boots with no credential (firmware has none); allow it explicitly", c.BootListen)
 	}
@@ -96,20 +96,6 @@ func overlayOf(path string) func() ([]byte, error) {
 		}
 		return built, nil
 	}
-}
-
-// LoopbackAddr reports whether a listener's address reaches only this
-// host: localhost or a loopback IP.
-func LoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = strings.Trim(addr, "[]")
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // startBoot serves network boot on ln: the targets of brk's snapshot,

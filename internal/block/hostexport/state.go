@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/hostcache"
 	"github.com/usher-vdi/usher/internal/block/meter"
@@ -40,7 +41,7 @@ func (e *Exports) save(im *image, v *version) {
 	err := func() error {
 		if v.table != nil {
 			b, _ := v.table.MarshalBinary()
-			if err := writeFileAtomic(e.statePath(im.export, ".digests"), b); err != nil {
+			if err := atomicfile.WriteFile(e.statePath(im.export, ".digests"), b, 0o600); err != nil {
 				return err
 			}
 		}
@@ -48,7 +49,7 @@ func (e *Exports) save(im *image, v *version) {
 		if err != nil {
 			return err
 		}
-		return writeFileAtomic(e.statePath(im.export, ".json"), b)
+		return atomicfile.WriteFile(e.statePath(im.export, ".json"), b, 0o600)
 	}()
 	if err != nil {
 		e.log.Warn("host cache: cannot save what it knows of an image version; a start without upstream will not serve it", "image", im.export, "err", err)
@@ -93,28 +94,4 @@ func (e *Exports) load(im *image, why error) (*version, error) {
 	}, opt, why)
 	v.dev = meter.Wrap(v.up, e.upLayer)
 	return v, nil
-}
-
-// writeFileAtomic replaces path with b: a crash leaves the old file or
-// the new one.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".new"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
