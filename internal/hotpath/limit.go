@@ -83,14 +83,11 @@ type Limiter struct {
 // total has the descriptors it counts on.
 func NewLimiter(cfg LimitConfig) *Limiter {
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	raiseOnce.Do(func() {
-		before, after, hard, err := RaiseFileLimit()
-		if err != nil {
-			log.Warn("raising the open files limit failed", "err", err, "soft", before, "hard", hard)
-			return
-		}
+	if before, after, hard, err := RaiseFileLimit(); err != nil {
+		log.Warn("raising the open files limit failed", "err", err, "soft", before, "hard", hard)
+	} else {
 		log.Debug("open files limit", "soft", after, "was", before, "hard", hard)
-	})
+	}
 	l := &Limiter{max: cfg.MaxConns, perClient: cfg.MaxConnsPerClient, log: log, epoch: time.Now(), clients: map[netip.Addr]int{}}
 	if l.max == 0 {
 		l.max = DefaultMaxConns()
@@ -101,8 +98,6 @@ func NewLimiter(cfg LimitConfig) *Limiter {
 	log.Debug("connection limits", "max", l.max, "per_client", l.perClient)
 	return l
 }
-
-var raiseOnce sync.Once
 
 // DefaultMaxConns is the default total: the open files limit less
 // DefaultReserve or a tenth of it, whichever is more, and at least 64.
