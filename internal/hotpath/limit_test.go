@@ -31,6 +31,11 @@ type limited struct {
 
 func startLimited(t *testing.T, goroutines bool, cfg hotpath.LimitConfig) *limited {
 	t.Helper()
+	return startLimitedTuned(t, goroutines, cfg, nil)
+}
+
+func startLimitedTuned(t *testing.T, goroutines bool, cfg hotpath.LimitConfig, tune func(*http.Server)) *limited {
+	t.Helper()
 	ls := &limited{lim: hotpath.NewLimiter(cfg), entered: make(chan struct{}, 100), release: make(chan struct{})}
 	mux := http.NewServeMux()
 	fixed := func(w http.ResponseWriter, r *http.Request) {
@@ -45,6 +50,9 @@ func startLimited(t *testing.T, goroutines bool, cfg hotpath.LimitConfig) *limit
 		fixed(w, r)
 	})
 	fallback := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: discardLog()}
+	if tune != nil {
+		tune(fallback)
+	}
 	srv, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: mux, Hot: isHot, Fallback: fallback, Limiter: ls.lim})
 	if err != nil {
 		t.Fatal(err)
@@ -393,4 +401,27 @@ func testConnsReleasedAtShutdown(t *testing.T, goroutines bool) {
 		t.Fatal(err)
 	}
 	ls.wait(t, "every slot given back", func(st hotpath.LimitStats, _ int) bool { return st.Conns == 0 })
+}
+
+// TestConnsReleasedAtTimeout: the slots of connections closed for their
+// idle or head timeout, on the loop and in net/http, come back.
+func TestConnsReleasedAtTimeout(t *testing.T) { bothModes(t, testConnsReleasedAtTimeout) }
+
+func testConnsReleasedAtTimeout(t *testing.T, goroutines bool) {
+	ls := startLimitedTuned(t, goroutines, hotpath.LimitConfig{MaxConns: 100, MaxConnsPerClient: 100}, func(s *http.Server) {
+		s.ReadHeaderTimeout, s.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	})
+	hot, cold, cut, mute := mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr)
+	mustGet(t, hot, "/hot/fixed")
+	mustGet(t, cold, "/cold")
+	io.WriteString(cut, "GET /hot/fixed HTTP/1.1\r\nHo") // a head cut short; mute asks nothing
+	for _, c := range []*client{hot, cold, cut, mute} {
+		if _, err := io.Copy(io.Discard, c.br); err != nil {
+			t.Fatalf("waiting for the server to close a connection: %v", err)
+		}
+	}
+	ls.wait(t, "every slot given back", func(st hotpath.LimitStats, _ int) bool { return st.Conns == 0 })
+	if st := ls.lim.Stats(); st.Peak == 0 {
+		t.Fatalf("counts %+v: no connection was counted", st)
+	}
 }
