@@ -450,8 +450,10 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 		}
 		// Simulated users log on at once, so that a launch's cost is the
 		// broker's alone.
-		// Every client of the bench is on this host: no per-source throttling.
-		s, err := server.Open(ctx, server.Config{DataDir: data, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1})
+		// Every client of the bench is on this host: no per-source
+		// throttling, and no bound on one address's connections (wrk and
+		// the in-process clients hold up to 2,000 from 127.0.0.1).
+		s, err := server.Open(ctx, server.Config{DataDir: data, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1, MaxConnsPerClient: -1})
 		if err != nil {
 			return nil, err
 		}
@@ -480,7 +482,7 @@ func (m *Main) benchDBStarter(root string, log *slog.Logger) bench.DBStartFunc {
 			return nil, fmt.Errorf("apply the bench site: %w", err)
 		}
 		data := filepath.Join(root, fmt.Sprintf("pg-site-%d", n.Add(1)))
-		s, err := server.Open(ctx, server.Config{DataDir: data, DB: serve, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1})
+		s, err := server.Open(ctx, server.Config{DataDir: data, DB: serve, Listen: "127.0.0.1:0", SimVDAs: -1, SimLogonDelay: -1, Logger: log, SourceFree: -1, MaxConnsPerClient: -1})
 		if err != nil {
 			return nil, err
 		}

@@ -103,7 +103,7 @@ func (m *Main) benchLHCStarter(root string, log *slog.Logger) bench.LHCStartFunc
 	return func(ctx context.Context, db string, opts bench.LHCOptions) (bench.LHCSite, error) {
 		data := filepath.Join(root, fmt.Sprintf("lhc-site-%d", n.Add(1)))
 		s, err := server.Open(ctx, server.Config{DataDir: data, DB: db, Listen: "127.0.0.1:0", Name: "bench-lhc", Demo: true, DemoPassword: opts.Password,
-			SimVDAs: -1, SimLogonDelay: -1, OutageAfter: opts.OutageAfter, RecoverAfter: opts.RecoverAfter, Logger: log, SourceFree: -1})
+			SimVDAs: -1, SimLogonDelay: -1, OutageAfter: opts.OutageAfter, RecoverAfter: opts.RecoverAfter, Logger: log, SourceFree: -1, MaxConnsPerClient: -1})
 		if err != nil {
 			return nil, err
 		}

@@ -58,6 +58,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
 	sendBuffer := fs.String("send-buffer", fmt.Sprintf("%dKiB", server.DefaultSendBuffer>>10), "socket send buffer of each HTTP connection, so that a whole enumeration is written at once (0: the kernel's autotuning)")
+	fs.IntVar(&cfg.MaxConns, "max-conns", 0, "HTTP connections held at once, the listeners together; at the bound the one idle longest is closed for a new one, and with none idle the new one is refused (0: the open files limit, raised to its hard limit, less a reserve for the site DB, VDAs and peers of 512 or a tenth of the limit, whichever is more; negative: no bound)")
+	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient, "HTTP connections one client address may hold; more are refused with a 503 (0 or negative: no bound; raise it for a proxy or load balancer in front of the broker, whose clients share its address)")
 	fs.StringVar(&cfg.NFuseListen, "nfuse-listen", "", "also serve the NFuse XML service (POST /scripts/wpnbr.dll) on its own listener, e.g. :8080 or :80")
 	fs.StringVar(&cfg.BootListen, "boot-listen", "", "serve network boot on this address (off by default): iPXE scripts of the site's targets, and the kernel and initramfs of the image version each boots; unauthenticated, so loopback only unless --insecure-boot-listen")
 	fs.BoolVar(&cfg.InsecureBootListen, "insecure-boot-listen", false, "allow a non-loopback --boot-listen (whoever reaches it reads every bound image's kernel and initramfs)")
@@ -85,6 +87,9 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	}
 	if cfg.SourceFree <= 0 {
 		cfg.SourceFree = -1
+	}
+	if cfg.MaxConnsPerClient <= 0 {
+		cfg.MaxConnsPerClient = -1
 	}
 	cfg.DataDir, cfg.DB = *data, *db
 	if err := server.CheckDB(cfg.DB); err != nil {

@@ -38,6 +38,14 @@
 // is the connection's, cancelled when the server closes, not when the peer
 // goes away: hot handlers must do bounded work.
 //
+// With Config.Limiter, a Server bounds its connections per client
+// address and in total, in both modes and with other Servers sharing the
+// Limiter: each connection takes a slot as it is accepted, before any of
+// its bytes are read, and gives it back once closed, wherever it was
+// closed (on the loop, on its goroutine, in net/http after a hand-over,
+// at Shutdown). At the total, the connection idle longest is closed for
+// the new one.
+//
 // internal/server assembles it; the hot handlers (internal/nfuse,
 // internal/api) call Defer.
 package hotpath

@@ -57,8 +57,10 @@ type loop struct {
 	wake int
 
 	mu sync.Mutex
-	// queue holds connections whose deferred request is answered.
+	// queue holds connections whose deferred request is answered;
+	// evicted those to close as their slots went to new connections.
 	queue   []*lconn
+	evicted []*lconn
 	stop    bool // close connections once idle, then return
 	kill    bool // close every connection now, then return
 	exited  bool
@@ -176,10 +178,13 @@ func (l *loop) run() {
 			c.drive()
 		}
 		l.mu.Lock()
-		queue := l.queue
-		l.queue, l.signals = nil, 0
+		queue, evicted := l.queue, l.evicted
+		l.queue, l.evicted, l.signals = nil, nil, 0
 		stop, kill := l.stop, l.kill
 		l.mu.Unlock()
+		for _, c := range evicted {
+			c.close()
+		}
 		l.stopped = stop
 		if stop {
 			l.unlisten()
@@ -219,7 +224,7 @@ func (l *loop) run() {
 func (l *loop) exit() {
 	l.mu.Lock()
 	l.exited = true
-	l.queue = nil
+	l.queue, l.evicted = nil, nil
 	l.mu.Unlock()
 	l.unlisten()
 	for _, c := range l.conns {
@@ -235,6 +240,7 @@ func (l *loop) add(c *lconn) {
 		unix.Close(c.fd)
 		c.fd = -1
 		c.cancel()
+		c.slot.release()
 		return
 	}
 	l.conns[c.fd] = c
@@ -307,6 +313,10 @@ type lconn struct {
 	bufs  [][]byte
 
 	readDL, writeDL time.Time
+	// slot is the connection's in the Limiter, nil without one; resting
+	// is set while it is marked idle there.
+	slot    *slot
+	resting bool
 	// began is when the request being read began: its head is due within
 	// the head's timeout of it, and its body within ReadTimeout, as
 	// net/http allows.
@@ -356,6 +366,38 @@ func (c *lconn) close() {
 	unix.Close(c.fd) // which takes it out of the epoll set
 	c.fd = -1
 	c.cancel()
+	c.slot.release()
+}
+
+// evict has the loop close c, whose slot went to a new connection.
+func (c *lconn) evict() {
+	c.l.order(func() {
+		if !c.l.exited {
+			c.l.evicted = append(c.l.evicted, c)
+		}
+	})
+}
+
+// rest marks c idle in the Limiter: it waits for a request with nothing
+// begun.
+func (c *lconn) rest() {
+	if !c.resting {
+		c.resting = true
+		c.slot.idle()
+	}
+}
+
+// wake marks c busy in the Limiter as a request begins; false when its
+// slot went to another connection (c is then closed).
+func (c *lconn) wake() bool {
+	if c.resting {
+		c.resting = false
+		if !c.slot.busy() {
+			c.close()
+			return false
+		}
+	}
+	return true
 }
 
 // drive moves c as far as it can go without waiting: it writes what is
@@ -421,6 +463,8 @@ func (c *lconn) advance() {
 		} else if c.l.stopped {
 			c.close()
 			return
+		} else {
+			c.rest()
 		}
 		if c.eof {
 			c.close()
@@ -434,6 +478,9 @@ func (c *lconn) advance() {
 			return
 		}
 		if wasEmpty && c.r < c.w {
+			if !c.wake() {
+				return
+			}
 			c.begin()
 		}
 	}
@@ -647,15 +694,21 @@ func (c *lconn) handOver() {
 	file := os.NewFile(uintptr(fd), "")
 	nc, err := net.FileConn(file) // a duplicate, on the runtime's poller
 	file.Close()
+	sl := c.slot
+	c.slot = nil // the fallback server's now
 	if err != nil {
 		c.l.s.log.Warn("handing a connection over failed; closed", "remote", c.remote, "err", err)
+		sl.release()
 		return
 	}
 	c.l.s.handed.Add(1)
-	bc := &bufferedConn{Conn: nc, r: io.MultiReader(bytes.NewReader(rest), nc)}
+	bc := &bufferedConn{Conn: nc, r: io.MultiReader(bytes.NewReader(rest), nc), slot: sl}
+	if sl != nil {
+		sl.evict = func() { nc.Close() } // set while busy, before any eviction can read it
+	}
 	go func() {
 		if !c.l.s.handoff.give(bc) {
-			nc.Close()
+			bc.Close()
 		}
 	}()
 }
@@ -960,11 +1013,25 @@ func (l *loop) accept() {
 			l.acceptPaused = time.Now().Add(l.acceptBackoff)
 			return
 		}
+		var sl *slot
+		if lim := l.s.cfg.Limiter; lim != nil {
+			if sl, _ = lim.reserve(sockaddrIP(sa)); sl == nil {
+				// A fresh socket takes the refusal whole, or it is not
+				// sent: the write never waits.
+				unix.Write(nfd, refusal)
+				unix.Close(nfd)
+				continue
+			}
+		}
 		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		if l.s.cfg.SendBuffer > 0 {
 			unix.SetsockoptInt(nfd, unix.SOL_SOCKET, unix.SO_SNDBUF, l.s.cfg.SendBuffer)
 		}
 		c := l.s.newLconn(l, nfd, sa)
+		if sl != nil {
+			c.slot = sl
+			sl.evict = c.evict
+		}
 		l.add(c)
 		c.drive()
 	}
@@ -1012,6 +1079,17 @@ func (s *Server) newLconn(l *loop, fd int, sa unix.Sockaddr) *lconn {
 func baseRequest(ctx context.Context) *http.Request {
 	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
 	return r
+}
+
+// sockaddrIP is sa's IP address.
+func sockaddrIP(sa unix.Sockaddr) netip.Addr {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrFrom4(sa.Addr)
+	case *unix.SockaddrInet6:
+		return netip.AddrFrom16(sa.Addr).Unmap()
+	}
+	return netip.Addr{}
 }
 
 func tcpAddr(sa unix.Sockaddr) *net.TCPAddr {

@@ -46,7 +46,10 @@ type Config struct {
 	// platforms without the event loop and for listeners that are not
 	// TCP listeners (TLS ones, say), instead of on event loops.
 	Goroutines bool
-	Logger     *slog.Logger
+	// Limiter, when set, bounds the connections per client address and
+	// in total (see Limiter); Servers may share one. Nil: no bound.
+	Limiter *Limiter
+	Logger  *slog.Logger
 }
 
 // Server is a listener's lean loop with its net/http fallback.
@@ -107,6 +110,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	if f := s.cfg.Fallback.BaseContext; f != nil {
 		s.baseCtx = f(ln)
 	}
+	if s.cfg.Limiter != nil {
+		s.cfg.Fallback.ConnState = trackState(s.cfg.Fallback.ConnState)
+	}
 	// Started under the lock, so that Shutdown and Close, which take it
 	// to stop, find the fallback server running or never started.
 	s.fallbackDone = make(chan struct{})
@@ -136,18 +142,65 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("accept: %w", err)
 		}
 		backoff = 0
+		var sl *slot
+		if lim := s.cfg.Limiter; lim != nil {
+			if sl, _ = lim.reserve(addrOf(rwc.RemoteAddr())); sl == nil {
+				refuse(rwc)
+				continue
+			}
+			sl.evict = func() { rwc.Close() }
+		}
 		if tc, ok := rwc.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
 			tc.SetWriteBuffer(s.cfg.SendBuffer)
 		}
-		c := &conn{s: s, rwc: rwc, remote: rwc.RemoteAddr().String()}
+		c := &conn{s: s, rwc: rwc, remote: rwc.RemoteAddr().String(), slot: sl}
 		if sc, ok := rwc.(syscall.Conn); ok {
 			c.raw, _ = sc.SyscallConn()
 		}
 		if !s.track(c, true) {
 			rwc.Close()
+			sl.release()
 			return http.ErrServerClosed
 		}
 		go c.serve()
+	}
+}
+
+// refuse closes a connection refused for want of a slot, after a minimal
+// 503 when it is plain TCP, whose fresh socket takes the answer at once
+// (the deadline only guards against one that does not); a TLS one is
+// closed without a word, as an answer would cost a handshake. A client
+// whose request came before the close may get a reset in place of the
+// answer.
+func refuse(rwc net.Conn) {
+	if tc, ok := rwc.(*net.TCPConn); ok {
+		tc.SetWriteDeadline(time.Now().Add(refuseWrite))
+		tc.Write(refusal)
+	}
+	rwc.Close()
+}
+
+// refuseWrite bounds the write of a refusal.
+const refuseWrite = 10 * time.Millisecond
+
+// trackState is the fallback server's ConnState: it marks the slots of
+// the connections handed over idle and busy, and gives a slot back when
+// net/http is done with its connection, then calls next.
+func trackState(next func(net.Conn, http.ConnState)) func(net.Conn, http.ConnState) {
+	return func(nc net.Conn, st http.ConnState) {
+		if bc, ok := nc.(*bufferedConn); ok {
+			switch st {
+			case http.StateIdle:
+				bc.slot.idle()
+			case http.StateActive:
+				bc.slot.busy() // when false, the connection is being closed
+			case http.StateClosed:
+				bc.slot.release()
+			}
+		}
+		if next != nil {
+			next(nc, st)
+		}
 	}
 }
 
@@ -279,6 +332,8 @@ type conn struct {
 	br     *bufio.Reader
 	// idle is set while the connection waits for a request's first byte.
 	idle atomic.Bool
+	// slot is the connection's in the Limiter, nil without one.
+	slot *slot
 	head head
 	resp response
 	bufs net.Buffers
@@ -289,6 +344,7 @@ func (c *conn) serve() {
 	defer func() {
 		if !handedOver {
 			c.rwc.Close()
+			c.slot.release()
 		}
 		c.s.track(c, false)
 	}()
@@ -308,6 +364,7 @@ func (c *conn) serve() {
 			wait = cmp.Or(f.ReadHeaderTimeout, f.ReadTimeout)
 		}
 		c.idle.Store(true)
+		c.slot.idle()
 		if c.s.closing.Load() {
 			return
 		}
@@ -323,6 +380,9 @@ func (c *conn) serve() {
 			return
 		}
 		c.idle.Store(false)
+		if !c.slot.busy() {
+			return // closed to make room for another connection
+		}
 		start := time.Now()
 		// A head that came whole with its first byte, as a well-behaved
 		// client's does, needs no head deadline: serveRequest sets the
@@ -383,7 +443,7 @@ func wholeHead(buf []byte) bool {
 func (c *conn) handOver() bool {
 	c.rwc.SetDeadline(time.Time{})
 	c.s.handed.Add(1)
-	return c.s.handoff.give(&bufferedConn{Conn: c.rwc, r: c.br})
+	return c.s.handoff.give(&bufferedConn{Conn: c.rwc, r: c.br, slot: c.slot})
 }
 
 // serveRequest answers the request whose head c.head holds. It reports
@@ -509,13 +569,21 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 func (b *bodyReader) Close() error { return nil }
 
 // bufferedConn is a connection read through r, which holds its first
-// bytes.
+// bytes. It holds the connection's slot, if any, and gives it back once
+// closed.
 type bufferedConn struct {
 	net.Conn
-	r io.Reader
+	r    io.Reader
+	slot *slot
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *bufferedConn) Close() error {
+	err := c.Conn.Close()
+	c.slot.release()
+	return err
+}
 
 // CloseWrite half-closes the connection, which net/http does before it
 // closes one after an error answer, so that the answer is not lost to a

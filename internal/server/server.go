@@ -129,6 +129,12 @@ type Config struct {
 	// most MaxSendBuffer (default DefaultSendBuffer; negative leaves the
 	// kernel's autotuning).
 	SendBuffer int64
+	// MaxConns bounds the HTTP connections of the listeners together;
+	// at the bound the one idle longest is closed for a new one (default
+	// hotpath.DefaultMaxConns(): the open files limit less a reserve;
+	// negative: no bound). MaxConnsPerClient bounds one client address's
+	// (default hotpath.DefaultMaxConnsPerClient; negative: no bound).
+	MaxConns, MaxConnsPerClient int
 
 	// HeartbeatInterval and HeartbeatTimeout are the broker's (defaults
 	// broker.DefaultHeartbeatInterval and DefaultHeartbeatTimeout).
@@ -242,6 +248,8 @@ type Server struct {
 	leader *zoneLeader
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
+	// conns bounds the listeners' connections.
+	conns *hotpath.Limiter
 
 	srv      *hotpath.Server
 	served   chan struct{} // closed when srv.Serve returns, with serveErr
@@ -357,6 +365,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := brokerprom.New()
 	if err := metrics.Register(registry); err != nil {
+		return nil, err
+	}
+	s.conns = hotpath.NewLimiter(hotpath.LimitConfig{MaxConns: cfg.MaxConns, MaxConnsPerClient: cfg.MaxConnsPerClient, Logger: log})
+	if err := registerConnMetrics(registry, s.conns); err != nil {
 		return nil, err
 	}
 	directoryMetrics := ldapprom.New()
@@ -555,6 +567,7 @@ func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
 func (s *Server) httpServer(ctx context.Context, h http.Handler) (*hotpath.Server, error) {
 	return hotpath.New(hotpath.Config{Handler: h, Hot: hot, SendBuffer: int(max(s.cfg.SendBuffer, 0)), Logger: s.log,
 		LoopContext: broker.NoWait,
+		Limiter:     s.conns,
 		Fallback:    s.fallbackServer(ctx, h)})
 }
 
