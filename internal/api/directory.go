@@ -32,7 +32,7 @@ func (s *Server) registerDirectory() {
 		Summary:  "The site's directory (LDAP, Active Directory) settings, without the bind password",
 		Response: reflect.TypeFor[DirectorySettings]()}, s.getDirectory)
 	s.route(Route{Method: "PUT", Pattern: adminPrefix + "/directory", OperationID: "putDirectory", Tag: "site",
-		Summary: "Replace the site's directory settings; without a bind password the current one is kept",
+		Summary: "Replace the site's directory settings; without a bind password the current one is kept, unless the servers, allow_plain, ca_bundle or bind_dn change (refused at bind_password)",
 		Request: reflect.TypeFor[DirectoryRequest](), Response: reflect.TypeFor[DirectorySettings]()}, s.putDirectory)
 }
 
