@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	usherboot "github.com/usher-vdi/usher/internal/boot"
+	"github.com/usher-vdi/usher/internal/boot/boothttp"
 	"github.com/usher-vdi/usher/internal/boot/ext4boot/ext4test"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -53,10 +55,11 @@ func TestServeBoot(t *testing.T) {
 			t.Fatalf("%s: %d, %d bytes; want the %d bytes of the image's file", f.path, code, len(body), len(f.want))
 		}
 	}
-	if code, body := get(t, boot+"/boot/ipxe?mac=52:54:00:00:01:02", "", ""); code != 404 || !strings.Contains(string(body), "image kiosk has no version 1") {
+	notServed := usherboot.RefusalScript(boothttp.NotServed)
+	if code, body := get(t, boot+"/boot/ipxe?mac=52:54:00:00:01:02", "", ""); code != 404 || string(body) != notServed {
 		t.Fatalf("kiosk-02 (pinned to a version the image lacks): %d %s", code, body)
 	}
-	if code, body := get(t, boot+"/boot/ipxe?mac=52:54:00:de:ad:01", "", ""); code != 404 || !strings.Contains(string(body), "no target of the site has MAC 52:54:00:de:ad:01") {
+	if code, body := get(t, boot+"/boot/ipxe?mac=52:54:00:de:ad:01", "", ""); code != 404 || string(body) != notServed {
 		t.Fatalf("unknown MAC: %d %s", code, body)
 	}
 	logs := s.stderr.String()

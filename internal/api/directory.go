@@ -17,8 +17,10 @@ type DirectorySettings struct {
 
 // DirectoryRequest replaces the site's directory settings. The bind
 // password is write-only: without one (absent or empty) the current one
-// is kept. bind_password_set, as a GET shows it, may be sent back and is
-// ignored.
+// is kept, unless the request changes where it goes (servers added,
+// allow_plain, ca_bundle, bind_dn): that is refused at field
+// bind_password (site.KeepBindPassword). bind_password_set, as a GET
+// shows it, may be sent back and is ignored.
 type DirectoryRequest struct {
 	site.Directory
 	BindPassword    string `json:"bind_password,omitempty"`
@@ -30,7 +32,7 @@ func (s *Server) registerDirectory() {
 		Summary:  "The site's directory (LDAP, Active Directory) settings, without the bind password",
 		Response: reflect.TypeFor[DirectorySettings]()}, s.getDirectory)
 	s.route(Route{Method: "PUT", Pattern: adminPrefix + "/directory", OperationID: "putDirectory", Tag: "site",
-		Summary: "Replace the site's directory settings; without a bind password the current one is kept",
+		Summary: "Replace the site's directory settings; without a bind password the current one is kept, unless the servers, allow_plain, ca_bundle or bind_dn change (refused at bind_password)",
 		Request: reflect.TypeFor[DirectoryRequest](), Response: reflect.TypeFor[DirectorySettings]()}, s.putDirectory)
 }
 
@@ -58,7 +60,7 @@ func (s *Server) putDirectory(r *http.Request) (any, error) {
 		return nil, err
 	}
 	d := req.Directory
-	d.BindPassword = req.BindPassword // empty: site.Diff keeps the current one
+	d.BindPassword = req.BindPassword // empty: site.KeepBindPassword decides, through the plan
 	if err := s.mutate(r.Context(), func(c *site.Config) error { c.Directory = d; return nil }, nil); err != nil {
 		return nil, aboutObject(err, site.KindDirectory, "")
 	}

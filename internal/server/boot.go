@@ -109,13 +109,13 @@ func (s *Server) startBoot(ctx context.Context, ln net.Listener, store site.Stor
 	stream, _ := boot.ParseStream(s.cfg.BootStream) // checked by withDefaults
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "usher_boot_requests_total",
-		Help: "Requests to the boot server, by step (chain, script, kernel, initrd, other) and outcome (served, bad_request, unknown_mac, refused, error).",
+		Help: "Requests to the boot server, by step (chain, script, kernel, initrd, other) and outcome (served, bad_request, unknown_mac, refused, error, throttled: a source past its budget of MACs it is not served).",
 	}, []string{"step", "outcome"})
 	if err := registry.Register(requests); err != nil {
 		return err
 	}
 	for _, step := range []string{boothttp.StepScript, boothttp.StepKernel, boothttp.StepInitrd} {
-		for _, outcome := range []string{boothttp.OutcomeServed, boothttp.OutcomeUnknownMAC, boothttp.OutcomeRefused} {
+		for _, outcome := range []string{boothttp.OutcomeServed, boothttp.OutcomeUnknownMAC, boothttp.OutcomeRefused, boothttp.OutcomeThrottled} {
 			requests.WithLabelValues(step, outcome) // every series from the start, at 0
 		}
 	}

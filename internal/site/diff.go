@@ -45,7 +45,16 @@ type Plan struct {
 	// directory is the desired directory, bind password kept, when
 	// Directory is not nil.
 	directory Directory
+	// err refuses the plan: the desired directory moves the bind password
+	// to another endpoint without giving it again (KeepBindPassword).
+	err error
 }
+
+// Err returns why the site must not be changed by the plan, nil when it
+// may be: the desired directory changes where the bind password goes
+// without giving it again (see KeepBindPassword). ApplyConfig and Mutate
+// return it; a plan from Diff only carries it.
+func (p *Plan) Err() error { return p.err }
 
 // FieldChanges is a list of changed fields.
 type FieldChanges = []FieldChange
@@ -117,7 +126,8 @@ func (p *Plan) String() string {
 // normalized. A desired user without a password hash keeps the current one:
 // passwords are managed through the admin API, not the configuration file.
 // Likewise a desired directory without a bind password keeps the current
-// one.
+// one, as long as it sends it where the current one does: otherwise the
+// plan's Err refuses it (KeepBindPassword).
 //
 // Objects are matched by name in one pass over both configurations, which
 // normalization sorts by name, and compared field by field: the cost is
@@ -137,7 +147,7 @@ func diff(current, desired *Config, keep bool) *Plan {
 			p.Settings = &fc
 		}
 	}
-	p.Directory, p.directory = diffDirectory(&current.Directory, &desired.Directory, keep)
+	p.Directory, p.directory, p.err = diffDirectory(&current.Directory, &desired.Directory, keep)
 	keepHash := func(old, u *User) (User, bool) {
 		if u.PasswordHash != "" || old.PasswordHash == "" {
 			return User{}, false
@@ -162,25 +172,24 @@ func diff(current, desired *Config, keep bool) *Plan {
 }
 
 // diffDirectory returns the fields that change from the current
-// directory to the desired one, nil when none does. A desired directory
-// without a bind password keeps the current one: with keep, written
-// into desired. It returns the directory to write too.
-func diffDirectory(current, desired *Directory, keep bool) (*FieldChanges, Directory) {
-	want := *desired
-	if want.BindPassword == "" {
-		want.BindPassword = current.BindPassword
-		if keep {
-			desired.BindPassword = current.BindPassword
-		}
+// directory to the desired one, nil when none does, and the directory to
+// write. A desired directory without a bind password keeps the current
+// one where KeepBindPassword says so (with keep, written into desired);
+// where it refuses, the directory to write has no password and the error
+// is returned too.
+func diffDirectory(current, desired *Directory, keep bool) (*FieldChanges, Directory, error) {
+	want, err := KeepBindPassword(*current, *desired)
+	if keep {
+		desired.BindPassword = want.BindPassword
 	}
 	if current.Equal(want) {
-		return nil, Directory{}
+		return nil, Directory{}, err
 	}
 	fc := fieldChanges(*current, want)
 	if len(fc) == 0 {
-		return nil, Directory{}
+		return nil, Directory{}, err
 	}
-	return &fc, want
+	return &fc, want, err
 }
 
 func zoneName(z *Zone) string                   { return z.Name }
@@ -457,6 +466,9 @@ func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Pla
 		return nil, fmt.Errorf("load current configuration: %w", err)
 	}
 	plan := Diff(current, desired)
+	if plan.err != nil {
+		return nil, plan.err
+	}
 	if dryRun {
 		return plan, nil
 	}
@@ -468,6 +480,9 @@ func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Pla
 
 // carryOut applies the plan that leads to desired in tx.
 func (p *Plan) carryOut(ctx context.Context, tx Tx, desired *Config) error {
+	if p.err != nil {
+		return p.err
+	}
 	if p.Empty() {
 		return nil
 	}

@@ -466,3 +466,52 @@ func DecodeDirectory(settings, password []byte) (Directory, error) {
 	d.BindPassword = string(password)
 	return d, nil
 }
+
+// KeepBindPassword returns the directory that desired makes of current
+// with the bind password being write-only: desired itself when it gives a
+// password (or current has none to keep), desired with current's password
+// otherwise.
+//
+// The password is kept only for the endpoint it was entered for: the
+// same bind DN, over the same transport (allow_plain, ca_bundle), to the
+// servers it was entered for (desired may drop or reorder them, not add
+// one). A desired directory that changes any of these without giving the
+// password again gets an EInvalid error at field bind_password, and the
+// directory returned then has no password: kept,
+// the password would go to a server, a DN or a transport that whoever
+// made the change chose, in clear if allow_plain was just set. A desired
+// directory without servers keeps the password (it goes nowhere), and
+// adding servers back asks for it again.
+//
+// Every path that writes the directory from a desired one goes through
+// it: the admin API and usher apply both reach it through Diff.
+func KeepBindPassword(current, desired Directory) (Directory, error) {
+	if desired.BindPassword != "" || current.BindPassword == "" {
+		return desired, nil
+	}
+	if field := endpointChange(current, desired); field != "" {
+		return desired, directoryError("bind_password",
+			"bind_password is required with a change of %s: the current one was entered for where the directory sends it now", field)
+	}
+	desired.BindPassword = current.BindPassword
+	return desired, nil
+}
+
+// endpointChange returns the first field of desired that sends the bind
+// password somewhere current does not, "" when none does.
+func endpointChange(current, desired Directory) string {
+	switch {
+	case desired.BindDN != current.BindDN:
+		return "bind_dn"
+	case desired.AllowPlain != current.AllowPlain:
+		return "allow_plain"
+	case desired.CABundle != current.CABundle:
+		return "ca_bundle"
+	}
+	for _, s := range desired.Servers {
+		if !slices.Contains(current.Servers, s) {
+			return "servers"
+		}
+	}
+	return ""
+}

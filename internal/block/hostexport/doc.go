@@ -6,8 +6,10 @@
 // upstream stream (IMAGE, its production version, or IMAGE@N). A VM's
 // connection is a new boot: the image is resolved again (so a VM boots
 // the version promoted since its last boot), and its writes go to a new
-// overlay of its own on local disk (Writes "local", discarded at the next
-// boot) or to a connection of its own to upstream (Writes "upstream",
+// overlay of its own on local disk (Writes "local": a file of that boot
+// alone, VM.N.overlay, created exclusively and removed when the boot
+// ends, so that no later boot can open it by name) or to a connection of
+// its own to upstream (Writes "upstream",
 // where the stream keeps them in its server-side write cache; they are
 // lost with that connection). One connection per VM at a time.
 //

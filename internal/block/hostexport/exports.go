@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
@@ -81,6 +83,8 @@ type Exports struct {
 	images map[string]*image // by upstream export
 	vms    map[string]*vm
 	closed bool
+
+	seq atomic.Int64 // boots with local writes, naming their overlays
 }
 
 var _ nbd.Exporter = (*Exports)(nil)
@@ -164,6 +168,9 @@ func New(cfg Config) (*Exports, error) {
 		if e.images[img] == nil {
 			e.images[img] = &image{export: img}
 		}
+	}
+	if cfg.Writes == WritesLocal {
+		removeOverlays(cfg.WritesDir, e.vms)
 	}
 	return e, nil
 }
@@ -491,8 +498,7 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 		top = newWriteThrough(img, c)
 		own = append(own, c)
 	default:
-		path := filepath.Join(e.cfg.WritesDir, m.name+".overlay")
-		o, err := writecache.OpenOverlayWith(img, path, writecache.OverlayOptions{})
+		o, err := e.overlay(m, img)
 		if err != nil {
 			for _, c := range own {
 				c.Close()
@@ -523,6 +529,53 @@ func (e *Exports) boot(ctx context.Context, m *vm) (block.Device, nbd.ExportInfo
 	}}, info, nil
 }
 
+// overlay opens a new, empty overlay for a boot of VM m over img, in a
+// file of this boot alone: VM.N.overlay, N counting the host's boots,
+// created exclusively. A file named by the VM alone would be the same
+// for every boot, so that a boot whose teardown runs late (or twice)
+// and the next boot's setup meet on it: the old boot's Close removes
+// the name the new one opened, and the new one's truncating open can
+// land on the file that the old boot's last writes still go to.
+func (e *Exports) overlay(m *vm, img block.Device) (*writecache.Overlay, error) {
+	path := filepath.Join(e.cfg.WritesDir, fmt.Sprintf("%s.%d.overlay", m.name, e.seq.Add(1)))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	o, err := writecache.OpenOverlayWith(img, path, writecache.OverlayOptions{})
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return o, nil
+}
+
+// removeOverlays removes the overlays a host stopped without closing
+// them left behind (their boots are over: a VM's writes are discarded at
+// its next boot), and the VM.overlay of earlier releases.
+func removeOverlays(dir string, vms map[string]*vm) {
+	for name := range vms {
+		os.Remove(filepath.Join(dir, name+".overlay"))
+		old, _ := filepath.Glob(filepath.Join(dir, globEscape(name)+".*.overlay"))
+		for _, p := range old {
+			os.Remove(p)
+		}
+	}
+}
+
+// globEscape quotes the glob metacharacters of a VM's name.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Close closes every version; connections must be closed first.
 func (e *Exports) Close() error {
 	e.mu.Lock()
@@ -551,9 +604,14 @@ type vmDevice struct {
 
 func (v *vmDevice) Unwrap() block.Device { return v.Device }
 
+// Close ends the boot once: the device (the overlay, whose file goes)
+// first, then the boot's own closers, then the VM is free for its next
+// boot. A second Close does nothing: closing the device again would
+// remove a file by then perhaps another boot's.
 func (v *vmDevice) Close() error {
-	err := v.Device.Close()
+	var err error
 	v.once.Do(func() {
+		err = v.Device.Close()
 		if cerr := v.close(); err == nil {
 			err = cerr
 		}

@@ -4,14 +4,46 @@
 // filesystem (boot/ext4boot) and kept in a bounded cache; for a target
 // whose write cache is on the device (ram, ram-overflow), that
 // initramfs followed by the boot agent's overlay (boot/initramfs), or a
-// refusal when there is no agent. It records
-// every answer to a known target in the site's boot log and counts
-// every request.
+// refusal when there is no agent. It records the answers to known
+// targets in the site's boot log and counts every request.
 //
 // The boot listener is unauthenticated by nature (firmware holds no
 // credentials): it serves only what a known target's binding names, a
 // refusal otherwise, and reads nothing of a request but its method,
 // path and one query parameter.
+//
+// What a firmware needs, and what a stranger learns. A target's
+// firmware has nothing but its MAC: whoever sends a known MAC gets that
+// target's script, kernel and initramfs, and with them the export it
+// boots, exactly as the target would. That cannot be hidden from
+// someone who knows the MAC (the boot network is the boundary, which is
+// why the boot listener is on loopback unless allowed). What the boot
+// server hides is everything else a prober could learn from a MAC it
+// is not served:
+//
+//   - An unknown MAC, and a known target whose step is refused (its
+//     image or version missing, a version no longer bound, no boot
+//     agent) or fails, get one and the same answer: 404 and a refusal
+//     script that names nothing (not the MAC, the target, its image nor
+//     why). Why goes to the server's log and, for a known target, to
+//     its boot log, which admins read; the target's console only says
+//     to look there. This is the trade-off: an operator at a refused
+//     target's console no longer reads the reason there.
+//   - A source that has asked for more MACs it is not served than a
+//     booting machine would (MissBurst, then one per MissEvery) gets
+//     that same answer for every MAC, known ones included, until its
+//     budget refills: enumerating MACs, or probing for the one that
+//     boots, costs MissEvery per guess. Machines behind one address
+//     (NAT) share that budget.
+//
+// The boot log keeps real boots' records however much a source asks:
+// identical requests of one source (same target, step, version and
+// outcome) within RecordWindow are one record (the repeats are counted
+// in the log line of the next window), and a source writes at most
+// RecordBurst records at once, then one per RecordEvery; another
+// source's boot is recorded as usual. Both are kept for a bounded
+// number of sources (Sources, least recently seen forgotten first), so
+// memory is bounded whatever the number of sources.
 //
 // boothttp imports boot, boot/ext4boot, boot/initramfs, block,
 // block/image and site;
@@ -48,6 +80,7 @@ const (
 	OutcomeUnknownMAC = "unknown_mac"
 	OutcomeRefused    = "refused" // a known target whose image or version is missing, or stale
 	OutcomeError      = "error"
+	OutcomeThrottled  = "throttled" // a source over its budget of MACs it is not served
 )
 
 // DefaultCacheBytes bounds the kernels and initramfs kept in memory.
@@ -84,6 +117,23 @@ type Config struct {
 	Count func(step, outcome string)
 	// CacheBytes bounds the file cache (DefaultCacheBytes when 0).
 	CacheBytes int64
+	// RecordWindow is how long identical requests of one source are one
+	// boot record (DefaultRecordWindow when 0).
+	RecordWindow time.Duration
+	// RecordBurst and RecordEvery bound the boot records of one source:
+	// RecordBurst at once, then one per RecordEvery (defaults when 0).
+	RecordBurst int
+	RecordEvery time.Duration
+	// MissBurst and MissEvery bound the lookups of one source for MACs
+	// it is not served (unknown, or refused): past them every MAC gets
+	// the same refusal (defaults when 0).
+	MissBurst int
+	MissEvery time.Duration
+	// Sources bounds the sources these limits remember
+	// (DefaultSources when 0).
+	Sources int
+	// Now is the clock of the limits (time.Now when nil).
+	Now func() time.Time
 }
 
 // Handler serves the boot server's paths.
@@ -92,9 +142,19 @@ type Handler struct {
 	mux   *http.ServeMux
 	cache *fileCache
 
+	coalesce *coalescer
+	records  *limiter // boot records per source
+	misses   *limiter // lookups of MACs not served, per source
+
 	mu      sync.Mutex
 	version int64
 	byMAC   map[string]site.Target
+}
+
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // New returns a Handler.
@@ -114,7 +174,19 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), cache: newFileCache(cfg.CacheBytes), version: -1}
+	orDefault(&cfg.RecordWindow, DefaultRecordWindow)
+	orDefault(&cfg.RecordBurst, DefaultRecordBurst)
+	orDefault(&cfg.RecordEvery, DefaultRecordEvery)
+	orDefault(&cfg.MissBurst, DefaultMissBurst)
+	orDefault(&cfg.MissEvery, DefaultMissEvery)
+	orDefault(&cfg.Sources, DefaultSources)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), cache: newFileCache(cfg.CacheBytes), version: -1,
+		coalesce: newCoalescer(cfg.RecordWindow, cfg.Sources),
+		records:  newLimiter(cfg.RecordBurst, cfg.RecordEvery, cfg.Sources),
+		misses:   newLimiter(cfg.MissBurst, cfg.MissEvery, cfg.Sources)}
 	h.mux.HandleFunc("GET "+boot.ChainPath, h.chain)
 	h.mux.HandleFunc("GET "+boot.ScriptPath, h.script)
 	h.mux.HandleFunc("GET "+boot.FilesPrefix, h.file)
@@ -164,11 +236,19 @@ func (h *Handler) target(mac string) (site.Target, bool) {
 // the request asks for. On a refusal it answers, logs and counts it,
 // and returns false.
 func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, mac string, step site.BootStep) (boot.Binding, bool) {
+	if h.misses.empty(source(r), h.cfg.Now()) {
+		h.cfg.Logger.Debug("boot refused: the source asked for too many MACs it is not served", "mac", mac, "remote", r.RemoteAddr, "step", step)
+		h.cfg.Count(string(step), OutcomeThrottled)
+		notServed(w)
+		return boot.Binding{}, false
+	}
 	t, ok := h.target(mac)
 	if !ok {
-		h.cfg.Logger.Warn("boot refused: unknown MAC", "mac", mac, "remote", r.RemoteAddr, "step", step)
+		h.misses.allow(source(r), h.cfg.Now())
+		h.cfg.Logger.Warn("boot refused: unknown MAC; an admin binds a target to it with the admin API or usher apply",
+			"mac", mac, "remote", r.RemoteAddr, "step", step)
 		h.cfg.Count(string(step), OutcomeUnknownMAC)
-		writeScript(w, http.StatusNotFound, boot.RefusalScript(fmt.Sprintf("no target of the site has MAC %s; an admin binds one with the admin API or usher apply", mac)))
+		notServed(w)
 		return boot.Binding{}, false
 	}
 	im, found, err := h.cfg.Images.Image(r.Context(), t.Image)
@@ -315,15 +395,25 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, t site.Target, 
 			version = *t.Version
 		}
 	}
+	h.misses.allow(source(r), h.cfg.Now())
 	h.record(r, boot.Binding{Target: t, Version: version}, step, err.Error())
-	writeScript(w, http.StatusNotFound, boot.RefusalScript(err.Error()))
+	notServed(w)
 }
 
 // fail answers an internal failure: details in the log only.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, t site.Target, step site.BootStep, err error) {
 	h.cfg.Logger.Error("boot failed", "target", t.Name, "mac", t.MAC, "step", step, "remote", r.RemoteAddr, "err", err)
 	h.cfg.Count(string(step), OutcomeError)
-	writeScript(w, http.StatusInternalServerError, boot.RefusalScript("the boot server failed; its log says why"))
+	notServed(w)
+}
+
+// NotServed is what the boot server answers for every MAC it does not
+// serve a step of, known or not (see the package doc): it names nothing.
+const NotServed = "this machine does not boot from this boot server now; the boot server log says why"
+
+// notServed answers a step not served, alike for every MAC.
+func notServed(w http.ResponseWriter) {
+	writeScript(w, http.StatusNotFound, boot.RefusalScript(NotServed))
 }
 
 // record writes a boot record; a failure (the site DB down) is logged,
@@ -334,6 +424,20 @@ func (h *Handler) record(r *http.Request, b boot.Binding, step site.BootStep, re
 	}
 	rec := site.BootRecord{Target: b.Target.Name, MAC: b.Target.MAC, Image: b.Target.Image, Version: b.Version,
 		Cache: b.Target.Cache, Step: step, Remote: truncate(r.RemoteAddr, 300), Error: truncate(refusal, 1000)}
+	src, now := source(r), h.cfg.Now()
+	key := recordKey{source: src, target: rec.Target, image: rec.Image, err: rec.Error, step: step, version: rec.Version}
+	repeat, before := h.coalesce.repeat(key, now)
+	if repeat {
+		return
+	}
+	if before > 0 {
+		h.cfg.Logger.Info("boot records coalesced: identical requests of one source within the window", "target", rec.Target,
+			"step", step, "remote", src, "repeats", before, "window", h.cfg.RecordWindow)
+	}
+	if !h.records.allow(src, now) {
+		h.cfg.Logger.Debug("boot not recorded: the source is over its budget of boot records", "target", rec.Target, "step", step, "remote", src)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
 	if err := h.cfg.Store.Update(ctx, func(tx site.Tx) error { return tx.Boots().Record(ctx, rec) }); err != nil {

@@ -178,7 +178,8 @@ func TestBootOfABoundTarget(t *testing.T) {
 		t.Fatalf("kernel of version 1: status %d, %d bytes, not the new kernel", status, len(body))
 	}
 	// The version the target booted before is no longer its to read.
-	if status, body := f.get("/boot/t/52-54-00-00-01-01/0/kernel"); status != 404 || !strings.Contains(body, "boots version 1") {
+	if status, body := f.get("/boot/t/52-54-00-00-01-01/0/kernel"); status != 404 || body != boot.RefusalScript(boothttp.NotServed) ||
+		!strings.Contains(f.logged(), "boots version 1") {
 		t.Fatalf("kernel of the superseded version: %d %q", status, body)
 	}
 }
@@ -226,13 +227,13 @@ func TestBootRefusals(t *testing.T) {
 		status     int
 		says, logs string
 	}{
-		{"unknown MAC", "/boot/ipxe?mac=52:54:00:99:99:99", 404, "no target of the site has MAC 52:54:00:99:99:99", "mac=52:54:00:99:99:99"},
+		{"unknown MAC", "/boot/ipxe?mac=52:54:00:99:99:99", 404, boothttp.NotServed, "mac=52:54:00:99:99:99"},
 		{"no MAC", "/boot/ipxe", 400, "not a MAC address", "bad request"},
 		{"bad MAC", "/boot/ipxe?mac=${net0/mac}", 400, "not a MAC address", "bad request"},
-		{"missing image", "/boot/ipxe?mac=52:54:00:00:02:01", 404, "image gone is not in the image store", "target=lost"},
-		{"missing version", "/boot/ipxe?mac=52:54:00:00:02:02", 404, "image kiosk has no version 9", "target=pinned"},
-		{"unknown MAC's kernel", "/boot/t/52-54-00-99-99-99/0/kernel", 404, "no target of the site", "mac=52:54:00:99:99:99"},
-		{"a version not bound", "/boot/t/52-54-00-00-01-01/5/kernel", 404, "boots version 0", "target=kiosk-01"},
+		{"missing image", "/boot/ipxe?mac=52:54:00:00:02:01", 404, boothttp.NotServed, `image \"gone\" is not in the image store`},
+		{"missing version", "/boot/ipxe?mac=52:54:00:00:02:02", 404, boothttp.NotServed, `image \"kiosk\" has no version 9`},
+		{"unknown MAC's kernel", "/boot/t/52-54-00-99-99-99/0/kernel", 404, boothttp.NotServed, "mac=52:54:00:99:99:99"},
+		{"a version not bound", "/boot/t/52-54-00-00-01-01/5/kernel", 404, boothttp.NotServed, "boots version 0"},
 		{"another file", "/boot/t/52-54-00-00-01-01/0/etc-shadow", 400, "names no target", "bad request"},
 		{"outside the boot paths", "/images/kiosk/v0.raw", 404, "", ""},
 	} {

@@ -65,20 +65,21 @@ func TestDeviceCacheOverlay(t *testing.T) {
 }
 
 // TestDeviceCacheRefusedWithoutAgent: with no agent, a ram target's
-// script and files are refused, saying why, in the answer, the log and
-// the boot log; a server-disk target boots.
+// script and files are refused with the answer every MAC not served
+// gets, saying why in the log and the boot log; a server-disk target
+// boots.
 func TestDeviceCacheRefusedWithoutAgent(t *testing.T) {
 	f, _ := newFixtureWith(t, func(c *boothttp.Config) { c.Script.NoAgent = "usher serve is not statically linked" })
 	f.setTargets(site.Target{Name: "pc-01", MAC: "52:54:00:00:01:03", Image: "kiosk", Cache: site.CacheRAM},
 		site.Target{Name: "kiosk-01", MAC: "52:54:00:00:01:01", Image: "kiosk", Cache: site.CacheServerDisk})
 	for _, path := range []string{"/boot/ipxe?mac=52:54:00:00:01:03", "/boot/t/52-54-00-00-01-03/0/initrd"} {
 		status, body := f.get(path)
-		if status != 404 || !strings.Contains(body, "echo usher: target pc-01: cache ram keeps its writes on the device") ||
-			!strings.Contains(body, "usher serve is not statically linked") {
+		if status != 404 || body != boot.RefusalScript(boothttp.NotServed) {
 			t.Errorf("%s: %d\n%s", path, status, body)
 		}
 	}
-	if !strings.Contains(f.logged(), "boot refused") || !strings.Contains(f.logged(), "target=pc-01") {
+	if !strings.Contains(f.logged(), "boot refused") || !strings.Contains(f.logged(), "target=pc-01") ||
+		!strings.Contains(f.logged(), "usher serve is not statically linked") {
 		t.Errorf("log:\n%s", f.logged())
 	}
 	recs := f.boots("pc-01")
