@@ -35,6 +35,13 @@ type Main struct {
 	// Listening, when set, is told each address a server listens on, by
 	// name ("http"); tests use it to find a port-0 listener.
 	Listening func(name, addr string)
+	// Hangup, when set, stands in for SIGHUP: each value sent makes the
+	// running command read its TLS certificate files again. Unset, a
+	// command serving TLS takes SIGHUP itself while it runs.
+	Hangup <-chan struct{}
+	// Reloaded, when set, is told after each reload that a hangup asked
+	// for, whatever came of it.
+	Reloaded func()
 	// Self is the command line that runs this program again, for the
 	// benches' clients in their own processes; nil means this executable.
 	Self []string

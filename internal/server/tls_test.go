@@ -318,3 +318,43 @@ func TestOpenTLSRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestZoneLeaderOverTLS: two brokers of a zone, each with a certificate
+// of its own and the other's as its peer CA, lose their site DB; the
+// second hands its zone, and its sessions, to the first over https,
+// verifying its certificate.
+func TestZoneLeaderOverTLS(t *testing.T) {
+	cs := newCutSite(t)
+	dir := t.TempDir()
+	aCert, aKey := tlstest.Valid(t, dir, "a")
+	bCert, bKey := tlstest.Valid(t, dir, "b")
+	cfgA := cs.lhcConfig(t, t.TempDir())
+	cfgA.Name, cfgA.SimVDAs = "lhc-a", 4
+	cfgA.TLSCert, cfgA.TLSKey, cfgA.PeerCA = aCert, aKey, bCert
+	a, err := server.Open(context.Background(), cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	cfgB := cfgA
+	cfgB.DataDir, cfgB.Name, cfgB.Demo, cfgB.DemoPassword, cfgB.SimVDAs = t.TempDir(), "lhc-b", false, "", 0
+	cfgB.TLSCert, cfgB.TLSKey, cfgB.PeerCA = bCert, bKey, aCert
+	b, err := server.Open(context.Background(), cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if reg, total := a.WaitSimulated(context.Background(), time.Minute); reg != total {
+		t.Fatalf("%d of %d simulated VDAs registered over TLS", reg, total)
+	}
+	for _, s := range []*server.Server{a, b} {
+		waitFor(t, 30*time.Second, "the first local copy", func() bool { return !s.LHC().Status().CopyAt.IsZero() })
+	}
+	cs.wan.Cut()
+	waitFor(t, 30*time.Second, "broker b handing its zone to a over https", func() bool {
+		leader, elsewhere := b.Broker().Delegate()
+		return elsewhere && leader == "lhc-a"
+	})
+	waitFor(t, 30*time.Second, "broker b handing its sessions to a over https", b.HandedOver)
+	cs.restore(t)
+}
