@@ -91,8 +91,8 @@ func metricsTLS(addr, cert, key string, insecure bool, log *slog.Logger, what st
 
 // serveMetrics serves h on ln, over TLS with r's certificate when r is
 // set, until the returned function stops it.
-func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader) (stop func()) {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader, log *slog.Logger) (stop func()) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	if r != nil {
 		hs.Handler = hsts(h)
 		ln = tls.NewListener(ln, r.ServerConfig())
