@@ -20,10 +20,17 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// signalContext is the program's context: done at SIGINT or SIGTERM,
+// which stop a command cleanly. (SIGHUP is the commands' own: those that
+// serve TLS read their certificate again.)
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // Main is the usher program. Tests run it in-process with their own
