@@ -140,6 +140,24 @@ func TestServeTLS(t *testing.T) {
 			t.Fatalf("usher load --ca of a missing file: exit %d %s", code, stderr)
 		}
 	})
+
+	t.Run("bench client", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "body.xml")
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"bench", "coldstart-client", "--url", nfuse, "--body", file, "--requests", "3"}
+		code, stdout, stderr := run(t, "", append(args, "--ca", cert)...)
+		if code != 0 || !strings.Contains(stdout, `"errors":0`) {
+			t.Fatalf("bench coldstart-client --ca: exit %d\n%s%s", code, stdout, stderr)
+		}
+		if code, stdout, _ := run(t, "", args...); code != 0 || !strings.Contains(stdout, "certificate") {
+			t.Fatalf("bench coldstart-client without --ca: exit %d, want its errors to name the certificate: %s", code, stdout)
+		}
+		if code, _, stderr := run(t, "", "bench", "enumerate", "--ca", cert); code != 2 || !strings.Contains(stderr, "--ca verifies an https") {
+			t.Fatalf("bench enumerate --ca without an https --url: exit %d %s", code, stderr)
+		}
+	})
 }
 
 // TestServeListenRule: a clear listener off loopback is refused, naming
