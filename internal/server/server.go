@@ -3,7 +3,6 @@ package server
 import (
 	"cmp"
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -279,7 +278,7 @@ type Server struct {
 	// verify them with.
 	tls     *tlsconf.Reloader
 	tlsCert string
-	trust   *x509.CertPool
+	trust   *trust
 
 	srv      *hotpath.Server
 	served   chan struct{} // closed when srv.Serve returns, with serveErr

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/tlsconf"
@@ -69,8 +71,9 @@ func (s *Server) openTLS() error {
 	if err != nil {
 		return err
 	}
-	s.tls, s.tlsCert, s.trust = r, cert, pool
 	leaf := r.Leaf()
+	s.tls, s.tlsCert = r, cert
+	s.trust = &trust{pool: pool, leaf: leaf}
 	s.log.Info("tls certificate loaded", "cert", cert, "subject", leaf.Subject.String(),
 		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "sha256", tlsconf.Fingerprint(leaf.Raw))
 	return nil
@@ -144,11 +147,70 @@ func overTLS(h http.Handler) http.Handler {
 	})
 }
 
-// brokerClientTLS is the TLS configuration of this process's clients of
-// the site's brokers. serverName, when set, is the name to verify in
-// place of the dialled host's.
-func (s *Server) brokerClientTLS(serverName string) *tls.Config {
-	return &tls.Config{MinVersion: tlsconf.MinVersion, RootCAs: s.trust, ServerName: serverName}
+// trust is the pool that this process's clients of the site's brokers
+// verify them with: the peer CA (or the system roots) and this broker's
+// own certificate file, read again when the listeners' certificate
+// changes, so that brokers sharing a certificate that is rotated go on
+// trusting each other.
+type trust struct {
+	mu   sync.Mutex
+	pool *x509.CertPool
+	leaf *x509.Certificate // the listeners' certificate when pool was made
+}
+
+// roots returns the pool, made again first when the listeners'
+// certificate is no longer the one it was made with.
+func (s *Server) roots() *x509.CertPool {
+	t := s.trust
+	leaf := s.tls.Leaf()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !leaf.Equal(t.leaf) {
+		if pool, err := tlsconf.TrustPool("peer CA", s.cfg.PeerCA, s.tlsCert); err == nil {
+			t.pool = pool
+		} else {
+			s.log.Error("peer trust not updated for the new certificate", "err", err)
+		}
+		t.leaf = leaf
+	}
+	return t.pool
+}
+
+// brokerTransport makes tr an HTTP/1.1 transport to the site's brokers
+// over TLS, each handshake verifying them with the current roots.
+// serverName, when set, is the name to verify in place of the dialled
+// host's.
+func (s *Server) brokerTransport(tr *http.Transport, serverName string) *http.Transport {
+	tr.ForceAttemptHTTP2 = false
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	// Through a proxy, where DialTLSContext is not used, the roots of
+	// the start verify.
+	tr.TLSClientConfig = &tls.Config{MinVersion: tlsconf.MinVersion, RootCAs: s.roots(), ServerName: serverName}
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		name := serverName
+		if name == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			name = host
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, &tls.Config{MinVersion: tlsconf.MinVersion, RootCAs: s.roots(), ServerName: name,
+			NextProtos: []string{"http/1.1"}})
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+	return tr
 }
 
 // peerClient is what this broker reaches the site's other brokers with,
@@ -158,10 +220,7 @@ func (s *Server) peerClient() (*http.Client, string) {
 	if s.tls == nil {
 		return &http.Client{Timeout: peerTimeout}, "http"
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = s.brokerClientTLS("")
-	tr.ForceAttemptHTTP2 = false
-	return &http.Client{Timeout: peerTimeout, Transport: tr}, "https"
+	return &http.Client{Timeout: peerTimeout, Transport: s.brokerTransport(http.DefaultTransport.(*http.Transport).Clone(), "")}, "https"
 }
 
 // simClient is the simulated VDAs' client of this broker, nil without
@@ -177,10 +236,7 @@ func (s *Server) simClient(idle int) *http.Client {
 	if host, _, err := net.SplitHostPort(s.addr); err == nil && leaf.VerifyHostname(host) != nil && len(leaf.DNSNames) > 0 {
 		name = leaf.DNSNames[0]
 	}
-	tr := vda.NewTransport(idle)
-	tr.TLSClientConfig = s.brokerClientTLS(name)
-	tr.ForceAttemptHTTP2 = false
-	return &http.Client{Transport: tr}
+	return &http.Client{Transport: s.brokerTransport(vda.NewTransport(idle), name)}
 }
 
 // ReloadTLS loads the listeners' certificate files again, as SIGHUP
