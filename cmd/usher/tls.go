@@ -105,7 +105,7 @@ func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader, log *slo
 // hsts adds Strict-Transport-Security to every answer.
 func hsts(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -37,10 +37,7 @@ import (
 // Defaults for Config.
 const (
 	// TLSAuto, as Config.TLSCert, makes a self-signed certificate.
-	TLSAuto = "auto"
-	// hstsHeader is the Strict-Transport-Security a TLS listener sends:
-	// a year.
-	hstsHeader             = "max-age=31536000"
+	TLSAuto                = "auto"
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultSendBuffer is the socket send buffer of client connections.

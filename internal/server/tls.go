@@ -137,7 +137,7 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 func overTLS(h http.Handler) http.Handler {
 	state := &tls.ConnectionState{HandshakeComplete: true}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Strict-Transport-Security", hstsHeader)
+		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
 		if r.TLS == nil {
 			r2 := *r
 			r2.TLS = state

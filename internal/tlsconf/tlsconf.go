@@ -40,6 +40,11 @@ import (
 // client. Cipher suites are Go's defaults.
 const MinVersion = tls.VersionTLS12
 
+// HSTS is the Strict-Transport-Security header that usher's TLS
+// listeners send with every answer: browsers that saw it come back over
+// TLS only, for a year.
+const HSTS = "max-age=31536000"
+
 // checkEvery bounds how often a Reloader looks at its files' modification
 // times; a handshake costs at most two stat calls a second.
 const checkEvery = time.Second
