@@ -202,6 +202,13 @@ func (s *Server) brokerTransport(tr *http.Transport, serverName string) *http.Tr
 		if err != nil {
 			return nil, err
 		}
+		// The transport's handshake timeout, which it applies to its own
+		// handshakes only.
+		if d := tr.TLSHandshakeTimeout; d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
 		conn := tls.Client(raw, &tls.Config{MinVersion: tlsconf.MinVersion, RootCAs: s.roots(), ServerName: name,
 			NextProtos: []string{"http/1.1"}})
 		if err := conn.HandshakeContext(ctx); err != nil {
