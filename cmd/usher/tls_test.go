@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/ctx1"
+	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/tlsconf/tlstest"
 )
@@ -449,5 +450,22 @@ func TestStreamAndHostcacheMetricsTLS(t *testing.T) {
 	_, _, stderr := startRoleStop(t, "metrics", "stream", "--store", store, "--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0", "--insecure-listen")
 	if !strings.Contains(stderr.String(), "INSECURE") {
 		t.Fatalf("no warning for an insecure metrics listener:\n%s", stderr)
+	}
+}
+
+// TestNotReadyTLS: while a broker waits for its site DB, its listener
+// answers health checks over TLS with its certificate.
+func TestNotReadyTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := tlstest.Valid(t, dir, "broker")
+	addr := "127.0.0.1:" + freePort(t)
+	stop := notReady(server.Config{Listen: addr, DataDir: dir, TLSCert: cert, TLSKey: key}, errors.New("no site DB"))
+	defer stop()
+	code, _, body := getTLS(t, "https://"+addr+"/healthz", cert)
+	if code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("/healthz over TLS: %d %q", code, body)
+	}
+	if code, _, body := getTLS(t, "https://"+addr+"/readyz", cert); code != 503 || !strings.Contains(body, "starting") {
+		t.Fatalf("/readyz over TLS: %d %q", code, body)
 	}
 }
