@@ -263,8 +263,8 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	fmt.Fprintf(m.Stdout, "  VDA enrolment secret: %s\n", secretPath)
 	curl := "curl"
 	if leaf := s.Certificate(); leaf != nil {
-		fmt.Fprintf(m.Stdout, "  TLS certificate: %s (%s, until %s)\n", s.TLSCertFile(), leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.DateOnly))
-		fmt.Fprintf(m.Stdout, "                SHA-256 %s\n", tlsconf.Fingerprint(leaf.Raw))
+		fmt.Fprintf(m.Stdout, "  TLS:          certificate %s (%s, until %s)\n", s.TLSCertFile(), leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.DateOnly))
+		fmt.Fprintf(m.Stdout, "                SHA-256 fingerprint %s\n", tlsconf.Fingerprint(leaf.Raw))
 		if leaf.IsCA && leaf.CheckSignatureFrom(leaf) == nil {
 			curl = "curl --cacert " + s.TLSCertFile()
 		}
