@@ -59,17 +59,19 @@ func curl(t *testing.T, args ...string) (string, int) {
 }
 
 // TestServeTLS runs usher serve --demo with a self-signed certificate
-// (--tls-cert auto) and reaches every listener with real clients that
+// (--tls-cert auto), whose simulated VDAs register over TLS, and reaches
+// every listener with real clients that
 // verify it: curl --cacert at the portal, the REST API and NFuse (main
 // and --nfuse-listen), Go's client, and usher load at the NFuse
 // listener. Clients that do not trust it fail with a certificate error.
 func TestServeTLS(t *testing.T) {
 	data := t.TempDir()
-	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--tls-cert", "auto", "--nfuse-listen", "127.0.0.1:0")
+	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--tls-cert", "auto", "--nfuse-listen", "127.0.0.1:0",
+		"--sim-vdas", "4", "--sim-wait", "1m")
 	base := strings.Replace(s.url, "http://", "https://", 1)
 	cert := filepath.Join(data, tlsconf.SelfSignedCert)
 	banner := s.stdout.String()
-	for _, want := range []string{base + "/console", cert, "SHA-256 ", "curl --cacert " + cert} {
+	for _, want := range []string{base + "/console", cert, "SHA-256 ", "curl --cacert " + cert, "4 simulated VDAs registered"} {
 		if !strings.Contains(banner, want) {
 			t.Errorf("banner lacks %q:\n%s", want, banner)
 		}
