@@ -124,10 +124,11 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 // the bench runs in its own process: it posts one body many times at
 // once and prints what it measured as one line of JSON.
 func (m *Main) benchColdStartClient(ctx context.Context, args []string) error {
-	fs := m.flagSet("bench coldstart-client", "--url URL --body FILE [--requests N]\n\nThe cold start's client, run by 'usher bench enumerate' in its own process: posts FILE to URL N times at once, each on its own connection, and prints the latency and errors as JSON.")
+	fs := m.flagSet("bench coldstart-client", "--url URL --body FILE [--requests N] [--ca FILE]\n\nThe cold start's client, run by 'usher bench enumerate' in its own process: posts FILE to URL N times at once, each on its own connection, and prints the latency and errors as JSON.")
 	url := fs.String("url", "", "NFuse endpoint")
 	body := fs.String("body", "", "file holding the request body")
 	n := fs.Int("requests", bench.ColdStartRequests, "requests sent at once")
+	ca := fs.String("ca", "", "PEM CA certificates that verify an https --url's certificate (default: the system roots)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -138,7 +139,7 @@ func (m *Main) benchColdStartClient(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(m.Stdout).Encode(bench.ColdStartClient(ctx, *url, string(b), *n))
+	return json.NewEncoder(m.Stdout).Encode(bench.ColdStartClient(ctx, *url, *ca, string(b), *n))
 }
 
 // benchFlags are every experiment's.
@@ -383,6 +384,7 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.StepDuration, "step-duration", cfg.StepDuration, "how long each level lasts")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "the start of each level not measured")
 	fs.StringVar(&cfg.URL, "url", "", "NFuse endpoint to load (default: the bench site's "+bench.NFusePath+"); it must accept the bench site's users")
+	fs.StringVar(&cfg.CA, "ca", "", "PEM CA certificates that verify an https --url's certificate, the server's own for a self-signed one (default: the system roots; never skipped)")
 	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx binary for the yardstick column (\"\" to skip)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "users taking turns; each enumerates once, cold, before the steps")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the steps this many times (in process: usher's then nginx's; with wrk: usher, nginx and the ceiling in turn at each level) and report each level's median round")
@@ -412,6 +414,9 @@ func (m *Main) benchEnumerate(ctx context.Context, args []string) error {
 	}
 	if cfg.URL != "" && !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return usageError{fmt.Sprintf("--url %q is not an http:// or https:// URL", cfg.URL)}
+	}
+	if cfg.CA != "" && !strings.HasPrefix(cfg.URL, "https://") {
+		return usageError{"--ca verifies an https:// --url"}
 	}
 	return m.runBench(b, args, "enumerate", func(env bench.Env) (*loadgen.Report, error) { return bench.Enumerate(ctx, env, cfg) })
 }

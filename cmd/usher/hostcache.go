@@ -16,6 +16,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 // vmFlag is --vm NAME=IMAGE, repeated.
@@ -112,7 +113,10 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	record := fs.String("record-boots", "", "record each VM boot's reads of its image (its first --record-for) in DIR/VM.trace, for 'usher hostcache warm --trace' on other hosts")
 	recordFor := fs.Duration("record-for", 2*time.Minute, "how long of each boot --record-boots records")
 	listen := fs.String("listen", "unix:/run/usher/hostcache.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
-	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --metrics-tls-cert)")
+	metricsCert := fs.String("metrics-tls-cert", "", "PEM certificate (chain) that --metrics-listen serves TLS with, read again when it changes or on SIGHUP; with --metrics-tls-key")
+	metricsKey := fs.String("metrics-tls-key", "", "PEM private key of --metrics-tls-cert")
+	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --metrics-listen without --metrics-tls-cert (anyone who reaches it reads the metrics)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -147,6 +151,14 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	log, err := lf.logger(m.Stderr)
 	if err != nil {
 		return err
+	}
+	var metricsTLSCert *tlsconf.Reloader
+	if *metricsListen != "" {
+		if metricsTLSCert, err = metricsTLS(*metricsListen, *metricsCert, *metricsKey, *insecure, log, "--metrics-tls-cert"); err != nil {
+			return err
+		}
+	} else if *metricsCert != "" || *metricsKey != "" {
+		return usageError{"--metrics-tls-cert and --metrics-tls-key need --metrics-listen"}
 	}
 	cache, err := hostcache.Open(filepath.Join(*dir, "blocks"), hostcache.Options{Size: capacity, BlockSize: int(bs), Logger: log})
 	if err != nil {
@@ -190,5 +202,5 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	st := cache.Stats()
 	log.Info("host cache ready", "dir", *dir, "blocks", st.Slots, "block_size", cache.BlockSize(), "recovered", st.Recovered,
 		"vms", len(vms), "writes", *writes)
-	return m.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: hx, Logger: log}, &reg, hx)
+	return m.serveNBD(ctx, log, *listen, *metricsListen, metricsTLSCert, &nbd.Server{Exports: hx, Logger: log}, &reg, hx)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -23,7 +22,10 @@ var testSelf = []string{"/usr/bin/env", runAsUsher + "=1", os.Args[0]}
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsUsher) == "1" {
 		main := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-		os.Exit(main.Run(context.Background(), os.Args[1:]))
+		ctx, stop := signalContext()
+		code := main.Run(ctx, os.Args[1:])
+		stop()
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(mainFunc(func() int { return pgtest.Main(m) }))
 }

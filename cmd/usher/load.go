@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/bench"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 const loadUsage = `--target KIND --url URL [target flags] [--executor KIND executor flags] [output flags]
@@ -67,18 +69,20 @@ status 1 when one fails: p99<50ms, avg<=2s, errors<1%, tps>=100, dropped==0.
 Examples:
   usher load --target nfuse --url http://127.0.0.1:8080/scripts/wpnbr.dll \
     --demo-users 1000 --password secret --executor stepped --concurrency 10:10:100 --step-duration 1m
+  usher load --target nfuse --url https://broker.example:8443/scripts/wpnbr.dll --ca site-ca.pem \
+    --demo-users 1000 --password secret --executor fixed --concurrency 50 --requests 10000
   usher load users --count 1000 --password secret > users.txt
   usher load --target rest --url http://127.0.0.1:8080 --users users.txt \
     --flow login,launch,logoff --apps office-writer-001 --executor rate --rate 20 \
     --step-duration 5m --threshold 'p99<2s' --out report/`
 
 type loadFlags struct {
-	target, url, bodyFile, usersFile, encoding, apps, flow, method string
-	demoUsers                                                      int
-	password                                                       string
-	headers, thresholds                                            multiFlag
-	expectStatus, expectBody, expectMatch                          string
-	reuseTokens                                                    bool
+	target, url, ca, bodyFile, usersFile, encoding, apps, flow, method string
+	demoUsers                                                          int
+	password                                                           string
+	headers, thresholds                                                multiFlag
+	expectStatus, expectBody, expectMatch                              string
+	reuseTokens                                                        bool
 
 	executor, concurrency, rate, ramp, policy string
 	stepDuration, warmup, cooldown, window    time.Duration
@@ -103,6 +107,7 @@ func (m *Main) load(ctx context.Context, args []string) error {
 	fs := m.flagSet("load", loadUsage)
 	fs.StringVar(&f.target, "target", "", "what to load: nfuse, nfuse-launch, rest or http (required)")
 	fs.StringVar(&f.url, "url", "", "the URL to load: the NFuse XML service, the REST API's base, or the HTTP request's (required)")
+	fs.StringVar(&f.ca, "ca", "", "PEM CA certificates that verify an https --url's certificate, the server's own for a self-signed one (default: the system roots; a certificate neither verifies is an error, never skipped)")
 	fs.StringVar(&f.bodyFile, "body-file", "", "request body template (nfuse: default the IMA/FMA test's RequestAppData)")
 	fs.StringVar(&f.usersFile, "users", "", "users file: user:password lines or CSV with user,password[,domain]")
 	fs.IntVar(&f.demoUsers, "demo-users", 0, "instead of --users: the demo site's users user0001..N in domain "+bench.Domain+", with --password")
@@ -249,7 +254,17 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 			apps = append(apps, a)
 		}
 	}
-	client := loadgen.NewClient(256)
+	if f.ca != "" && !strings.HasPrefix(f.url, "https://") {
+		return nil, usageError{"--ca verifies an https:// --url"}
+	}
+	var tlsCfg *tls.Config
+	if f.ca != "" {
+		var err error
+		if tlsCfg, err = tlsconf.ClientConfig("--ca", f.ca); err != nil {
+			return nil, usageError{err.Error()}
+		}
+	}
+	client := loadgen.NewClientTLS(256, tlsCfg)
 	switch f.target {
 	case "nfuse", "nfuse-launch":
 		if f.target == "nfuse-launch" && body == "" {

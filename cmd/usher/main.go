@@ -20,10 +20,17 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// signalContext is the program's context: done at SIGINT or SIGTERM,
+// which stop a command cleanly. (SIGHUP is the commands' own: those that
+// serve TLS read their certificate again.)
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // Main is the usher program. Tests run it in-process with their own
@@ -35,6 +42,13 @@ type Main struct {
 	// Listening, when set, is told each address a server listens on, by
 	// name ("http"); tests use it to find a port-0 listener.
 	Listening func(name, addr string)
+	// Hangup, when set, stands in for SIGHUP: each value sent makes the
+	// running command read its TLS certificate files again. Unset, a
+	// command serving TLS takes SIGHUP itself while it runs.
+	Hangup <-chan struct{}
+	// Reloaded, when set, is told after each reload that a hangup asked
+	// for, whatever came of it.
+	Reloaded func()
 	// Self is the command line that runs this program again, for the
 	// benches' clients in their own processes; nil means this executable.
 	Self []string

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/api"
@@ -43,6 +45,10 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.StringVar(&cfg.Name, "name", "", "this broker's name in the site's broker registry (default: the host name); two running brokers cannot share one")
 	fs.StringVar(&cfg.Zone, "zone", "", "the zone this broker is in (default: the primary zone): the user location of its launches; given, it takes only that zone's VDAs (and, in the primary zone, those of zones with primary_fallback)")
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the HTTP listener (admin API, health)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) that the HTTP listeners (--listen, --nfuse-listen) serve TLS with, read again when it changes or on SIGHUP; with --tls-key. \"auto\": a self-signed certificate made in the data directory (for a demo or a test: clients then need it, curl --cacert)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "allow --listen and --nfuse-listen off loopback without TLS (anyone on the network reads and changes passwords, tickets and machine credentials)")
+	fs.StringVar(&cfg.PeerCA, "peer-ca", "", "with TLS: PEM CA certificates that sign the site's other brokers' certificates, verified when this broker hands launches to its zone's leader (default: the system roots; this broker's own --tls-cert is trusted too)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port at which the site's other brokers reach this one's listener (a zone's brokers hand launches to its leader while the site DB is down; default: the listen address, with this host's name for a wildcard host)")
 	startRetry := time.Duration(0)
 	if isBroker {
@@ -124,12 +130,33 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 		return usageError{fmt.Sprintf("--boot-listen %s is not a loopback address: anyone who reaches it boots as any target of the site "+
 			"(firmware has no credentials) and reads its image's kernel and initramfs; pass --insecure-boot-listen on a network for the targets alone", cfg.BootListen)}
 	}
+	if cfg.TLSCert != server.TLSAuto && (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return usageError{"--tls-cert and --tls-key go together (or --tls-cert auto, alone)"}
+	}
+	if cfg.TLSCert == server.TLSAuto && cfg.TLSKey != "" {
+		return usageError{"--tls-cert auto makes its own key: no --tls-key"}
+	}
+	if cfg.PeerCA != "" && cfg.TLSCert == "" {
+		return usageError{"--peer-ca needs TLS: --tls-cert"}
+	}
+	for _, l := range []struct{ flag, addr string }{{"--listen", cfg.Listen}, {"--nfuse-listen", cfg.NFuseListen}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := tlsconf.CheckListen(l.flag, l.addr, cfg.TLSCert != "", cfg.InsecureListen); err != nil {
+			return usageError{err.Error()}
+		}
+	}
 	if cfg.Logger, err = logs.logger(m.Stderr); err != nil {
 		return err
 	}
 	s, err := openRetrying(ctx, cfg, startRetry)
 	if err != nil {
 		return err
+	}
+	if s.Certificate() != nil {
+		stop := m.hangups(ctx, cfg.Logger, s.ReloadTLS)
+		defer stop()
 	}
 	// The banner comes last, after the simulated VDAs have registered (or
 	// given up waiting), so that the credentials do not scroll away under
@@ -168,7 +195,7 @@ func openRetrying(ctx context.Context, cfg server.Config, retry time.Duration) (
 		if cfg.Logger != nil {
 			cfg.Logger.Warn("the site DB does not answer; trying again", "in", delay, "err", err)
 		}
-		stop := notReady(cfg.Listen, err)
+		stop := notReady(cfg, err)
 		select {
 		case <-ctx.Done():
 			stop()
@@ -185,10 +212,23 @@ func openRetrying(ctx context.Context, cfg server.Config, retry time.Duration) (
 // every other path: 503 unavailable, saying why), so that a load
 // balancer or an orchestrator sees a broker starting rather than none.
 // It returns what stops it; when addr cannot be bound, it serves nothing.
-func notReady(addr string, why error) (stop func()) {
-	ln, err := net.Listen("tcp", addr)
+// With TLS it serves the listener's certificate (the self-signed one that
+// the failed start made), or nothing when it does not load.
+func notReady(cfg server.Config, why error) (stop func()) {
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return func() {}
+	}
+	if cert, key := cfg.TLSCert, cfg.TLSKey; cert != "" {
+		if cert == server.TLSAuto {
+			cert, key = filepath.Join(cfg.DataDir, tlsconf.SelfSignedCert), filepath.Join(cfg.DataDir, tlsconf.SelfSignedKey)
+		}
+		r, err := tlsconf.NewReloader(cert, key, nil)
+		if err != nil {
+			ln.Close()
+			return func() {}
+		}
+		ln = tls.NewListener(ln, r.ServerConfig())
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": site.EUnavailable,
 		"message": "this broker is starting: its site DB does not answer yet (" + site.ErrorMessage(why) + ")"}})
@@ -217,8 +257,8 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	fmt.Fprintf(m.Stdout, "  OpenAPI:      %s/api/openapi.json\n", base)
 	fmt.Fprintf(m.Stdout, "  User API:     %s/api/v1/login, /api/v1/resources\n", base)
 	fmt.Fprintf(m.Stdout, "  NFuse XML:    %s/scripts/wpnbr.dll\n", base)
-	if a := s.NFuseAddr(); a != "" {
-		fmt.Fprintf(m.Stdout, "                and http://%s/scripts/wpnbr.dll\n", a)
+	if u := s.NFuseURL(); u != "" {
+		fmt.Fprintf(m.Stdout, "                and %s/scripts/wpnbr.dll\n", u)
 	}
 	if a := s.BootAddr(); a != "" {
 		fmt.Fprintf(m.Stdout, "  Network boot: http://%s/boot/script.ipxe  (iPXE chain script; targets: /api/v1/admin/targets)\n", a)
@@ -226,6 +266,14 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	fmt.Fprintf(m.Stdout, "  Metrics:      %s/metrics\n", base)
 	fmt.Fprintf(m.Stdout, "  Health:       %s/healthz  %s/readyz\n", base, base)
 	fmt.Fprintf(m.Stdout, "  VDA enrolment secret: %s\n", secretPath)
+	curl := "curl"
+	if leaf := s.Certificate(); leaf != nil {
+		fmt.Fprintf(m.Stdout, "  TLS:          certificate %s (%s, until %s)\n", s.TLSCertFile(), leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.DateOnly))
+		fmt.Fprintf(m.Stdout, "                SHA-256 fingerprint %s\n", tlsconf.Fingerprint(leaf.Raw))
+		if leaf.IsCA && leaf.CheckSignatureFrom(leaf) == nil {
+			curl = "curl --cacert " + s.TLSCertFile()
+		}
+	}
 	if isDemo {
 		password := s.DemoPassword()
 		if password != "" {
@@ -236,7 +284,7 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 		}
 		fmt.Fprintf(m.Stdout, "  admin:        %s\n", demo.Admin)
 		fmt.Fprintf(m.Stdout, "  users:        user0001 .. user1000 (domain DEMO)\n")
-		fmt.Fprintf(m.Stdout, "\nTry: curl -u %s:%s %s/api/v1/admin/applications?limit=5\n", demo.Admin, password, base)
+		fmt.Fprintf(m.Stdout, "\nTry: %s -u %s:%s %s/api/v1/admin/applications?limit=5\n", curl, demo.Admin, password, base)
 	}
 	fmt.Fprintln(m.Stdout)
 }

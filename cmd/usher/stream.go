@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -52,12 +51,12 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	lf.register(fs)
 	store := fs.String("store", "", "image store directory (required)")
 	listen := fs.String("listen", fmt.Sprintf("127.0.0.1:%d", nbd.DefaultPort), "NBD listen address: host:port or unix:/path")
-	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --listen without --tls require (anyone who reaches it reads every image)")
+	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --listen without --tls require, and a non-loopback --metrics-listen without --tls-cert (anyone who reaches them reads every image, or the metrics)")
 	ramCache := fs.String("ram-cache", "1GiB", "server RAM cache of image blocks shared by every target (0 to disable)")
 	writeCache := fs.String("write-cache", "", "directory for per-target server-disk write caches; empty: exports are read-only (targets cache on the device)")
-	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --tls-cert)")
 	workers := fs.Int("workers", 16, "requests in progress per connection")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) for NBD_OPT_STARTTLS; with --tls-key")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) for NBD_OPT_STARTTLS and the --metrics-listen listener, read again when it changes or on SIGHUP; with --tls-key")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	tlsMode := fs.String("tls", "", "off, on (clients may upgrade with STARTTLS) or require (refuse every option before STARTTLS); default on with --tls-cert, else off")
 	clientCA := fs.String("tls-client-ca", "", "PEM CA certificates that sign the client certificates which authenticate targets and writers")
@@ -71,9 +70,21 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	tlsConfig, requireTLS, err := serverTLS(*tlsCert, *tlsKey, *tlsMode)
+	log, err := lf.logger(m.Stderr)
 	if err != nil {
 		return err
+	}
+	tlsConfig, cert, requireTLS, err := serverTLS(*tlsCert, *tlsKey, *tlsMode, log)
+	if err != nil {
+		return err
+	}
+	if *metricsListen != "" {
+		if err := tlsconf.CheckListen("--metrics-listen", *metricsListen, cert != nil, *insecure); err != nil {
+			return usageError{err.Error()}
+		}
+		if cert == nil && !tlsconf.LoopbackAddr(*metricsListen) {
+			log.Warn("INSECURE: --metrics-listen is off loopback and speaks clear HTTP (--insecure-listen)", "addr", *metricsListen)
+		}
 	}
 	if *clientCA != "" {
 		if tlsConfig == nil {
@@ -123,10 +134,6 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	if *maxConns < 0 || *writeTimeout <= 0 {
 		return usageError{"--max-connections and --write-timeout must be positive"}
 	}
-	log, err := lf.logger(m.Stderr)
-	if err != nil {
-		return err
-	}
 	st, err := openStore(*store)
 	if err != nil {
 		return err
@@ -150,7 +157,7 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	defer exports.Close()
 	srv := &nbd.Server{Exports: exports, Logger: log, Workers: *workers, TLS: tlsConfig, RequireTLS: requireTLS,
 		MaxConnections: *maxConns, MaxInFlight: perConn, MaxTotalInFlight: total, WriteTimeout: *writeTimeout}
-	return m.serveNBD(ctx, log, *listen, *metricsListen, srv, &reg)
+	return m.serveNBD(ctx, log, *listen, *metricsListen, cert, srv, &reg)
 }
 
 // loadCAs reads a PEM file of CA certificates for flag.
@@ -166,8 +173,10 @@ func loadCAs(flag, path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// serverTLS loads the stream server's TLS configuration from the flags.
-func serverTLS(cert, key, mode string) (*tls.Config, bool, error) {
+// serverTLS loads the stream server's TLS configuration from the flags:
+// the NBD listener's, and the certificate (nil: none), which the metrics
+// listener serves too.
+func serverTLS(cert, key, mode string, log *slog.Logger) (*tls.Config, *tlsconf.Reloader, bool, error) {
 	if mode == "" {
 		mode = "off"
 		if cert != "" {
@@ -177,26 +186,29 @@ func serverTLS(cert, key, mode string) (*tls.Config, bool, error) {
 	switch mode {
 	case "off":
 		if cert != "" || key != "" {
-			return nil, false, usageError{"--tls off with --tls-cert or --tls-key"}
+			return nil, nil, false, usageError{"--tls off with --tls-cert or --tls-key"}
 		}
-		return nil, false, nil
+		return nil, nil, false, nil
 	case "on", "require":
 	default:
-		return nil, false, usageError{fmt.Sprintf("--tls %q is not off, on or require", mode)}
+		return nil, nil, false, usageError{fmt.Sprintf("--tls %q is not off, on or require", mode)}
 	}
 	if cert == "" || key == "" {
-		return nil, false, usageError{"--tls " + mode + " needs --tls-cert and --tls-key"}
+		return nil, nil, false, usageError{"--tls " + mode + " needs --tls-cert and --tls-key"}
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
+	r, err := tlsconf.NewReloader(cert, key, log.With("component", "tls"))
 	if err != nil {
-		return nil, false, fmt.Errorf("tls certificate: %w", err)
+		return nil, nil, false, err
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, mode == "require", nil
+	cfg := r.ServerConfig()
+	cfg.NextProtos = nil // NBD, not HTTP
+	return cfg, r, mode == "require", nil
 }
 
-// serveNBD runs srv on listen (and /metrics on metricsListen)
-// until ctx is done.
-func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, srv *nbd.Server, reg *meter.Registry, extra ...prometheus.Collector) error {
+// serveNBD runs srv on listen (and /metrics on metricsListen, over TLS
+// with cert when set) until ctx is done. With cert, SIGHUP reads its files
+// again.
+func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, cert *tlsconf.Reloader, srv *nbd.Server, reg *meter.Registry, extra ...prometheus.Collector) error {
 	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
 		// A socket in a missing directory (/run/usher): make it, open to
 		// the local NBD clients (QEMU) that connect as other users.
@@ -213,7 +225,11 @@ func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsLi
 	}
 	log.Info("nbd server listening", "addr", ln.Addr().String(), "tls", srv.TLS != nil, "require_tls", srv.RequireTLS,
 		"client_certs", srv.TLS != nil && srv.TLS.ClientCAs != nil)
-	var hs *http.Server
+	if cert != nil {
+		stop := m.hangups(ctx, log, cert.Reload)
+		defer stop()
+	}
+	stopMetrics := func() {}
 	if metricsListen != "" {
 		mln, err := net.Listen("tcp", metricsListen)
 		if err != nil {
@@ -229,11 +245,10 @@ func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsLi
 		pr.MustRegister(extra...)
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		if m.Listening != nil {
 			m.Listening("metrics", mln.Addr().String())
 		}
-		go hs.Serve(mln)
+		stopMetrics = serveMetrics(mln, mux, cert, log)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -242,9 +257,7 @@ func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsLi
 	case err = <-errc:
 	}
 	srv.Close()
-	if hs != nil {
-		hs.Close()
-	}
+	stopMetrics()
 	if err == nil {
 		err = <-errc
 	}

@@ -209,7 +209,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	return mm.serveNBD(ctx, log, *listen, *metricsListen, &nbd.Server{Exports: exports, Logger: log}, &reg, extra...)
+	return mm.serveNBD(ctx, log, *listen, *metricsListen, nil, &nbd.Server{Exports: exports, Logger: log}, &reg, extra...)
 }
 
 // loopbackUp brings the loopback interface up when listen is a TCP

@@ -23,6 +23,7 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 // coldYardstick is the nginx that calibrates the cold start's client:
@@ -74,7 +75,7 @@ func (c ColdStart) Within() float64 {
 // the check alone is timed there too. Otherwise they come from this
 // process. With y's nginx, the same client then sends the same requests
 // to nginx serving the same answer, for the client's own floor.
-func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen.Credential, n int, y coldYardstick) (ColdStart, error) {
+func coldStart(ctx context.Context, env Env, site Site, url, ca string, user loadgen.Credential, n int, y coldYardstick) (ColdStart, error) {
 	c := ColdStart{Requests: n, Checks: -1, Client: "Go HTTP client in the bench process, one connection per request"}
 	plan := benchkit.PlanCPUs()
 	if len(env.Self) > 0 {
@@ -112,9 +113,9 @@ func coldStart(ctx context.Context, env Env, site Site, url string, user loadgen
 	}
 	send := func(url string) (ColdStartResult, error) {
 		if len(env.Self) == 0 {
-			return ColdStartClient(ctx, url, body, n), nil
+			return ColdStartClient(ctx, url, ca, body, n), nil
 		}
-		res, note, err := coldStartProcess(ctx, env.Self, plan, url, body, n)
+		res, note, err := coldStartProcess(ctx, env.Self, plan, url, ca, body, n)
 		c.Client = note
 		return res, err
 	}
@@ -179,7 +180,8 @@ type ColdStartResult struct {
 }
 
 // ColdStartClient posts body to url n times at once, each on its own
-// connection, and measures the answers. It is the client of the cold
+// connection, and measures the answers. An https server's certificate is
+// verified with the CA bundle in ca (empty: the system roots). It is the client of the cold
 // start, run by 'usher bench coldstart-client' in its own process.
 //
 // What the client itself costs is kept out of the timed part where it
@@ -191,7 +193,7 @@ type ColdStartResult struct {
 // before the requests go, not kept: copying each answer into fresh
 // memory made the client's floor against nginx 1.9 × one argon2id
 // check in one VM.
-func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResult {
+func ColdStartClient(ctx context.Context, url, ca, body string, n int) ColdStartResult {
 	fail := func(err error) ColdStartResult {
 		return ColdStartResult{Errors: n, FirstError: err.Error()}
 	}
@@ -208,7 +210,11 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 	switch req.URL.Scheme {
 	case "http":
 	case "https":
-		dial, port = (&tls.Dialer{}).DialContext, "443" // the server's name from host
+		cfg, err := tlsconf.ClientConfig("--ca", ca)
+		if err != nil {
+			return fail(err)
+		}
+		dial, port = (&tls.Dialer{Config: cfg}).DialContext, "443" // the server's name from host
 	default:
 		return fail(fmt.Errorf("the cold start's client speaks http and https, not %q", req.URL.Scheme))
 	}
@@ -257,7 +263,7 @@ func ColdStartClient(ctx context.Context, url, body string, n int) ColdStartResu
 
 // coldStartProcess runs the cold start's client as self (this binary)
 // 'bench coldstart-client' in its own process, as the plan pins it.
-func coldStartProcess(ctx context.Context, self []string, plan benchkit.Plan, url, body string, n int) (ColdStartResult, string, error) {
+func coldStartProcess(ctx context.Context, self []string, plan benchkit.Plan, url, ca, body string, n int) (ColdStartResult, string, error) {
 	var r ColdStartResult
 	dir, err := os.MkdirTemp("", "usher-coldstart-*")
 	if err != nil {
@@ -269,6 +275,9 @@ func coldStartProcess(ctx context.Context, self []string, plan benchkit.Plan, ur
 		return r, "", err
 	}
 	args := append(slices.Clone(self[1:]), "bench", "coldstart-client", "--url", url, "--requests", strconv.Itoa(n), "--body", bodyFile)
+	if ca != "" {
+		args = append(args, "--ca", ca)
+	}
 	cmd, note := benchkit.Command(plan, self[0], args...)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,25 +39,33 @@ func TestColdStartClient(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	res := ColdStartClient(context.Background(), srv.URL, "enumerate", 20)
+	res := ColdStartClient(context.Background(), srv.URL, "", "enumerate", 20)
 	if res.Errors != 0 || requests.Load() != 20 || short.Load() != 0 {
 		t.Fatalf("%+v after %d requests (%d cut short)", res, requests.Load(), short.Load())
 	}
 	if res.P50 <= 0 || res.P99 < res.P50 {
 		t.Errorf("p50 %v, p99 %v", res.P50, res.P99)
 	}
-	if res := ColdStartClient(context.Background(), "ftp://127.0.0.1/", "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "ftp") {
+	if res := ColdStartClient(context.Background(), "ftp://127.0.0.1/", "", "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "ftp") {
 		t.Errorf("an ftp URL: %+v, want 3 errors naming the scheme", res)
 	}
 	// https is spoken: the test server's certificate is not trusted,
 	// where plain HTTP would have read a malformed answer.
 	tsrv := httptest.NewTLSServer(srv.Config.Handler)
 	defer tsrv.Close()
-	if res := ColdStartClient(context.Background(), tsrv.URL, "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "certificate") {
+	if res := ColdStartClient(context.Background(), tsrv.URL, "", "enumerate", 3); res.Errors != 3 || !strings.Contains(res.FirstError, "certificate") {
 		t.Errorf("https: %+v, want 3 certificate errors", res)
 	}
+	// With the server's certificate as the CA: answered.
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tsrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := ColdStartClient(context.Background(), tsrv.URL, ca, "enumerate", 3); res.Errors != 0 {
+		t.Errorf("https with --ca: %+v, want no errors", res)
+	}
 	for _, body := range []string{"error", "late error", "status"} {
-		if res := ColdStartClient(context.Background(), srv.URL, body, 3); res.Errors != 3 || res.FirstError == "" {
+		if res := ColdStartClient(context.Background(), srv.URL, "", body, 3); res.Errors != 3 || res.FirstError == "" {
 			t.Errorf("%s answers: %+v, want 3 errors", body, res)
 		}
 	}

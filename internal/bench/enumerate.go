@@ -19,6 +19,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
 // startNginxUnless starts nginx serving answer for the in-process
@@ -46,6 +47,9 @@ type EnumerateConfig struct {
 	Warmup       time.Duration
 	// URL is the NFuse endpoint; empty: the bench site's NFusePath.
 	URL string
+	// CA is a PEM bundle that verifies an https URL's certificate
+	// (empty: the system roots).
+	CA string
 	// Nginx is the nginx binary; empty: no nginx column.
 	Nginx string
 	// Users take turns (the IMA/FMA test's WCAT sent one user's credentials).
@@ -92,8 +96,13 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	}
 	users := Users(nusers, password)
 	maxConc := cfg.Concurrency[len(cfg.Concurrency)-1]
-	usher := &loadgen.NFuse{Client: loadgen.NewClient(maxConc), URL: url, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
-	answer, apps, err := probeNFuse(ctx, url, users[0])
+	tlsCfg, err := tlsconf.ClientConfig("--ca", cfg.CA)
+	if err != nil {
+		return nil, err
+	}
+	client := loadgen.NewClientTLS(maxConc, tlsCfg)
+	usher := &loadgen.NFuse{Client: client, URL: url, Body: loadgen.AppDataRequest, Users: users, Encoding: loadgen.Ctx1}
+	answer, apps, err := probeNFuse(ctx, client, url, users[0])
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +114,7 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	if cfg.URL != "" {
 		counted = nil // another site's checks are not ours to count
 	}
-	cs, err := coldStart(ctx, env, counted, url, users[len(users)-1], ColdStartRequests, coldYardstick{
+	cs, err := coldStart(ctx, env, counted, url, cfg.CA, users[len(users)-1], ColdStartRequests, coldYardstick{
 		nginx:  cfg.Nginx,
 		tuning: cfg.nginxTuning(benchkit.PlanCPUs()),
 		answer: answer,
@@ -186,7 +195,9 @@ func Enumerate(ctx context.Context, env Env, cfg EnumerateConfig) (*loadgen.Repo
 	rep = finishEnumerate(rep, ngxMedian, apps, len(answer), cfg)
 	rep.Tables = append(rep.Tables, cs.table())
 	rep.Headlines = append(rep.Headlines, cs.headline())
-	if cfg.Wrk != "" && runErr == nil {
+	if cfg.Wrk != "" && runErr == nil && strings.HasPrefix(url, "https://") {
+		rep.Notes = append(rep.Notes, "wrk not run: it does not verify an https server's certificate")
+	} else if cfg.Wrk != "" && runErr == nil {
 		base := s.URL()
 		if cfg.URL != "" {
 			base = "" // another site: its REST API is not known to be there
@@ -620,14 +631,17 @@ func EnumerateTable(usher, ngx *loadgen.Result) loadgen.Table {
 // probeNFuse sends one enumeration and returns the answer and how many
 // applications it lists, or a clear error when the endpoint is missing or
 // refuses the credentials.
-func probeNFuse(ctx context.Context, url string, user loadgen.Credential) ([]byte, int, error) {
+func probeNFuse(ctx context.Context, client *http.Client, url string, user loadgen.Credential) ([]byte, int, error) {
 	body := loadgen.ParseTemplate(loadgen.AppDataRequest).Expand(loadgen.Vars{Cred: user, Encoding: loadgen.Ctx1}, nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "text/xml")
-	resp, err := http.DefaultClient.Do(req)
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("NFuse endpoint %s: %w", url, err)
 	}

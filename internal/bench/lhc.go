@@ -196,7 +196,7 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 	rep := loadgen.NewReport("usher bench lhc (the Local Host Cache: brokering through a site-DB outage, seed 000)", "")
 	user := loadgen.Credential{User: demo.UserName(demo.Users), Password: password, Domain: "DEMO"}
 	nfuseURL := s.URL() + NFusePath
-	answer, apps, err := probeNFuse(ctx, nfuseURL, user)
+	answer, apps, err := probeNFuse(ctx, nil, nfuseURL, user)
 	if err != nil {
 		return nil, err
 	}

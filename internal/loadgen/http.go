@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -20,8 +21,13 @@ import (
 // up to conns of them idle per host (one per virtual client), no
 // compression, no redirects followed, and no timeout of its own (each
 // transaction's context bounds it).
-func NewClient(conns int) *http.Client {
+func NewClient(conns int) *http.Client { return NewClientTLS(conns, nil) }
+
+// NewClientTLS is NewClient verifying https servers with cfg (nil: Go's
+// defaults, the system roots), over HTTP/1.1 as NFuse clients speak.
+func NewClientTLS(conns int, cfg *tls.Config) *http.Client {
 	tr := &http.Transport{
+		TLSClientConfig:     cfg,
 		Proxy:               nil, // a load test goes where it is told
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        0,

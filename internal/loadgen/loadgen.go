@@ -41,6 +41,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -64,11 +65,12 @@ func (f TargetFunc) Do(ctx context.Context, i int64) error { return f(ctx, i) }
 
 // Error kinds that are not an HTTP status or an NFuse ErrorId.
 const (
-	KindTransport = "transport"     // connection refused, reset, malformed response
-	KindTimeout   = "timeout"       // the transaction outlived its timeout
-	KindMismatch  = "body-mismatch" // the answer lacked what was expected
-	KindCanceled  = "canceled"      // the run was stopped mid-transaction
-	KindOther     = "other"         // an error of no known kind
+	KindTransport = "transport"       // connection refused, reset, malformed response
+	KindTLS       = "tls-certificate" // the server's certificate did not verify (usher load --ca)
+	KindTimeout   = "timeout"         // the transaction outlived its timeout
+	KindMismatch  = "body-mismatch"   // the answer lacked what was expected
+	KindCanceled  = "canceled"        // the run was stopped mid-transaction
+	KindOther     = "other"           // an error of no known kind
 )
 
 // StatusKind is the kind of an unexpected HTTP status: "http-503".
@@ -111,6 +113,9 @@ func KindOf(err error) string {
 	}
 	if errors.Is(err, context.Canceled) {
 		return KindCanceled
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return KindTLS
 	}
 	if ne, ok := errors.AsType[net.Error](err); ok {
 		if ne.Timeout() {

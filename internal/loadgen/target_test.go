@@ -114,6 +114,19 @@ func TestNFuseTarget(t *testing.T) {
 	if k := KindOf((&NFuse{URL: dead.URL, Users: users}).Do(context.Background(), 0)); k != KindTransport {
 		t.Errorf("kind of a refused connection: %q", k)
 	}
+	// A certificate the client does not trust: a certificate error; one it
+	// trusts (NewClientTLS): answered.
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "<NFuseProtocol><ResponseAppData></ResponseAppData></NFuseProtocol>")
+	}))
+	defer tlsSrv.Close()
+	if k := KindOf((&NFuse{Client: NewClient(1), URL: tlsSrv.URL, Users: users}).Do(context.Background(), 0)); k != KindTLS {
+		t.Errorf("kind of an untrusted certificate: %q", k)
+	}
+	trusting := NewClientTLS(1, tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig)
+	if err := (&NFuse{Client: trusting, URL: tlsSrv.URL, Users: users}).Do(context.Background(), 0); err != nil {
+		t.Errorf("a client trusting the certificate: %v", err)
+	}
 }
 
 func TestRequestTarget(t *testing.T) {

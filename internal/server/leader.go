@@ -47,6 +47,7 @@ type zoneLeader struct {
 	lh         *lhc.Store
 	signer     *auth.Signer
 	client     *http.Client
+	scheme     string // of the peers' URLs: http or https
 	log        *slog.Logger
 
 	mu        sync.Mutex
@@ -61,9 +62,9 @@ type zoneLeader struct {
 
 var _ broker.Delegate = (*zoneLeader)(nil)
 
-func newZoneLeader(self, zone string, lh *lhc.Store, signer *auth.Signer, log *slog.Logger) *zoneLeader {
+func newZoneLeader(self, zone string, lh *lhc.Store, signer *auth.Signer, client *http.Client, scheme string, log *slog.Logger) *zoneLeader {
 	return &zoneLeader{self: self, zone: zone, lh: lh, signer: signer, log: log.With("component", "zone-leader"),
-		client: &http.Client{Timeout: peerTimeout}}
+		client: client, scheme: scheme}
 }
 
 func (z *zoneLeader) Leader() (string, bool) {
@@ -268,7 +269,7 @@ func (z *zoneLeader) post(ctx context.Context, leader site.BrokerRecord, op stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader.Address+"/api/v1/peer/"+op, bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, z.scheme+"://"+leader.Address+"/api/v1/peer/"+op, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -29,12 +29,15 @@ import (
 	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/web"
 )
 
 // Defaults for Config.
 const (
+	// TLSAuto, as Config.TLSCert, makes a self-signed certificate.
+	TLSAuto                = "auto"
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultSendBuffer is the socket send buffer of client connections.
@@ -90,6 +93,27 @@ type Config struct {
 	// NFuseListen, when set, also serves the NFuse XML service alone on
 	// this address.
 	NFuseListen string
+
+	// TLSCert and TLSKey are the PEM files of the certificate (chain)
+	// and key that the main and NFuse listeners serve TLS with (TLS 1.2
+	// and up, HTTP/1.1, Strict-Transport-Security on every answer),
+	// loaded again when they change (seen within a second) or at
+	// ReloadTLS, without dropping a connection. TLSCert TLSAuto, without
+	// TLSKey, makes a self-signed certificate in DataDir
+	// (tlsconf.SelfSigned) for a demo or a test. Neither: the listeners
+	// speak clear HTTP, which a listener off loopback refuses unless
+	// InsecureListen.
+	TLSCert, TLSKey string
+	// InsecureListen lets the main and NFuse listeners speak clear HTTP
+	// on an address off loopback; Open then logs a warning.
+	InsecureListen bool
+	// PeerCA is a PEM bundle of the CAs that sign the certificates of
+	// the site's brokers: what this broker verifies a zone leader with,
+	// and its simulated VDAs this broker (default: the system roots).
+	// Either way this broker's own certificate file is trusted too, so
+	// that a site whose brokers share one certificate or one CA (its
+	// root in the chain file) needs none.
+	PeerCA string
 
 	// BootListen, when set, serves network boot on this address (see
 	// boot/boothttp): the targets' iPXE scripts, and the kernel and
@@ -205,6 +229,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	if err := c.checkTLS(); err != nil {
+		return c, err
+	}
 	if c.Advertise != "" {
 		if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
 			return c, fmt.Errorf("server: advertised address %q: want host:port", c.Advertise)
@@ -250,6 +277,13 @@ type Server struct {
 	sim *vda.Simulator
 	// conns bounds the listeners' connections.
 	conns *hotpath.Limiter
+
+	// tls serves the listeners' certificate, nil without TLS; tlsCert is
+	// its file, trust what this process's clients of the site's brokers
+	// verify them with.
+	tls     *tlsconf.Reloader
+	tlsCert string
+	trust   *trust
 
 	srv      *hotpath.Server
 	served   chan struct{} // closed when srv.Serve returns, with serveErr
@@ -310,6 +344,15 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// directory, where a disk filesystem's large pages cost the kernel
 	// less per answer than memory files (see blob.SetFileDir).
 	blob.SetFileDir(s.dataDir)
+	if err := s.openTLS(); err != nil {
+		return nil, err
+	}
+	if s.tls != nil {
+		ln = s.tlsListener(ln)
+		if nln != nil {
+			nln = s.tlsListener(nln)
+		}
+	}
 	var store site.Store
 	var where string
 	if IsPostgres(cfg.DB) && !cfg.NoLocalHostCache {
@@ -423,7 +466,8 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		lhcDone := make(chan struct{})
 		go func() { defer close(lhcDone); s.lhc.Run(runCtx) }()
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-lhcDone })
-		leader := newZoneLeader(s.name, zone, s.lhc, signer, log)
+		peers, scheme := s.peerClient()
+		leader := newZoneLeader(s.name, zone, s.lhc, signer, peers, scheme, log)
 		s.leader = leader
 		brk.SetDelegate(leader)
 		leaderDone := make(chan struct{})
@@ -463,16 +507,20 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	mux.Handle("GET /site", web.Index(brk.Snapshot))
 	// The NFuse path is matched in any case, as Citrix clients spell it
 	// variously.
-	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if nfuse.IsPath(req.URL.Path) {
 			nf.ServeHTTP(w, req)
 			return
 		}
 		mux.ServeHTTP(w, req)
 	})
+	var nfHandler http.Handler = nf
+	if s.tls != nil {
+		handler, nfHandler = overTLS(handler), overTLS(nf)
+	}
 
 	if nln != nil {
-		nsrv, err := s.httpServer(ctx, nf)
+		nsrv, err := s.httpServer(ctx, nfHandler)
 		if err != nil {
 			return nil, err
 		}
@@ -565,10 +613,12 @@ func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
 // net/http. Requests' contexts are not cancelled with ctx: Close drains
 // them.
 func (s *Server) httpServer(ctx context.Context, h http.Handler) (*hotpath.Server, error) {
+	// A TLS listener is no TCP listener: hotpath serves it a goroutine
+	// per connection.
 	return hotpath.New(hotpath.Config{Handler: h, Hot: hot, SendBuffer: int(max(s.cfg.SendBuffer, 0)), Logger: s.log,
-		LoopContext: broker.NoWait,
-		Limiter:     s.conns,
-		Fallback:    s.fallbackServer(ctx, h)})
+		LoopContext: broker.NoWait, Goroutines: s.tls != nil,
+		Limiter:  s.conns,
+		Fallback: s.fallbackServer(ctx, h)})
 }
 
 // hot names the requests served on the lean loop: the enumerations.
@@ -663,11 +713,27 @@ func (s *Server) HandedOver() bool {
 	return s.leader != nil && s.leader.handedOver()
 }
 
-// URL is the main listener's base URL.
-func (s *Server) URL() string { return "http://" + s.addr }
+// URL is the main listener's base URL: https:// with TLS.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "https://" + s.addr
+	}
+	return "http://" + s.addr
+}
 
 // NFuseAddr is the NFuse listener's address, "" when there is none.
 func (s *Server) NFuseAddr() string { return s.nfuseAddr }
+
+// NFuseURL is the NFuse listener's base URL, "" when there is none.
+func (s *Server) NFuseURL() string {
+	if s.nfuseAddr == "" {
+		return ""
+	}
+	if s.tls != nil {
+		return "https://" + s.nfuseAddr
+	}
+	return "http://" + s.nfuseAddr
+}
 
 // DataDir is the data directory's absolute path.
 func (s *Server) DataDir() string { return s.dataDir }
@@ -700,7 +766,8 @@ func (s *Server) startSimulator(ctx context.Context) (func(), error) {
 	}
 	// The simulator reads 0 as its default and a negative delay as "at
 	// once", as Config does.
-	sim, err := vda.NewSimulator(vda.SimConfig{Broker: s.URL(), Secret: s.secret, Machines: names,
+	client := s.simClient(min(max(len(names)/4, 16), 256))
+	sim, err := vda.NewSimulator(vda.SimConfig{Broker: s.URL(), Secret: s.secret, Machines: names, HTTPClient: client,
 		LogonDelay: s.cfg.SimLogonDelay, SessionLength: s.cfg.SimSessionLength, Logger: s.log.With("role", "sim-vda")})
 	if err != nil {
 		return nil, fmt.Errorf("simulated VDAs: %w", err)
@@ -715,7 +782,13 @@ func (s *Server) startSimulator(ctx context.Context) (func(), error) {
 	}()
 	s.sim = sim
 	s.log.Debug("simulated VDAs started", "machines", len(names))
-	return func() { cancel(); <-done }, nil
+	return func() {
+		cancel()
+		<-done
+		if client != nil {
+			client.CloseIdleConnections()
+		}
+	}, nil
 }
 
 // WaitSimulated waits until every in-process simulated VDA has registered,

@@ -40,6 +40,11 @@ import (
 // client. Cipher suites are Go's defaults.
 const MinVersion = tls.VersionTLS12
 
+// HSTS is the Strict-Transport-Security header that usher's TLS
+// listeners send with every answer: browsers that saw it come back over
+// TLS only, for a year.
+const HSTS = "max-age=31536000"
+
 // checkEvery bounds how often a Reloader looks at its files' modification
 // times; a handshake costs at most two stat calls a second.
 const checkEvery = time.Second
@@ -228,6 +233,36 @@ func ClientConfig(what, caFile string) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// TrustPool is the pool a client verifies usher's own servers against:
+// the CA bundle in caFile when given, else the system roots, plus every
+// certificate of the PEM files in also (a server's own certificate
+// chain, so that a site whose servers share a certificate or a CA needs
+// no bundle). what names caFile in errors.
+func TrustPool(what, caFile string, also ...string) (*x509.CertPool, error) {
+	var pool *x509.CertPool
+	if caFile != "" {
+		p, err := LoadCAs(what, caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool = p
+	} else if p, err := x509.SystemCertPool(); err == nil {
+		pool = p
+	} else {
+		pool = x509.NewCertPool()
+	}
+	for _, f := range also {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if !pool.AppendCertsFromPEM(raw) {
+			return nil, fmt.Errorf("%s: no PEM certificate in %s", what, f)
+		}
+	}
+	return pool, nil
 }
 
 // Fingerprint is a certificate's SHA-256 over its DER bytes, in hex: what

@@ -277,3 +277,44 @@ func TestSelfSigned(t *testing.T) {
 		t.Fatalf("untrusted: %v, want a certificate error", err)
 	}
 }
+
+// TestTrustPool trusts a server whose certificate is in also, with the
+// system roots or with a CA bundle, and names a file that holds none.
+func TestTrustPool(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	cert, key := writePair(t, dir, "own", now.Add(-time.Hour), now.Add(time.Hour))
+	caCert, _ := writePair(t, dir, "ca", now.Add(-time.Hour), now.Add(time.Hour))
+	r, err := NewReloader(cert, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveTLS(t, r, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	get := func(pool *x509.CertPool) error {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for _, ca := range []string{"", caCert} {
+		pool, err := TrustPool("--peer-ca", ca, cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := get(pool); err != nil {
+			t.Fatalf("with CA file %q and the server's own certificate: %v", ca, err)
+		}
+	}
+	pool, err := TrustPool("--peer-ca", caCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(pool); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the server's certificate: %v, want a certificate error", err)
+	}
+	if _, err := TrustPool("--peer-ca", "", key); err == nil || !strings.Contains(err.Error(), key) {
+		t.Fatalf("a key file as a certificate: %v, want an error naming it", err)
+	}
+}

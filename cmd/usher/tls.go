@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/tlsconf"
+)
+
+// hangups calls reload at each SIGHUP (Main.Hangup in tests) until ctx
+// is done or stop is called, logging what came of it. Only a command
+// that has something to reload takes SIGHUP: for the others it keeps
+// its default (the process ends).
+func (m *Main) hangups(ctx context.Context, log *slog.Logger, reload func() error) (stop func()) {
+	hup := m.Hangup
+	unsubscribe := func() {}
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		ch := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(ch)
+			for {
+				select {
+				case <-sig:
+				case <-done:
+					return
+				}
+				select {
+				case ch <- struct{}{}:
+				case <-done:
+					return
+				}
+			}
+		}()
+		hup = ch
+		unsubscribe = func() { signal.Stop(sig); close(done) }
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-hup:
+				if !ok {
+					return
+				}
+			}
+			if err := reload(); err != nil {
+				log.Error("SIGHUP: tls certificate not reloaded: keeping the one in use", "err", err)
+			} else {
+				log.Info("SIGHUP: tls certificate files read again")
+			}
+			if m.Reloaded != nil {
+				m.Reloaded()
+			}
+		}
+	}()
+	return func() { cancel(); <-finished; unsubscribe() }
+}
+
+// metricsTLS is the TLS of a role's --metrics-listen: the rule
+// (loopback, TLS or insecure), and the listener's certificate.
+func metricsTLS(addr, cert, key string, insecure bool, log *slog.Logger, what string) (*tlsconf.Reloader, error) {
+	if (cert == "") != (key == "") {
+		return nil, usageError{fmt.Sprintf("%s needs both a certificate and a key", what)}
+	}
+	if err := tlsconf.CheckListen("--metrics-listen", addr, cert != "", insecure); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if cert == "" {
+		if !tlsconf.LoopbackAddr(addr) {
+			log.Warn("INSECURE: --metrics-listen is off loopback and speaks clear HTTP (--insecure-listen)", "addr", addr)
+		}
+		return nil, nil
+	}
+	return tlsconf.NewReloader(cert, key, log.With("component", "tls"))
+}
+
+// serveMetrics serves h on ln, over TLS with r's certificate when r is
+// set, until the returned function stops it.
+func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader, log *slog.Logger) (stop func()) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	if r != nil {
+		hs.Handler = hsts(h)
+		ln = tls.NewListener(ln, r.ServerConfig())
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); hs.Serve(ln) }()
+	return func() { hs.Close(); <-done }
+}
+
+// hsts adds Strict-Transport-Security to every answer.
+func hsts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
+		h.ServeHTTP(w, r)
+	})
+}
