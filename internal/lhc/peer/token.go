@@ -163,8 +163,10 @@ type Verifier struct {
 	now  func() time.Time
 
 	mu sync.Mutex
-	// seen holds the IDs taken, until they would expire anyway.
+	// seen holds the IDs taken, until they would expire anyway; at most
+	// max of them.
 	seen  map[string]time.Time
+	max   int
 	swept time.Time
 }
 
@@ -174,7 +176,7 @@ func NewVerifier(key Key, self string, now func() time.Time) *Verifier {
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{key: key, self: self, now: now, seen: map[string]time.Time{}}
+	return &Verifier{key: key, self: self, now: now, seen: map[string]time.Time{}, max: MaxSeen}
 }
 
 // Verify checks token for a request op with body to this broker and
@@ -208,14 +210,14 @@ func (v *Verifier) Verify(token, op string, body []byte) (Token, error) {
 	if until, ok := v.seen[t.ID]; ok && !now.After(until) {
 		return t, ErrReplayed
 	}
-	if len(v.seen) >= MaxSeen || len(v.seen) >= MaxSeen/2 && now.Sub(v.swept) >= time.Second {
+	if len(v.seen) >= v.max || len(v.seen) >= v.max/2 && now.Sub(v.swept) >= time.Second {
 		v.swept = now
 		for id, until := range v.seen {
 			if now.After(until) {
 				delete(v.seen, id)
 			}
 		}
-		if len(v.seen) >= MaxSeen {
+		if len(v.seen) >= v.max {
 			return t, ErrBusy
 		}
 	}
