@@ -253,7 +253,7 @@ func TestPeerTokenReplayed(t *testing.T) {
 // fakeCache is a local host cache in outage mode that learns nothing.
 type fakeCache struct{}
 
-func (fakeCache) InOutage() bool                           { return true }
+func (fakeCache) InOutage() bool                            { return true }
 func (fakeCache) Learn(context.Context, lhc.Handover) error { return nil }
 
 // TestPeerStaleRecordNotCandidate: the broker registry holds a record
