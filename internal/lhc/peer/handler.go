@@ -18,9 +18,12 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 )
 
-// DefaultMaxBody bounds a peer request's body: a handover lists a
-// zone's machines and recent sessions.
-const DefaultMaxBody = 16 << 20
+// DefaultMaxBody bounds a handover's body: it lists a broker's machines
+// and recent sessions. maxRequest bounds any other request's body.
+const (
+	DefaultMaxBody = 16 << 20
+	maxRequest     = 64 << 10
+)
 
 // Local is what the receiver of peer requests brokers with: its broker,
 // and its Local Host Cache.
@@ -51,7 +54,7 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// Now is the clock tokens are checked against (default time.Now).
 	Now func() time.Time
-	// MaxBody bounds a request body (default DefaultMaxBody).
+	// MaxBody bounds a handover's body (default DefaultMaxBody).
 	MaxBody int64
 }
 
@@ -93,28 +96,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusMethodNotAllowed, site.EInvalid, "peer operations are POSTs")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	t, err := h.tokens.Check(token, op)
+	if err != nil {
+		h.refused(w, r, op, t, err)
+		return
+	}
+	limit := int64(maxRequest)
+	if op == OpLearn {
+		limit = h.cfg.MaxBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			h.refuse(w, http.StatusRequestEntityTooLarge, site.EInvalid, fmt.Sprintf("peer request body is larger than %d bytes", tooBig.Limit))
 			return
 		}
-		h.log.InfoContext(r.Context(), "peer request: read the body", "remote", remote(r), "op", op, "err", err)
+		h.log.InfoContext(r.Context(), "peer request: read the body", "remote", remote(r), "from", t.From, "op", op, "err", err)
 		h.refuse(w, http.StatusBadRequest, site.EInvalid, "peer request: the body was cut short")
 		return
 	}
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	t, err := h.tokens.Verify(token, op, body)
-	if err != nil {
-		// Logged with what the token claims, which is not proven.
-		h.log.WarnContext(r.Context(), "peer request refused", "remote", remote(r), "op", op, "claimed_from", t.From, "err", err)
-		if errors.Is(err, ErrBusy) {
-			w.Header().Set("Retry-After", "1")
-			h.refuse(w, http.StatusServiceUnavailable, site.EUnavailable, "too many peer requests: retry")
-			return
-		}
-		h.refuse(w, http.StatusUnauthorized, site.EUnauthorized, "peer request refused: "+err.Error())
+	if err := h.tokens.Take(t, body); err != nil {
+		h.refused(w, r, op, t, err)
 		return
 	}
 	out, err := h.serve(broker.Here(r.Context()), t, body)
@@ -133,6 +137,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answer(w, t, http.StatusOK, out)
+}
+
+// refused answers a request whose token was not taken.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, op string, t Token, err error) {
+	// Logged with what the token claims, which may not be proven.
+	h.log.WarnContext(r.Context(), "peer request refused", "remote", remote(r), "op", op, "claimed_from", t.From, "err", err)
+	if errors.Is(err, ErrBusy) {
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, http.StatusServiceUnavailable, site.EUnavailable, "too many peer requests: retry")
+		return
+	}
+	h.refuse(w, http.StatusUnauthorized, site.EUnauthorized, "peer request refused: "+err.Error())
 }
 
 // serve runs op; out nil answers 204.

@@ -183,8 +183,20 @@ func NewVerifier(key Key, self string, now func() time.Time) *Verifier {
 // takes it: it returns the token's claims, or an error wrapping
 // ErrMalformed, ErrForged, ErrWrongReceiver, ErrWrongOp, ErrWrongBody,
 // ErrExpired, ErrReplayed (a token taken before) or ErrBusy (the replay
-// cache is full).
+// cache is full). It is Check, then Take.
 func (v *Verifier) Verify(token, op string, body []byte) (Token, error) {
+	t, err := v.Check(token, op)
+	if err != nil {
+		return t, err
+	}
+	return t, v.Take(t, body)
+}
+
+// Check checks what a token says without the request's body: its
+// signature, its receiver, its operation and its time (Verify's errors
+// but ErrWrongBody, ErrReplayed and ErrBusy). A receiver checks it before
+// it reads a body, so that no one without the key makes it read one.
+func (v *Verifier) Check(token, op string) (Token, error) {
 	t, payload, sig, err := ParseToken(token)
 	if err != nil {
 		return Token{}, err
@@ -197,18 +209,28 @@ func (v *Verifier) Verify(token, op string, body []byte) (Token, error) {
 		return t, fmt.Errorf("%w (%q, not %q)", ErrWrongReceiver, t.To, v.self)
 	case t.Op != op:
 		return t, fmt.Errorf("%w (%q, not %q)", ErrWrongOp, t.Op, op)
-	case t.Body != Digest(body):
-		return t, ErrWrongBody
 	}
 	now := v.now()
 	issued := time.UnixMilli(t.Issued)
 	if issued.After(now.Add(ClockSkew)) || issued.Before(now.Add(-TokenTTL-ClockSkew)) {
 		return t, fmt.Errorf("%w (issued %s, now %s)", ErrExpired, issued.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
+	return t, nil
+}
+
+// Take takes the token t, which Check returned, for the request body:
+// ErrWrongBody if t is another body's, ErrReplayed if t was taken before,
+// ErrBusy if the replay cache is full.
+func (v *Verifier) Take(t Token, body []byte) error {
+	if t.Body != Digest(body) {
+		return ErrWrongBody
+	}
+	now := v.now()
+	issued := time.UnixMilli(t.Issued)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if until, ok := v.seen[t.ID]; ok && !now.After(until) {
-		return t, ErrReplayed
+		return ErrReplayed
 	}
 	if len(v.seen) >= v.max || len(v.seen) >= v.max/2 && now.Sub(v.swept) >= time.Second {
 		v.swept = now
@@ -218,13 +240,13 @@ func (v *Verifier) Verify(token, op string, body []byte) (Token, error) {
 			}
 		}
 		if len(v.seen) >= v.max {
-			return t, ErrBusy
+			return ErrBusy
 		}
 	}
 	// Kept until the token is refused as expired: a skewed clock moves
 	// both bounds alike.
 	v.seen[t.ID] = issued.Add(TokenTTL + ClockSkew)
-	return t, nil
+	return nil
 }
 
 // seenLen reports the size of the replay cache (tests).
