@@ -30,7 +30,10 @@
 // 40 s, and never more than MaxSeen: full, it refuses new tokens (503,
 // retry) rather than forget one. A token sniffed on the wire thus opens
 // nothing: not a second time, not at another broker, not another
-// operation, not another body.
+// operation, not another body. All but the body's digest and the jti
+// are checked before the body is read (at most 64 KiB, a handover's
+// DefaultMaxBody), so that no one without the key makes a broker read a
+// body.
 //
 // # Answers: proofs
 //
