@@ -83,6 +83,9 @@ type Leader struct {
 	// told is the leader this broker handed its sessions to: until then
 	// requests for the leader wait (answer retry shortly).
 	told string
+	// candidates are the last candidates logged, if listed.
+	candidates string
+	listed     bool
 	// unproven is, per peer, the address and instance of its last
 	// failed proof, logged once.
 	unproven map[string]string
@@ -160,7 +163,9 @@ func (z *Leader) elect(ctx context.Context) {
 	z.mu.Lock()
 	was, wasElsewhere := z.leader.Name, z.elsewhere
 	z.mu.Unlock()
-	for _, p := range Candidates(records, z.cfg.Name, z.cfg.Zone, z.cfg.LHC.Status().CopyAt, z.cfg.Stale) {
+	candidates := Candidates(records, z.cfg.Name, z.cfg.Zone, z.cfg.LHC.Status().CopyAt, z.cfg.Stale)
+	z.logCandidates(candidates)
+	for _, p := range candidates {
 		if _, ok := z.state(ctx, p); ok {
 			z.set(p, true)
 			z.tell(ctx, p)
@@ -183,6 +188,24 @@ func (z *Leader) elect(ctx context.Context) {
 		z.mu.Unlock()
 	}
 	z.set(site.BrokerRecord{Name: z.cfg.Name}, false)
+}
+
+// logCandidates logs the brokers this one would take for leader, when
+// they change.
+func (z *Leader) logCandidates(candidates []site.BrokerRecord) {
+	names := make([]string, 0, len(candidates))
+	for _, c := range candidates {
+		names = append(names, c.Name)
+	}
+	list := strings.Join(names, ",")
+	z.mu.Lock()
+	changed := list != z.candidates || !z.listed
+	z.candidates, z.listed = list, true
+	z.mu.Unlock()
+	if changed {
+		z.log.Info("the zone's brokers that may lead before this one (named before it, in its zone, alive in the registry)",
+			"zone", z.cfg.Zone, "candidates", names)
+	}
 }
 
 // answered records that the leader answered a probe.
