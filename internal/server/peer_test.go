@@ -92,6 +92,39 @@ func (h countingHandler) WithGroup(name string) slog.Handler {
 	return countingHandler{Handler: h.Handler.WithGroup(name), match: h.match, n: h.n}
 }
 
+// freshCopies makes both brokers' local copies again, from a site DB
+// whose broker registry holds both (a copy made as a broker started may
+// predate the other's record), with what change did to the site DB
+// first, and returns once both copies are made.
+func (z *zoneOfTwo) freshCopies(t *testing.T, change func(ctx context.Context, tx site.Tx) error) {
+	t.Helper()
+	ctx := context.Background()
+	copies := map[string]*lhc.Store{"a": z.a.LHC(), "b": z.b.LHC()}
+	versions := map[string]int64{}
+	for name, s := range copies {
+		versions[name] = s.Status().CopyVersion
+	}
+	start := time.Now()
+	err := z.a.Store().Update(ctx, func(tx site.Tx) error {
+		if change != nil {
+			if err := change(ctx, tx); err != nil {
+				return err
+			}
+		}
+		// A configuration change, for both copies to be made again.
+		return tx.Zones().Create(ctx, site.Zone{Name: "fresh-copies"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range copies {
+		waitFor(t, 30*time.Second, "broker "+name+"'s fresh copy", func() bool {
+			st := s.Status()
+			return st.CopyVersion != versions[name] && st.CopyAt.After(start)
+		})
+	}
+}
+
 // TestPeerStrangerAtLeadersAddress replays the attack of issue 33: the
 // zone's leader stops during an outage, and a stranger takes its address
 // and answers the peer API with the leader's name (and, were it asked,
@@ -103,6 +136,7 @@ func TestPeerStrangerAtLeadersAddress(t *testing.T) {
 	var proofLogs atomic.Int64
 	logB := slog.New(countingHandler{Handler: testLogger(t).Handler(), match: "failed its proof", n: &proofLogs})
 	z := newZoneOfTwoWith(t, zoneOptions{logB: logB})
+	z.freshCopies(t, nil)
 	z.cs.wan.Cut()
 	waitFor(t, 30*time.Second, "broker b handing its zone to a", z.delegating)
 	waitFor(t, 30*time.Second, "broker b handing its sessions to a", z.b.HandedOver)
@@ -218,6 +252,7 @@ func TestPeerTokenReplayed(t *testing.T) {
 		proxy = startRecordingProxy(t, listen)
 		return proxy.addr
 	}})
+	z.freshCopies(t, nil)
 	h := newHistory()
 	stop := z.load(h, z.a.URL)
 	defer stop()
@@ -304,27 +339,7 @@ func TestPeerStaleRecordNotCandidate(t *testing.T) {
 	}
 	asked.Store(0)
 
-	copies := map[string]*lhc.Store{"a": z.a.LHC(), "b": z.b.LHC()}
-	versions := map[string]int64{}
-	for name, s := range copies {
-		versions[name] = s.Status().CopyVersion
-	}
-	err = z.a.Store().Update(ctx, func(tx site.Tx) error {
-		if err := tx.Brokers().Create(ctx, rec); err != nil {
-			return err
-		}
-		// A configuration change, for both copies to be made again.
-		return tx.Zones().Create(ctx, site.Zone{Name: "stale-test"})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range copies {
-		waitFor(t, 30*time.Second, "broker "+name+"'s copy with the stale record", func() bool {
-			st := s.Status()
-			return st.CopyVersion != versions[name] && st.CopyAt.After(now)
-		})
-	}
+	z.freshCopies(t, func(ctx context.Context, tx site.Tx) error { return tx.Brokers().Create(ctx, rec) })
 	z.cs.wan.Cut()
 	for _, s := range []*lhc.Store{z.a.LHC(), z.b.LHC()} {
 		waitFor(t, 30*time.Second, "outage mode", s.InOutage)

@@ -30,15 +30,19 @@ const (
 // Candidates returns the brokers of records that self would take for
 // its zone's leader, in the order it tries them: those of zone named
 // before self, with an address, whose record was alive within stale of
-// the registry's newest sign of life (asOf, or the newest LastSeen if
-// later). The registry is the local copy's in an outage, frozen when the
-// copy was made, so its records age against that, not the clock: a
-// record already older than stale then is a broker that had stopped
-// without removing it (or a forged one), and is never a candidate.
+// asOf, when the registry was read from the site DB (the local copy's
+// time; zero: the newest LastSeen of another broker's record). In an
+// outage the registry is the local copy's, frozen when the copy was
+// made, so its records age against that, not the clock, nor against
+// this broker's own record, which it keeps alive in its copy: a record
+// already older than stale then is a broker that had stopped without
+// removing it (or a forged one), and is never a candidate.
 func Candidates(records []site.BrokerRecord, self, zone string, asOf time.Time, stale time.Duration) []site.BrokerRecord {
-	for _, r := range records {
-		if r.LastSeen.After(asOf) {
-			asOf = r.LastSeen
+	if asOf.IsZero() {
+		for _, r := range records {
+			if r.Name != self && r.LastSeen.After(asOf) {
+				asOf = r.LastSeen
+			}
 		}
 	}
 	var out []site.BrokerRecord

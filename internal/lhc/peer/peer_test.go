@@ -27,7 +27,7 @@ func TestCandidates(t *testing.T) {
 	noAddress := rec("b2", "z", 0)
 	noAddress.Address = ""
 	records := []site.BrokerRecord{
-		rec("b3", "z", 0),              // self's
+		rec("b3", "z", time.Hour),      // self's, kept alive in its copy
 		rec("b1", "z", -2*time.Second), // alive
 		rec("b0", "z", -time.Minute),   // stale
 		rec("a9", "other", 0),          // another zone
@@ -48,9 +48,9 @@ func TestCandidates(t *testing.T) {
 		asOf time.Time
 		want []string
 	}{
-		{name: "against the newest sign of life", want: []string{"b1", "b1x"}},
-		{name: "against the copy's time", asOf: at.Add(10 * time.Second), want: []string{"b1"}},
-		{name: "a copy's time before the records", asOf: at.Add(-time.Hour), want: []string{"b1", "b1x"}},
+		{name: "against the copy's time", asOf: at, want: []string{"b1", "b1x"}},
+		{name: "against a later copy's time", asOf: at.Add(10 * time.Second), want: []string{"b1"}},
+		{name: "no copy time: against the newest other record", want: []string{"b1", "b1x"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
