@@ -111,6 +111,9 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 			case imp == "internal/hotpath" && name != "internal/server" && name != "internal/nfuse" && name != "internal/api":
 				// The server assembles it; the hot handlers call its Defer.
 				t.Errorf("%s imports internal/hotpath; only internal/server and the hot handlers may", name)
+			case imp == "internal/lhc/peer" && name != "internal/server":
+				// The brokers' protocol: the server assembles it.
+				t.Errorf("%s imports internal/lhc/peer; only internal/server may", name)
 			case imp == "internal/memnet":
 				t.Errorf("%s imports internal/memnet outside its tests", name)
 			case imp == "internal/pgtest":

@@ -72,8 +72,6 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, kind AuthK
 			return r, err
 		}
 		return r.WithContext(withUser(r.Context(), user)), nil
-	case AuthPeer:
-		return r, s.authenticatePeer(r)
 	case AuthVDA:
 		caller, err := s.authenticateVDA(r)
 		if err != nil {

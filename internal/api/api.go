@@ -82,10 +82,9 @@ type Config struct {
 	// MachineCredentialTTL is the lifetime of a VDA's credential.
 	MachineCredentialTTL time.Duration
 	// Outage, when set, is the broker's Local Host Cache, which the admin
-	// API shows and forces; BrokerName is the broker's name, which it
-	// tells its peers.
-	Outage     Outage
-	BrokerName string
+	// API shows and forces. (What brokers ask each other is
+	// internal/lhc/peer's, which the server mounts beside this API.)
+	Outage Outage
 
 	// Metrics are what /metrics serves, from which the dashboard
 	// (GET /api/v1/admin/dashboard and its event stream) reads its
@@ -190,7 +189,6 @@ func New(cfg Config) (*Server, error) {
 		s.registerUser()
 		s.registerPreferences()
 		s.registerVDA()
-		s.registerPeer()
 	}
 	s.route(Route{Method: "GET", Pattern: "/api/openapi.json", OperationID: "getOpenAPI", Summary: "This OpenAPI document", Tag: "meta", Auth: AuthNone},
 		nil)
@@ -355,8 +353,6 @@ const (
 	AuthUser
 	// AuthVDA: a machine credential from POST /api/v1/vda/enrol.
 	AuthVDA
-	// AuthPeer: another broker of the site (a peer token: PeerToken).
-	AuthPeer
 )
 
 // httpError is an error whose HTTP status is not implied by its code.

@@ -69,8 +69,6 @@ func buildOpenAPI(routes []Route) ([]byte, error) {
 			op["security"] = []any{map[string]any{"user": []any{}}}
 		case AuthVDA:
 			op["security"] = []any{map[string]any{"machine": []any{}}}
-		case AuthPeer:
-			op["security"] = []any{map[string]any{"peer": []any{}}}
 		}
 		if paths[rt.Pattern] == nil {
 			paths[rt.Pattern] = map[string]any{}
@@ -92,7 +90,6 @@ func buildOpenAPI(routes []Route) ([]byte, error) {
 				"bearer":  map[string]any{"type": "http", "scheme": "bearer", "description": "An admin token from POST /api/v1/admin/tokens."},
 				"user":    map[string]any{"type": "http", "scheme": "bearer", "description": "A user token from POST /api/v1/login."},
 				"machine": map[string]any{"type": "http", "scheme": "bearer", "description": "A machine credential from POST /api/v1/vda/enrol."},
-				"peer":    map[string]any{"type": "http", "scheme": "bearer", "description": "Another broker of the site: a token signed with the site's token key for this request's body."},
 			},
 		},
 		"security": []any{map[string]any{"basic": []any{}}, map[string]any{"bearer": []any{}}},

@@ -14,9 +14,6 @@ import (
 type Outage interface {
 	Status() lhc.Status
 	Force(ctx context.Context, on bool) (lhc.Status, error)
-	// Learn takes the sessions another broker of the zone wrote before
-	// handing this one its brokering (lhc.Store.Learn).
-	Learn(ctx context.Context, h lhc.Handover) error
 	// Journaled counts the sessions waiting to be written back.
 	Journaled(ctx context.Context) (int, error)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +177,14 @@ func (s *Signer) mac(audience, body string) []byte {
 	m.Write([]byte("usher-token-v2\x00"))
 	m.Write([]byte(body))
 	return m.Sum(nil)
+}
+
+// Derive returns a key of its own for another package's use of the
+// site key, named by label (the peer protocol's "peer"): HMAC-SHA256 of
+// the key under a label that no token or stamp of this package uses, so
+// that the one key never serves two purposes.
+func (s *Signer) Derive(label string) []byte {
+	return slices.Clone(s.derived("ext\x00" + label))
 }
 
 // derived returns the key for label: HMAC-SHA256(key, "usher key\x00" +

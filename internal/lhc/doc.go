@@ -32,8 +32,8 @@
 // site DB is down starts in outage mode from its copy; one that starts
 // with a journal left by an outage writes it back first.
 //
-// Brokers of one zone choose one leader in an outage (the server's
-// zoneLeader); Handover and Learn carry a broker's recent sessions and
+// Brokers of one zone choose one leader in an outage (package peer's
+// Leader, which also carries their calls to it); Handover and Learn carry a broker's recent sessions and
 // its machines to the leader, and Rebuild makes a broker that replaces a
 // dead leader wait for the zone's VDAs before it makes new sessions.
 package lhc

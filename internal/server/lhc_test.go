@@ -374,11 +374,39 @@ func (z *zoneOfTwo) delegating() bool {
 // (zoneOfTwo.peer) when peerProxy.
 func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
 	t.Helper()
+	var peer *bench.WAN
+	var o zoneOptions
+	if peerProxy {
+		o.advertiseA = func(listen string) string {
+			var err error
+			if peer, err = bench.StartWAN(listen); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(peer.Close)
+			return peer.Addr()
+		}
+	}
+	z := newZoneOfTwoWith(t, o)
+	z.peer = peer
+	return z
+}
+
+// zoneOptions vary newZoneOfTwoWith's zone.
+type zoneOptions struct {
+	// advertiseA, when set, is given a's listening address (chosen
+	// first) and returns the address a advertises to its peers.
+	advertiseA func(listen string) string
+	// logB, when set, is broker b's logger.
+	logB *slog.Logger
+}
+
+// newZoneOfTwoWith is newZoneOfTwo, varied by o.
+func newZoneOfTwoWith(t *testing.T, o zoneOptions) *zoneOfTwo {
+	t.Helper()
 	cs := newCutSite(t)
 	cfgA := cs.lhcConfig(t, t.TempDir())
 	cfgA.Name, cfgA.SimVDAs = "lhc-a", 0
-	var peer *bench.WAN
-	if peerProxy {
+	if o.advertiseA != nil {
 		// a's port is chosen first, for the proxy to lead to it.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -386,11 +414,7 @@ func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
 		}
 		cfgA.Listen = ln.Addr().String()
 		ln.Close()
-		if peer, err = bench.StartWAN(cfgA.Listen); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(peer.Close)
-		cfgA.Advertise = peer.Addr()
+		cfgA.Advertise = o.advertiseA(cfgA.Listen)
 	}
 	a, err := server.Open(context.Background(), cfgA)
 	if err != nil {
@@ -400,6 +424,9 @@ func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
 	cfgB := cfgA
 	cfgB.DataDir, cfgB.Name, cfgB.Demo, cfgB.DemoPassword = t.TempDir(), "lhc-b", false, ""
 	cfgB.Listen, cfgB.Advertise = "127.0.0.1:0", ""
+	if o.logB != nil {
+		cfgB.Logger = o.logB
+	}
 	b, err := server.Open(context.Background(), cfgB)
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +456,7 @@ func newZoneOfTwoVia(t *testing.T, peerProxy bool) *zoneOfTwo {
 	for _, s := range []*server.Server{a, b} {
 		waitFor(t, 30*time.Second, "the first local copy", func() bool { return !s.LHC().Status().CopyAt.IsZero() })
 	}
-	return &zoneOfTwo{cs: cs, a: a, b: b, cfgA: cfgA, peer: peer}
+	return &zoneOfTwo{cs: cs, a: a, b: b, cfgA: cfgA}
 }
 
 // TestZoneLeaderBrokersForTheZone: two brokers of a zone lose their site

@@ -27,6 +27,7 @@ import (
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/hotpath"
 	"github.com/usher-vdi/usher/internal/lhc"
+	"github.com/usher-vdi/usher/internal/lhc/peer"
 	"github.com/usher-vdi/usher/internal/nfuse"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/tlsconf"
@@ -272,7 +273,7 @@ type Server struct {
 	lhc    *lhc.Store
 	broker *broker.Broker
 	// leader finds the zone's leader in outage mode; nil without lhc.
-	leader *zoneLeader
+	leader *peer.Leader
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 	// conns bounds the listeners' connections.
@@ -458,6 +459,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	// The broker and the simulator outlive ctx (which only bounds
 	// opening): Close stops them.
+	var peerHandler *peer.Handler // with a local host cache only
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	brokerDone := make(chan struct{})
 	go func() { defer close(brokerDone); brk.Run(runCtx) }()
@@ -466,12 +468,24 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		lhcDone := make(chan struct{})
 		go func() { defer close(lhcDone); s.lhc.Run(runCtx) }()
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-lhcDone })
-		peers, scheme := s.peerClient()
-		leader := newZoneLeader(s.name, zone, s.lhc, signer, peers, scheme, log)
+		// The brokers of a zone prove to each other that they hold the
+		// site's key (internal/lhc/peer), with a key of their own derived
+		// from the token key.
+		peerKey := signer.Derive("peer")
+		client, err := peer.NewClient(s.peerClientConfig(peerKey))
+		if err != nil {
+			return nil, err
+		}
+		if peerHandler, err = peer.NewHandler(peer.HandlerConfig{Name: s.name, Key: peerKey, Broker: brk, LHC: s.lhc,
+			Logger: log}); err != nil {
+			return nil, err
+		}
+		leader := peer.NewLeader(peer.LeaderConfig{Name: s.name, Zone: zone, LHC: s.lhc, Client: client, Stale: brokerStale,
+			Logger: log})
 		s.leader = leader
 		brk.SetDelegate(leader)
 		leaderDone := make(chan struct{})
-		go func() { defer close(leaderDone); leader.run(runCtx) }()
+		go func() { defer close(leaderDone); leader.Run(runCtx) }()
 		s.cleanup = append(s.cleanup, func() { stopRun(); <-leaderDone })
 	}
 
@@ -480,7 +494,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	stopping := make(chan struct{})
 	s.stopStreams = sync.OnceFunc(func() { close(stopping) })
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
-		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage, BrokerName: s.name,
+		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage,
 		Metrics: registry, Stopping: stopping})
 	if err != nil {
 		return nil, err
@@ -493,6 +507,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/", apiServer)
+	if peerHandler != nil {
+		mux.Handle(peer.Prefix, peerHandler)
+	}
 	var metricsHandler http.Handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
 	if cfg.MetricsAuth {
 		metricsHandler = apiServer.RequireAdmin(metricsHandler)
@@ -710,7 +727,7 @@ func (s *Server) Addr() string { return s.addr }
 // zone's leader and has handed it its sessions, so that the leader's
 // launches know them.
 func (s *Server) HandedOver() bool {
-	return s.leader != nil && s.leader.handedOver()
+	return s.leader != nil && s.leader.HandedOver()
 }
 
 // URL is the main listener's base URL: https:// with TLS.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/lhc/peer"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vda"
 )
@@ -225,9 +226,9 @@ func (s *Server) brokerTransport(tr *http.Transport, serverName string) *http.Tr
 // when this broker's listener speaks TLS.
 func (s *Server) peerClient() (*http.Client, string) {
 	if s.tls == nil {
-		return &http.Client{Timeout: peerTimeout}, "http"
+		return nil, "http" // the peer package's default client
 	}
-	return &http.Client{Timeout: peerTimeout, Transport: s.brokerTransport(http.DefaultTransport.(*http.Transport).Clone(), "")}, "https"
+	return &http.Client{Timeout: peer.DefaultTimeout, Transport: s.brokerTransport(http.DefaultTransport.(*http.Transport).Clone(), "")}, "https"
 }
 
 // simClient is the simulated VDAs' client of this broker, nil without
