@@ -130,6 +130,13 @@ func TestLogonValue(t *testing.T) {
 		{"alice@other.test", "userPrincipalName", "alice@other.test", nil},
 		{`USHER\a\b`, "uid", `a\b`, nil},
 		{"*", "uid", "*", nil}, // escaped by the search, not refused here
+		{" alice ", "uid", "alice", nil},
+		{"ａｌｉｃｅ", "uid", "alice", nil}, // fullwidth
+		{"ＡＬＩＣＥ", "uid", "ALICE", nil}, // case is the directory's matching rule's
+		{"alice\u3000smith", "uid", "alice smith", nil},
+		{`USHER\ alice`, "uid", "alice", nil},
+		{"alice @ usher.test", "uid", "alice", nil},
+		{"   ", "uid", "", ErrWrongCredentials},
 		{"", "uid", "", ErrWrongCredentials},
 		{long, "uid", "", ErrWrongCredentials},
 	} {
