@@ -87,7 +87,7 @@ type directoryState struct {
 	ttl      time.Duration
 
 	mu    sync.Mutex
-	users map[string]*dirEntry // by site.FoldName of Directory.Key
+	users map[string]*dirEntry // by auth.NameKey of Directory.Key
 }
 
 // dirEntry is a directory user as last read: its Identity is served for
@@ -140,7 +140,28 @@ func (b *Broker) directory(name string) (st *directoryState, key string, ok bool
 	if !ok {
 		return st, "", false
 	}
-	return st, site.FoldName(k), true
+	return st, auth.NameKey(k), true
+}
+
+// shadows reports whether a directory user named name, or of key (""
+// for none), would share a site user's name in s: such a user is refused
+// on every path (logon, a token's or a cookie's user, entitlements,
+// sessions, admin groups), and the site user is untouched. Names are
+// compared by auth.NameKey, the key a directory matches logons by, which
+// is stricter than site.FoldName.
+func shadows(s *Snapshot, name, key string) bool {
+	if _, ok := s.UserKeyed(auth.NameKey(name)); ok {
+		return true
+	}
+	_, ok := s.UserKeyed(key)
+	return key != "" && ok
+}
+
+// refuseShadow logs a directory user refused because a site user has
+// their name.
+func (b *Broker) refuseShadow(name, dn, source string) {
+	b.log.Warn("directory logon refused: a site user has the name; a directory user never shares a site user's name",
+		"user", name, "dn", dn, "remote", source)
 }
 
 // authenticateDirectory is Authenticate for a name that is none of the
@@ -150,7 +171,35 @@ func (b *Broker) directory(name string) (st *directoryState, key string, ok bool
 // the user's entry read within the TTL (or the last one, while the
 // directory cannot be reached) says the account may log on.
 func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
+	u, err := b.authenticateDirectoryEntry(ctx, st, key, name, password, source)
+	if errors.Is(err, ErrBadCredentials) {
+		// A refusal costs what a site user's wrong password does, so that
+		// time does not tell an unknown name (a directory round trip) from
+		// a site user or a locked account.
+		b.cfg.Verified.Decoy(b.dummyHash, password)
+	}
+	return u, err
+}
+
+// authenticateDirectoryEntry is authenticateDirectory but for the cost of
+// a refusal.
+func (b *Broker) authenticateDirectoryEntry(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
 	gkey := guardKey(AccountUser, key)
+	if shadows(b.Snapshot(), "", key) {
+		// Every entry the name can reach is named as a site user (the
+		// directory refuses an entry of another key): refused without
+		// asking it. The source is charged, as for an unknown name.
+		if mustNotWait(ctx) {
+			return nil, ErrWouldWait
+		}
+		at, err := b.guard.Reserve("", source)
+		if err != nil {
+			return nil, b.refused(name, source, err)
+		}
+		at.Fail()
+		b.refuseShadow(name, "", source)
+		return nil, ErrBadCredentials
+	}
 	if e := b.entry(st, key); e != nil && b.cfg.Verified.Known(gkey, password, e.user.Directory) {
 		if b.cfg.SiteLockout && b.siteClear.fresh(gkey, b.cfg.Now()) {
 			at, err := b.guard.Reserve("", source)
@@ -218,6 +267,12 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 	if e == nil { // dropped meanwhile: the settings changed
 		return nil, ErrDirectoryUnavailable
 	}
+	if shadows(b.Snapshot(), e.user.Name, "") {
+		st.drop(key)
+		b.cfg.Verified.Forget(gkey)
+		b.refuseShadow(e.user.Name, e.groups.DN, source)
+		return nil, ErrBadCredentials
+	}
 	return e.user, nil
 }
 
@@ -242,6 +297,9 @@ func (b *Broker) directoryUser(ctx context.Context, name string) (*site.User, er
 		return nil, ErrDirectoryUnavailable
 	case err != nil:
 		return nil, nil
+	case shadows(b.Snapshot(), id.Name, ""):
+		b.refuseShadow(id.Name, id.DN, "")
+		return nil, nil
 	}
 	return st.put(key, id, b.cfg.Now(), b.cfg.Verified, guardKey(AccountUser, key)).user, nil
 }
@@ -257,12 +315,21 @@ func (b *Broker) directoryEntry(name string) *dirEntry {
 	return b.entry(st, key)
 }
 
-// entry is directoryEntry for the user of key in st.
+// entry is directoryEntry for the user of key in st. An entry named as
+// one of the site's users (one added since the entry was read) is
+// forgotten, with its verified passwords, and nil returned.
 func (b *Broker) entry(st *directoryState, key string) *dirEntry {
 	e := st.get(key)
-	if e != nil {
-		b.refreshStale(st, key, e)
+	if e == nil {
+		return nil
 	}
+	if shadows(b.Snapshot(), e.user.Name, key) {
+		st.drop(key)
+		b.cfg.Verified.Forget(guardKey(AccountUser, key))
+		b.refuseShadow(e.user.Name, e.groups.DN, "")
+		return nil
+	}
+	b.refreshStale(st, key, e)
 	return e
 }
 
