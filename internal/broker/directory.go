@@ -170,20 +170,38 @@ func (b *Broker) refuseShadow(name, dn, source string) {
 // password-change time) so that the next logons cost no bind, as long as
 // the user's entry read within the TTL (or the last one, while the
 // directory cannot be reached) says the account may log on.
+//
+// A refusal costs what a site user's wrong password does, so that time
+// does not tell an unknown name from a site user, a directory user or a
+// locked account: one argon2id computation under the site's parameters
+// (a decoy). When the directory is asked, the decoy runs beside it from
+// the start and a refusal waits for both, so that it costs the longer of
+// the two, the hash as a site user's refusal does, not the directory's
+// round trips on top of it; a logon the directory accepts does not wait
+// for the decoy (it costs a hashing slot, as a site user's logon does).
 func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
-	u, err := b.authenticateDirectoryEntry(ctx, st, key, name, password, source)
-	if errors.Is(err, ErrBadCredentials) {
-		// A refusal costs what a site user's wrong password does, so that
-		// time does not tell an unknown name (a directory round trip) from
-		// a site user or a locked account.
+	var decoy chan struct{}
+	beside := func() {
+		decoy = make(chan struct{})
+		go func() {
+			defer close(decoy)
+			b.cfg.Verified.Decoy(b.dummyHash, password)
+		}()
+	}
+	u, err := b.authenticateDirectoryEntry(ctx, st, key, name, password, source, beside)
+	switch {
+	case !errors.Is(err, ErrBadCredentials):
+	case decoy != nil:
+		<-decoy
+	default:
 		b.cfg.Verified.Decoy(b.dummyHash, password)
 	}
 	return u, err
 }
 
 // authenticateDirectoryEntry is authenticateDirectory but for the cost of
-// a refusal.
-func (b *Broker) authenticateDirectoryEntry(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
+// a refusal. It calls beside just before it asks the directory.
+func (b *Broker) authenticateDirectoryEntry(ctx context.Context, st *directoryState, key, name, password, source string, beside func()) (*site.User, error) {
 	gkey := guardKey(AccountUser, key)
 	if shadows(b.Snapshot(), "", key) {
 		// Every entry the name can reach is named as a site user (the
@@ -246,6 +264,7 @@ func (b *Broker) authenticateDirectoryEntry(ctx context.Context, st *directorySt
 		}
 		return ok, err
 	}
+	beside()
 	ok, err, shared := b.cfg.Verified.Share(gkey, password, "directory", check)
 	if shared && errors.Is(err, auth.ErrThrottled) {
 		ok, err = check() // the first caller's source was throttled, not necessarily ours
