@@ -319,6 +319,20 @@ func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
 	if code, _ := s.restLogin(t, c, s.clerk, pw); code != 200 {
 		t.Errorf("another directory user: %d, want 200", code)
 	}
+	// An admin clears the lock by another spelling of the name.
+	req, _ := http.NewRequestWithContext(t.Context(), "DELETE", s.URL()+"/api/v1/admin/lockouts/"+url.PathEscape(" "+strings.ToUpper(target)), nil)
+	req.SetBasicAuth("admin", "demo-pw-1234")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("clear the lock-out as %q: %d, want 204", " "+strings.ToUpper(target), resp.StatusCode)
+	}
+	if code, user := s.restLogin(t, c, fullwidth(target), pw); code != 200 || user != target {
+		t.Errorf("the right password once the lock is cleared: %d as %q, want 200 as %s", code, user, target)
+	}
 }
 
 // TestRefusedLogonsCostTheSame checks that response time tells no one
