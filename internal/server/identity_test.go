@@ -207,6 +207,23 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 	if code := s.adminBasic(t, c, ldaptest.Domain+`\`+admin, pw); code != 200 {
 		t.Errorf("another member of the admin group on the admin API: %d, want 200", code)
 	}
+	// Once a site admin has that member's name, the member is refused on
+	// the admin API (they would act, and be audited, as the site admin).
+	hash, err := auth.HashPassword("site-admin-pw-1234", cheapParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Store().Update(t.Context(), func(tx site.Tx) error {
+		return tx.Admins().Create(t.Context(), site.Admin{Name: admin, PasswordHash: hash, CreatedAt: time.Now().UTC()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.adminBasic(t, c, ldaptest.Domain+`\`+admin, pw); code != 401 {
+		t.Errorf("a directory admin named as a site admin on the admin API: %d, want 401", code)
+	}
+	if code := s.adminBasic(t, c, admin, "site-admin-pw-1234"); code != 200 {
+		t.Errorf("the site admin of that name: %d, want 200", code)
+	}
 }
 
 // restName is the REST form of an NFuse user name and Domain.
