@@ -144,10 +144,16 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 
 	// Before the site has a user of that name the entry logs on (and the
 	// broker remembers it): that read must not serve it afterwards.
-	if code, user := s.restLogin(t, c, ldaptest.Domain+`\`+victim, pw); code != 200 || user != victim {
+	code, shadowToken, user := s.login(t, ldaptest.Domain+`\`+victim, pw)
+	if code != 200 || user != victim {
 		t.Fatalf("the directory user before the site user exists: %d %q", code, user)
 	}
 	s.addSiteUser(t, victim, victimPassword, cheapParams)
+	// Its token (a bearer token, or the portal's cookie) names the site
+	// user's name now: refused.
+	if code, got := s.resources(t, shadowToken); code != 401 {
+		t.Errorf("the directory user's token once a site user has the name: %d, %d resources; want 401", code, len(got))
+	}
 	code, token, user := s.login(t, victim, victimPassword)
 	if code != 200 || user != victim {
 		t.Fatalf("the site user's logon: %d %q", code, user)
