@@ -22,10 +22,15 @@ import (
 type Directory interface {
 	// Key returns what identifies name's user without asking the
 	// directory, the same for every form of one user's name (user,
-	// DOMAIN\user, user@suffix), or false when name cannot be one of
-	// the directory's users. It does no I/O.
+	// DOMAIN\user, user@suffix) and every spelling the directory matches
+	// to the user's entry, or false when name cannot be one of the
+	// directory's users. It does no I/O. The broker counts (lock-out)
+	// and caches (verified passwords) logons under auth.NameKey of it.
 	Key(name string) (string, bool)
-	// Authenticate checks name's password and returns the user. Errors:
+	// Authenticate checks name's password and returns the user, whose
+	// Name has the key of Key(name) (auth.NameKey): an entry the
+	// directory matched to name whose name has another key is refused as
+	// an unknown user, so that the key is the entry's. Errors:
 	// ErrBadCredentials for an unknown user and a wrong password alike;
 	// once the password is right, ErrAccountDisabled,
 	// ErrDirectoryLocked or ErrPasswordExpired; an error with code
