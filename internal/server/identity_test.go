@@ -362,10 +362,9 @@ func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
 // which names exist, with a directory configured: a refused logon of an
 // unknown name takes as long as a site user's, a directory user's and (on
 // the admin API) a site admin's, each with a wrong password, within a
-// ratio of 1.5. The kinds take turns, and each round's times are compared
-// with each other (the median of the rounds' ratios), so that the load of
-// a shared machine, which changes from one moment to the next, weighs on
-// every kind alike.
+// ratio of 1.5 between the medians. The kinds take turns, each round
+// starting with another, so that the load of a shared machine, which
+// changes from one moment to the next, weighs on every kind alike.
 func TestRefusedLogonsCostTheSame(t *testing.T) {
 	// Cheap hashes (8 MiB, one pass: under the race detector about ten
 	// times a directory's round trips on loopback, as argon2id's defaults
@@ -379,12 +378,9 @@ func TestRefusedLogonsCostTheSame(t *testing.T) {
 		c.LockoutThreshold = -1 // a locked account costs a decoy as well; this measures wrong passwords
 	})
 	s.addSiteUser(t, "carol", "carol-pw-1234", params)
-	const rounds = 21
+	const rounds = 25
 	c := http.DefaultClient
-	kinds := []struct {
-		name string
-		try  func(i int) int
-	}{
+	kinds := []refusalKind{
 		{"unknown user", func(i int) int {
 			code, _ := s.restLogin(t, c, fmt.Sprintf("ghost%04d", i), "wrong-password")
 			return code
@@ -399,9 +395,43 @@ func TestRefusedLogonsCostTheSame(t *testing.T) {
 		{"unknown admin", func(i int) int { return s.adminBasic(t, c, fmt.Sprintf("ghost-admin%04d", i), "wrong-password") }},
 		{"site admin", func(int) int { return s.adminBasic(t, c, "admin", "wrong-password") }},
 	}
+	// A machine shared with other work skews a measurement now and then
+	// by more than the ratio allowed (load adds time to whatever runs at
+	// that moment); the difference the test is for is tenfold and more
+	// (without the decoys, an unknown name answers in one directory
+	// round trip). So a measurement that fails is taken again, twice at
+	// most, and the logon must pass one.
+	var failed []string
+	for attempt := range 3 {
+		failed = measureRefusals(t, kinds, rounds)
+		if len(failed) == 0 {
+			return
+		}
+		t.Logf("measurement %d: %s", attempt+1, strings.Join(failed, "; "))
+	}
+	t.Errorf("in three measurements, refusals of unknown and known names differ: %s", strings.Join(failed, "; "))
+}
+
+// refusalKind is one kind of refused logon: try makes the i-th and
+// returns the status answered.
+type refusalKind struct {
+	name string
+	try  func(i int) int
+}
+
+// measureRefusals times rounds refusals of each kind, taking turns, and
+// returns what differs by more than 1.5 between the medians of an unknown
+// name's and a known one's (kinds 0 and 1, 0 and 2, 3 and 4).
+func measureRefusals(t *testing.T, kinds []refusalKind, rounds int) (failed []string) {
+	t.Helper()
 	took := make([][]time.Duration, len(kinds))
 	for i := range rounds + 3 {
-		for k, kind := range kinds {
+		// Each round starts with another kind, so that none always
+		// follows the same one (a directory still writing the last wrong
+		// password's failure, say).
+		for j := range kinds {
+			k := (i + j) % len(kinds)
+			kind := kinds[k]
 			start := time.Now()
 			if code := kind.try(i); code != 401 {
 				t.Fatalf("%s: %d, want 401", kind.name, code)
@@ -417,18 +447,14 @@ func TestRefusedLogonsCostTheSame(t *testing.T) {
 	}
 	t.Logf("median refusal: unknown user %s, site user %s, directory user %s, unknown admin %s, site admin %s", med[0], med[1], med[2], med[3], med[4])
 	for _, pair := range [][2]int{{0, 1}, {0, 2}, {3, 4}} {
-		ratios := make([]float64, rounds)
-		for i := range rounds {
-			ratios[i] = float64(took[pair[0]][i]) / float64(took[pair[1]][i])
-		}
-		slices.Sort(ratios)
-		r := ratios[rounds/2]
-		t.Logf("%s / %s: median ratio %.2f", kinds[pair[0]].name, kinds[pair[1]].name, r)
+		r := float64(med[pair[0]]) / float64(med[pair[1]])
+		t.Logf("%s / %s: ratio of the medians %.2f", kinds[pair[0]].name, kinds[pair[1]].name, r)
 		if r > 1.5 || r < 1/1.5 {
-			t.Errorf("a refused logon of an %s takes %.2f times a %s's (medians %s and %s); want within 1.5",
-				kinds[pair[0]].name, r, kinds[pair[1]].name, med[pair[0]], med[pair[1]])
+			failed = append(failed, fmt.Sprintf("an %s's refusal takes %.2f times a %s's (medians %s and %s), want within 1.5",
+				kinds[pair[0]].name, r, kinds[pair[1]].name, med[pair[0]], med[pair[1]]))
 		}
 	}
+	return failed
 }
 
 func median(ds []time.Duration) time.Duration {
