@@ -233,7 +233,31 @@ func (s *Server) directoryAdmin(ctx context.Context, name, password, source stri
 		s.log.InfoContext(ctx, "directory user refused on the admin API: in no admin group", "user", u.Name, "remote", source)
 		return adminCaller{}, errUnauthorized
 	}
+	if shadowed, err := s.siteAdminNamed(ctx, u.Name); err != nil || shadowed {
+		if shadowed {
+			s.log.WarnContext(ctx, "directory admin refused: a site admin has the name; a directory user never shares it", "user", u.Name, "remote", source)
+			return adminCaller{}, errUnauthorized
+		}
+		return adminCaller{}, err
+	}
 	return adminCaller{name: u.Name, credential: u.Credential()}, nil
+}
+
+// siteAdminNamed reports whether one of the site's admin accounts has
+// name (as the site DB matches admin names): a directory admin of that
+// name would act, and be audited, as the site's admin.
+func (s *Server) siteAdminNamed(ctx context.Context, name string) (bool, error) {
+	err := s.cfg.Store.View(ctx, func(tx site.Tx) error {
+		_, err := tx.Admins().Get(ctx, name)
+		return err
+	})
+	switch site.ErrorCode(err) {
+	case "":
+		return true, nil
+	case site.ENotFound:
+		return false, nil
+	}
+	return false, err
 }
 
 // directoryAdminUser returns the directory admin a token names, or

@@ -22,10 +22,15 @@ import (
 type Directory interface {
 	// Key returns what identifies name's user without asking the
 	// directory, the same for every form of one user's name (user,
-	// DOMAIN\user, user@suffix), or false when name cannot be one of
-	// the directory's users. It does no I/O.
+	// DOMAIN\user, user@suffix) and every spelling the directory matches
+	// to the user's entry, or false when name cannot be one of the
+	// directory's users. It does no I/O. The broker counts (lock-out)
+	// and caches (verified passwords) logons under auth.NameKey of it.
 	Key(name string) (string, bool)
-	// Authenticate checks name's password and returns the user. Errors:
+	// Authenticate checks name's password and returns the user, whose
+	// Name has the key of Key(name) (auth.NameKey): an entry the
+	// directory matched to name whose name has another key is refused as
+	// an unknown user, so that the key is the entry's. Errors:
 	// ErrBadCredentials for an unknown user and a wrong password alike;
 	// once the password is right, ErrAccountDisabled,
 	// ErrDirectoryLocked or ErrPasswordExpired; an error with code
@@ -87,7 +92,7 @@ type directoryState struct {
 	ttl      time.Duration
 
 	mu    sync.Mutex
-	users map[string]*dirEntry // by site.FoldName of Directory.Key
+	users map[string]*dirEntry // by auth.NameKey of Directory.Key
 }
 
 // dirEntry is a directory user as last read: its Identity is served for
@@ -140,7 +145,28 @@ func (b *Broker) directory(name string) (st *directoryState, key string, ok bool
 	if !ok {
 		return st, "", false
 	}
-	return st, site.FoldName(k), true
+	return st, auth.NameKey(k), true
+}
+
+// shadows reports whether a directory user named name, or of key (""
+// for none), would share a site user's name in s: such a user is refused
+// on every path (logon, a token's or a cookie's user, entitlements,
+// sessions, admin groups), and the site user is untouched. Names are
+// compared by auth.NameKey, the key a directory matches logons by, which
+// is stricter than site.FoldName.
+func shadows(s *Snapshot, name, key string) bool {
+	if _, ok := s.UserKeyed(auth.NameKey(name)); ok {
+		return true
+	}
+	_, ok := s.UserKeyed(key)
+	return key != "" && ok
+}
+
+// refuseShadow logs a directory user refused because a site user has
+// their name.
+func (b *Broker) refuseShadow(name, dn, source string) {
+	b.log.Warn("directory logon refused: a site user has the name; a directory user never shares a site user's name",
+		"user", name, "dn", dn, "remote", source)
 }
 
 // authenticateDirectory is Authenticate for a name that is none of the
@@ -149,8 +175,54 @@ func (b *Broker) directory(name string) (st *directoryState, key string, ok bool
 // password-change time) so that the next logons cost no bind, as long as
 // the user's entry read within the TTL (or the last one, while the
 // directory cannot be reached) says the account may log on.
+//
+// A refusal costs what a site user's wrong password does, so that time
+// does not tell an unknown name from a site user, a directory user or a
+// locked account: one argon2id computation under the site's parameters
+// (a decoy). When the directory is asked, the decoy runs beside it from
+// the start and a refusal waits for both, so that it costs the longer of
+// the two, the hash as a site user's refusal does, not the directory's
+// round trips on top of it; a logon the directory accepts does not wait
+// for the decoy (it costs a hashing slot, as a site user's logon does).
 func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
+	var decoy chan struct{}
+	beside := func() {
+		decoy = make(chan struct{})
+		go func() {
+			defer close(decoy)
+			b.cfg.Verified.Decoy(b.dummyHash, password)
+		}()
+	}
+	u, err := b.authenticateDirectoryEntry(ctx, st, key, name, password, source, beside)
+	switch {
+	case !errors.Is(err, ErrBadCredentials):
+	case decoy != nil:
+		<-decoy
+	default:
+		b.cfg.Verified.Decoy(b.dummyHash, password)
+	}
+	return u, err
+}
+
+// authenticateDirectoryEntry is authenticateDirectory but for the cost of
+// a refusal. It calls beside just before it asks the directory.
+func (b *Broker) authenticateDirectoryEntry(ctx context.Context, st *directoryState, key, name, password, source string, beside func()) (*site.User, error) {
 	gkey := guardKey(AccountUser, key)
+	if shadows(b.Snapshot(), "", key) {
+		// Every entry the name can reach is named as a site user (the
+		// directory refuses an entry of another key): refused without
+		// asking it. The source is charged, as for an unknown name.
+		if mustNotWait(ctx) {
+			return nil, ErrWouldWait
+		}
+		at, err := b.guard.Reserve("", source)
+		if err != nil {
+			return nil, b.refused(name, source, err)
+		}
+		at.Fail()
+		b.refuseShadow(name, "", source)
+		return nil, ErrBadCredentials
+	}
 	if e := b.entry(st, key); e != nil && b.cfg.Verified.Known(gkey, password, e.user.Directory) {
 		if b.cfg.SiteLockout && b.siteClear.fresh(gkey, b.cfg.Now()) {
 			at, err := b.guard.Reserve("", source)
@@ -197,6 +269,7 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 		}
 		return ok, err
 	}
+	beside()
 	ok, err, shared := b.cfg.Verified.Share(gkey, password, "directory", check)
 	if shared && errors.Is(err, auth.ErrThrottled) {
 		ok, err = check() // the first caller's source was throttled, not necessarily ours
@@ -217,6 +290,12 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 	e := st.get(key)
 	if e == nil { // dropped meanwhile: the settings changed
 		return nil, ErrDirectoryUnavailable
+	}
+	if shadows(b.Snapshot(), e.user.Name, "") {
+		st.drop(key)
+		b.cfg.Verified.Forget(gkey)
+		b.refuseShadow(e.user.Name, e.groups.DN, source)
+		return nil, ErrBadCredentials
 	}
 	return e.user, nil
 }
@@ -242,6 +321,9 @@ func (b *Broker) directoryUser(ctx context.Context, name string) (*site.User, er
 		return nil, ErrDirectoryUnavailable
 	case err != nil:
 		return nil, nil
+	case shadows(b.Snapshot(), id.Name, ""):
+		b.refuseShadow(id.Name, id.DN, "")
+		return nil, nil
 	}
 	return st.put(key, id, b.cfg.Now(), b.cfg.Verified, guardKey(AccountUser, key)).user, nil
 }
@@ -257,12 +339,21 @@ func (b *Broker) directoryEntry(name string) *dirEntry {
 	return b.entry(st, key)
 }
 
-// entry is directoryEntry for the user of key in st.
+// entry is directoryEntry for the user of key in st. An entry named as
+// one of the site's users (one added since the entry was read) is
+// forgotten, with its verified passwords, and nil returned.
 func (b *Broker) entry(st *directoryState, key string) *dirEntry {
 	e := st.get(key)
-	if e != nil {
-		b.refreshStale(st, key, e)
+	if e == nil {
+		return nil
 	}
+	if shadows(b.Snapshot(), e.user.Name, key) {
+		st.drop(key)
+		b.cfg.Verified.Forget(guardKey(AccountUser, key))
+		b.refuseShadow(e.user.Name, e.groups.DN, "")
+		return nil
+	}
+	b.refreshStale(st, key, e)
 	return e
 }
 

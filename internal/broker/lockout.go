@@ -221,7 +221,18 @@ func (b *Broker) Lockouts(ctx context.Context) ([]Lockout, error) {
 // with SiteLockout in the site DB, and reports whether it was locked out.
 // Other brokers count an account themselves only while the site DB
 // cannot be reached (CheckPassword); those counts they keep.
+//
+// A user is named as a logon would name them: a site user by their name
+// in any case, a directory user by any spelling of theirs (their lock-out
+// is counted under the entry's key, auth.NameKey).
 func (b *Broker) Unlock(ctx context.Context, kind, name string) (bool, error) {
+	if kind == AccountUser {
+		if u, ok := b.Snapshot().User(name); ok {
+			name = u.Name
+		} else if _, key, ok := b.directory(name); ok {
+			name = key
+		}
+	}
 	was := b.guard.Unlock(guardKey(kind, name))
 	if !b.cfg.SiteLockout {
 		return was, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -23,8 +24,11 @@ type Snapshot struct {
 	// config is the configuration the snapshot indexes, and points into.
 	config *site.Config
 
-	// users are indexed by site.FoldName of their names.
+	// users are indexed by site.FoldName of their names; userKeys by
+	// auth.NameKey, the key a directory's logons are counted under, so
+	// that no directory user is served under a site user's name.
 	users     map[string]*site.User
+	userKeys  map[string]*site.User
 	resources map[string]*site.Resource
 	groups    map[string]*site.DeliveryGroup
 	catalogs  map[string]*site.Catalog
@@ -93,10 +97,12 @@ func buildSnapshot(prev *Snapshot, version int64, c *site.Config) (s *Snapshot, 
 		}
 	}
 	if prev != nil && c.SameObjects(prev.config, site.KindUser) {
-		s.users = prev.users
+		s.users, s.userKeys = prev.users, prev.userKeys
 	} else {
+		s.userKeys = make(map[string]*site.User, len(c.Users))
 		for i := range c.Users {
 			s.users[site.FoldName(c.Users[i].Name)] = &c.Users[i]
+			s.userKeys[auth.NameKey(c.Users[i].Name)] = &c.Users[i]
 		}
 	}
 	machinesReused = prev != nil && c.SameObjects(prev.config, site.KindMachine) &&
@@ -167,6 +173,14 @@ func (s *Snapshot) Config() *site.Config { return s.config }
 // Windows matches them: case-insensitively, in any Unicode normal form.
 func (s *Snapshot) User(name string) (*site.User, bool) {
 	u, ok := s.users[site.FoldName(name)]
+	return u, ok
+}
+
+// UserKeyed returns the site user whose name has key (auth.NameKey), or
+// false when there is none: a directory user of that key would share the
+// site user's name, and is refused.
+func (s *Snapshot) UserKeyed(key string) (*site.User, bool) {
+	u, ok := s.userKeys[key]
 	return u, ok
 }
 

@@ -67,14 +67,16 @@ func directoryUser(id ldapauth.Identity) broker.DirectoryUser {
 }
 
 // directoryErr maps ldapauth's errors onto the broker's. A name that
-// matches several entries is refused as a wrong password (ldapauth logs
-// the entries); anything unforeseen is an unavailable directory, and
+// matches several entries, or an entry of another name (a matching rule
+// that differs from usher's normalisation), is refused as a wrong
+// password (ldapauth logs the entries); anything unforeseen is an unavailable directory, and
 // keeps its text for the log.
 func directoryErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ldapauth.ErrWrongCredentials), errors.Is(err, ldapauth.ErrNotFound), errors.Is(err, ldapauth.ErrAmbiguous):
+	case errors.Is(err, ldapauth.ErrWrongCredentials), errors.Is(err, ldapauth.ErrNotFound), errors.Is(err, ldapauth.ErrAmbiguous),
+		errors.Is(err, ldapauth.ErrNameMismatch):
 		return broker.ErrBadCredentials
 	case errors.Is(err, ldapauth.ErrAccountDisabled):
 		return broker.ErrAccountDisabled

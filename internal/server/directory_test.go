@@ -48,8 +48,9 @@ const (
 
 // startDirectorySite starts the site on two slapd servers (ldaps first,
 // StartTLS second), or with samba on one Samba AD domain controller
-// (ldaps, then StartTLS to the same one).
-func startDirectorySite(t *testing.T, samba bool) *directorySite {
+// (ldaps, then StartTLS to the same one). opts change the server's
+// configuration before it opens.
+func startDirectorySite(t *testing.T, samba bool, opts ...func(*server.Config)) *directorySite {
 	t.Helper()
 	var d *ldaptest.Directory
 	var servers []string
@@ -69,14 +70,18 @@ func startDirectorySite(t *testing.T, samba bool) *directorySite {
 		teamDN: "CN=" + ldaptest.Team(d.Users-10) + ", OU=groups, DC=usher, DC=test"}
 	ctx := t.Context()
 	params := auth.Params{Iterations: 1, MemoryKiB: 1024, Parallelism: 1, SaltLen: 16, KeyLen: 32}
-	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
+	cfg := server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
 		DemoPassword: "demo-pw-1234", SimVDAs: -1, SimLogonDelay: -1, HeartbeatInterval: 200 * time.Millisecond,
-		PasswordParams: params, SourceFree: -1}) // the refusals below come from one address
+		PasswordParams: params, SourceFree: -1} // the refusals below come from one address
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := server.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	hash, err := auth.HashPassword(localPassword, params)
+	hash, err := auth.HashPassword(localPassword, cfg.PasswordParams)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-ldap/ldap/v3"
+
+	"github.com/usher-vdi/usher/internal/auth"
 )
 
 // Directory authenticates users against the configured servers. It is
@@ -89,12 +91,19 @@ func (d *Directory) Authenticate(ctx context.Context, name, password string) (Id
 	return id, nil
 }
 
-// Key returns what name is looked up by (see Config.UserAttr), the same
-// for every form of one user's name (user, DOMAIN\user, user@suffix), or
-// ErrWrongCredentials when name cannot be one of the directory's users.
-// It does no I/O.
+// Key returns the key of the entry name reaches, auth.NameKey of what it
+// is looked up by (see Config.UserAttr): the same for every form of one
+// user's name (user, DOMAIN\user, user@suffix) and every spelling the
+// directory matches to the entry (case, width, spaces), since Authenticate
+// and Lookup refuse an entry whose user attribute has another key
+// (ErrNameMismatch). It returns ErrWrongCredentials when name cannot be
+// one of the directory's users. It does no I/O.
 func (d *Directory) Key(name string) (string, error) {
-	return logonValue(name, d.cfg.UserAttr, d.cfg.Domain, d.cfg.UPNSuffix)
+	v, err := logonValue(name, d.cfg.UserAttr, d.cfg.Domain, d.cfg.UPNSuffix)
+	if err != nil {
+		return "", err
+	}
+	return auth.NameKey(v), nil
 }
 
 // Lookup returns name's identity and groups without a password, for an
@@ -206,7 +215,11 @@ const (
 )
 
 // findUser returns the one entry whose user attribute equals value, nil
-// when there is none, or ErrAmbiguous.
+// when there is none, ErrAmbiguous for several, or ErrNameMismatch for
+// one whose user attribute (its first value, the Identity's Name) has
+// another key than value (auth.NameKey): the directory's matching rule
+// then differs from usher's, and usher refuses rather than guess which
+// logons are of one account.
 func (d *Directory) findUser(ctx context.Context, s *server, value string) (*ldap.Entry, error) {
 	filter := "(" + d.cfg.UserAttr + "=" + ldap.EscapeFilter(value) + ")"
 	if d.cfg.UserFilter != "" {
@@ -231,6 +244,11 @@ func (d *Directory) findUser(ctx context.Context, s *server, value string) (*lda
 	case 0:
 		return nil, nil
 	case 1:
+		if got := found[0].GetEqualFoldAttributeValue(d.cfg.UserAttr); auth.NameKey(got) != auth.NameKey(value) {
+			d.log.Warn("ldap matched a user name to an entry whose name usher does not take as the same (the directory's matching rule differs from usher's normalisation); refused",
+				"name", value, "attribute", d.cfg.UserAttr, "dn", found[0].DN, "entry_name", got)
+			return nil, ErrNameMismatch
+		}
 		return found[0], nil
 	}
 	dns := make([]string, len(found))

@@ -18,6 +18,9 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Errors that callers branch on, with errors.Is.
@@ -39,6 +42,12 @@ var (
 	// ErrAmbiguous: the name matches more than one entry; nobody is
 	// authenticated, and the entries are logged.
 	ErrAmbiguous = errors.New("user name matches several directory entries")
+	// ErrNameMismatch: the directory matched the name to an entry whose
+	// user attribute does not have the name's key (auth.NameKey): its
+	// matching rule differs from usher's normalisation, and the logon is
+	// refused rather than counted under a key another spelling of the same
+	// entry would not share. The entry is logged.
+	ErrNameMismatch = errors.New("the directory matched the name to an entry of another name")
 	// ErrNotFound: Lookup found no entry for the name.
 	ErrNotFound = errors.New("no such user in the directory")
 	// ErrUnavailable: no server answered in time (every one is down, slow,
@@ -112,9 +121,17 @@ func (nopMetrics) GroupCache(bool)                             {}
 // logonValue returns the value to look name up by in attr: it accepts
 // user, DOMAIN\user (domain must be the configured NetBIOS name, in any
 // case) and user@suffix (suffix must be the configured UPN suffix, in any
-// case, unless attr is userPrincipalName). It returns ErrWrongCredentials
-// for a name that cannot be one of the directory's users.
+// case, unless attr is userPrincipalName). The name is taken in Unicode
+// normal form KC with its spaces trimmed and collapsed (see prepare), so
+// that the directory is asked for one spelling of the spellings that share
+// a key (auth.NameKey), case aside: its matching rule decides case. It
+// returns ErrWrongCredentials for a name that cannot be one of the
+// directory's users.
 func logonValue(name, attr, domain, upnSuffix string) (string, error) {
+	if name == "" || len(name) > MaxNameLength {
+		return "", ErrWrongCredentials
+	}
+	name = prepare(name)
 	if name == "" || len(name) > MaxNameLength {
 		return "", ErrWrongCredentials
 	}
@@ -123,14 +140,14 @@ func logonValue(name, attr, domain, upnSuffix string) (string, error) {
 		if domain == "" || !strings.EqualFold(d, domain) {
 			return "", ErrWrongCredentials
 		}
-		user = u
+		user = prepare(u)
 	} else if i := strings.LastIndexByte(name, '@'); i >= 0 {
-		local, suffix := name[:i], name[i+1:]
+		local, suffix := prepare(name[:i]), prepare(name[i+1:])
 		switch {
 		case upnSuffix != "" && strings.EqualFold(suffix, upnSuffix):
 			user = local
 		case attr == "userPrincipalName" && local != "" && suffix != "":
-			return name, nil // another of the forest's UPN suffixes: the directory decides
+			return local + "@" + suffix, nil // another of the forest's UPN suffixes: the directory decides
 		default:
 			return "", ErrWrongCredentials
 		}
@@ -146,3 +163,21 @@ func logonValue(name, attr, domain, upnSuffix string) (string, error) {
 	}
 	return user, nil
 }
+
+// prepare returns s in Unicode normal form KC with every run of spaces
+// (any Unicode space) one U+0020 and none at either end: auth.NameKey but
+// for case folding, which the directory's matching rule does.
+func prepare(s string) string {
+	s = norm.NFKC.String(strings.ToValidUTF8(s, "\uFFFD"))
+	if strings.IndexFunc(s, isOtherSpace) >= 0 {
+		s = strings.Map(func(r rune) rune {
+			if isOtherSpace(r) {
+				return ' '
+			}
+			return r
+		}, s)
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func isOtherSpace(r rune) bool { return r != ' ' && unicode.IsSpace(r) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -130,6 +131,13 @@ func TestLogonValue(t *testing.T) {
 		{"alice@other.test", "userPrincipalName", "alice@other.test", nil},
 		{`USHER\a\b`, "uid", `a\b`, nil},
 		{"*", "uid", "*", nil}, // escaped by the search, not refused here
+		{" alice ", "uid", "alice", nil},
+		{"ａｌｉｃｅ", "uid", "alice", nil}, // fullwidth
+		{"ＡＬＩＣＥ", "uid", "ALICE", nil}, // case is the directory's matching rule's
+		{"alice\u3000smith", "uid", "alice smith", nil},
+		{`USHER\ alice`, "uid", "alice", nil},
+		{"alice @ usher.test", "uid", "alice", nil},
+		{"   ", "uid", "", ErrWrongCredentials},
 		{"", "uid", "", ErrWrongCredentials},
 		{long, "uid", "", ErrWrongCredentials},
 	} {
@@ -746,4 +754,62 @@ func BenchmarkAuthenticate(b *testing.B) {
 		b.ReportMetric(float64(m.ldapOps()-base)/float64(n), "ops/logon")
 		b.ReportMetric(float64(m.count(OpDial)-dials)/float64(n), "dials/logon")
 	})
+}
+
+// lockedBuffer is a log written from any goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestOneKeyPerEntry checks that every spelling slapd matches to one
+// entry (case, width, spaces) reaches it under one key, and that a name
+// slapd matches to an entry of another name (a second uid value) is
+// refused, with a log line saying why, rather than counted apart.
+func TestOneKeyPerEntry(t *testing.T) {
+	dir := ldaptest.Start(t, ldaptest.Options{Users: 10})
+	name := ldaptest.UserName(5)
+	dir.Servers[0].Modify(t, "dn: "+ldaptest.UserDN(name)+"\nchangetype: modify\nadd: uid\nuid: robert\n")
+	var logs lockedBuffer
+	d, err := New(testConfig(dir, dir.Servers[0].LDAPS), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx := ctxTimeout(t, 20*time.Second)
+	key, err := d.Key(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, logon := range []string{name, strings.ToUpper(name), " " + name, name + "  ", "ｕｓｅｒ０００５", "ＵＳＥＲ0005",
+		`USHER\ ` + name, name + "\u3000@usher.test"} {
+		if k, err := d.Key(logon); k != key || err != nil {
+			t.Errorf("Key(%q) = %q, %v; want %q", logon, k, err, key)
+		}
+		id, err := d.Authenticate(ctx, logon, dir.UserPassword)
+		if err != nil || id.DN != ldaptest.UserDN(name) || id.Name != name {
+			t.Errorf("Authenticate(%q) = %+v, %v; want %s", logon, id, err, name)
+		}
+	}
+	if id, err := d.Authenticate(ctx, "robert", dir.UserPassword); !errors.Is(err, ErrNameMismatch) {
+		t.Errorf("Authenticate by the entry's second uid = %+v, %v; want ErrNameMismatch", id, err)
+	}
+	if _, err := d.Lookup(ctx, "ROBERT"); !errors.Is(err, ErrNameMismatch) {
+		t.Errorf("Lookup by the entry's second uid: %v; want ErrNameMismatch", err)
+	}
+	if !strings.Contains(logs.String(), "matching rule differs") || !strings.Contains(logs.String(), ldaptest.UserDN(name)) {
+		t.Errorf("no log line names the refused entry:\n%s", logs.String())
+	}
 }
