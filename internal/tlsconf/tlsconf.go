@@ -163,6 +163,15 @@ func (r *Reloader) Leaf() *x509.Certificate {
 	return r.pair.Leaf
 }
 
+// Current is the certificate the next handshake gets: Leaf, after loading
+// the files again when they changed (looked at at most once a second).
+// A holder that publishes the certificate (its pin) asks Current, not
+// Leaf, so that it sees a rotation without waiting for a handshake.
+func (r *Reloader) Current() *x509.Certificate {
+	pair, _ := r.GetCertificate(nil)
+	return pair.Leaf
+}
+
 // ServerConfig is a listener's TLS configuration serving r's pair, with
 // HTTP/2 and HTTP/1.1 offered.
 func (r *Reloader) ServerConfig() *tls.Config {
