@@ -34,7 +34,7 @@ type vdaFlags struct {
 
 	// TLS: brokers' CA, the control listener's certificate, and the
 	// clear exceptions.
-	brokerCA, tlsCert, tlsKey       string
+	brokerCA, tlsCert, tlsKey      string
 	insecureBroker, insecureListen bool
 
 	// The agent.
@@ -52,7 +52,7 @@ type vdaFlags struct {
 var (
 	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions", "enrolment-token",
 		"tls-cert", "tls-key"}
-	simOnlyFlags   = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
+	simOnlyFlags = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
 )
 
 func (m *Main) vda(ctx context.Context, args []string) error {
