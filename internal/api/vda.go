@@ -312,7 +312,7 @@ func checkControl(controlURL, pin string) error {
 
 func registration(req vdaproto.RegisterRequest) broker.Registration {
 	reg := broker.Registration{Machine: req.Machine, Address: req.Address, Protocol: req.Protocol,
-		Control: broker.Control{URL: req.ControlURL, Token: req.ControlToken, Pin: req.ControlPin}, AgentVersion: req.AgentVersion,
+		Control: broker.Control{Machine: req.Machine, URL: req.ControlURL, Token: req.ControlToken, Pin: req.ControlPin}, AgentVersion: req.AgentVersion,
 		Simulated: req.Simulated}
 	for _, s := range req.Sessions {
 		reg.Sessions = append(reg.Sessions, broker.ReportedSession{ID: s.ID, User: s.User, Resource: s.Resource,

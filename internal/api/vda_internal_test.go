@@ -73,7 +73,7 @@ func TestCheckControl(t *testing.T) {
 func TestRegistrationCarriesThePin(t *testing.T) {
 	pin := strings.Repeat("0f", 32)
 	reg := registration(vdaproto.RegisterRequest{Machine: "m", ControlURL: "https://m:8490", ControlToken: "t", ControlPin: pin})
-	if want := (broker.Control{URL: "https://m:8490", Token: "t", Pin: pin}); reg.Control != want {
+	if want := (broker.Control{Machine: "m", URL: "https://m:8490", Token: "t", Pin: pin}); reg.Control != want {
 		t.Errorf("control %+v, want %+v", reg.Control, want)
 	}
 }
