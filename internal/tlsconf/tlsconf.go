@@ -6,7 +6,8 @@
 // verify a CA bundle, the system roots or one pinned certificate; and a
 // self-signed certificate for the demo.
 //
-// Any role's assembly (internal/server, the agent, the stream) and the
+// Any role's assembly (internal/server, the agent, the stream), the
+// clients of usher's own protocols (vda, broker/vdacontrol) and the
 // binary may import it; of usher's it imports only atomicfile.
 package tlsconf
 

@@ -152,6 +152,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	}
 	if u, err := url.Parse(cfg.ControlURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("machine %q: control URL %q is not an http(s) URL", cfg.Name, cfg.ControlURL)
+	} else if cfg.ControlPin != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("machine %q: a control pin needs an https control URL, not %q", cfg.Name, cfg.ControlURL)
 	}
 	if cfg.Protocol != "" && cfg.Protocol != "rdp" && cfg.Protocol != "ica" {
 		return nil, fmt.Errorf("machine %q: protocol %q is not rdp or ica", cfg.Name, cfg.Protocol)
