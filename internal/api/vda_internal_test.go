@@ -77,3 +77,23 @@ func TestRegistrationCarriesThePin(t *testing.T) {
 		t.Errorf("control %+v, want %+v", reg.Control, want)
 	}
 }
+
+// FuzzCheckControl: checkControl accepts a pin only with an https URL and
+// as vdaproto.ValidPin does, and says invalid for whatever it refuses.
+func FuzzCheckControl(f *testing.F) {
+	f.Add("https://vda-1:8490", strings.Repeat("ab", 32))
+	f.Add("http://127.0.0.1:8490", "")
+	f.Add("ftp://x", "zz")
+	f.Fuzz(func(t *testing.T, controlURL, pin string) {
+		err := checkControl(controlURL, pin)
+		if err != nil {
+			if site.ErrorCode(err) != site.EInvalid {
+				t.Fatalf("checkControl(%q, %q): code %q", controlURL, pin, site.ErrorCode(err))
+			}
+			return
+		}
+		if pin != "" && (!vdaproto.ValidPin(pin) || !strings.HasPrefix(strings.ToLower(controlURL), "https:")) {
+			t.Fatalf("checkControl(%q, %q) accepted a pin without https or of the wrong form", controlURL, pin)
+		}
+	})
+}
