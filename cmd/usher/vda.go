@@ -361,8 +361,11 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 		stop := reloadOnHangup(certs, machine, log)
 		defer stop()
 	}
-	log.Info("VDA agent starting", "machine", f.machine, "broker", f.broker, "listen", ln.Addr().String(), "control_url", controlURL,
-		"tls", certs != nil)
+	attrs := []any{"machine", f.machine, "broker", f.broker, "listen", ln.Addr().String(), "control_url", controlURL}
+	if pin != nil {
+		attrs = append(attrs, "control_pin", pin())
+	}
+	log.Info("VDA agent starting", attrs...)
 	if m.Listening != nil {
 		m.Listening("vda", ln.Addr().String())
 	}
