@@ -112,7 +112,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log:        cfg.Logger,
 	}
 	if c.http == nil {
-		c.http = &http.Client{Transport: NewTransport(0, cfg.TLS)}
+		c.http = &http.Client{Transport: newTransport(0, cfg.TLS)}
 	}
 	if c.attempts <= 0 {
 		c.attempts = DefaultCallAttempts
@@ -178,9 +178,13 @@ func (c *Client) Broker() string { return c.bases[c.cur.Load()] }
 
 // NewTransport returns an HTTP transport for talking to one broker, keeping
 // up to idle connections to it open (0 means 16), that verifies https
-// brokers with tlsCfg (nil: the system roots, TLS 1.2 at least). A
-// simulator of many machines shares one.
-func NewTransport(idle int, tlsCfg *tls.Config) *http.Transport {
+// brokers against the system roots, TLS 1.2 at least (set its
+// TLSClientConfig for others). A simulator of many machines shares one.
+func NewTransport(idle int) *http.Transport { return newTransport(idle, nil) }
+
+// newTransport is NewTransport verifying https brokers with tlsCfg (nil:
+// the system roots).
+func newTransport(idle int, tlsCfg *tls.Config) *http.Transport {
 	if idle <= 0 {
 		idle = 16
 	}

@@ -175,7 +175,7 @@ func NewSimulator(cfg SimConfig) (*Simulator, error) {
 		allRegistered: make(chan struct{})}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		s.own = NewTransport(min(max(len(cfg.Machines)/4, 16), 256), cfg.BrokerTLS)
+		s.own = newTransport(min(max(len(cfg.Machines)/4, 16), 256), cfg.BrokerTLS)
 		hc = &http.Client{Transport: s.own}
 	}
 	var err error
