@@ -1,8 +1,9 @@
 #!/bin/sh
 # A starting point for usher vda --session-command, e.g.
 #
-#   usher vda --broker http://broker:8080 --machine office-vda-01 \
-#     --enrolment-secret-file /etc/usher/enrolment.secret \
+#   usher vda --broker https://broker:8443 --broker-ca /etc/usher/site-ca.pem \
+#     --machine office-vda-01 --enrolment-secret-file /etc/usher/enrolment.secret \
+#     --tls-cert /etc/usher/vda.crt --tls-key /etc/usher/vda.key \
 #     --session-command "/usr/local/lib/usher/session-command.sh /var/log/usher/sessions.log"
 #
 # The agent runs it without a shell, with the arguments written after it in

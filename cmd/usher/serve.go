@@ -79,6 +79,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	simWait := fs.Duration("sim-wait", defaultSimWait, "simulated VDAs: how long to wait for them to register before printing the URLs and credentials")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", broker.DefaultHeartbeatInterval, "how often VDAs report load")
 	fs.BoolVar(&cfg.AllowVDAAddressChange, "allow-vda-address-change", false, "let a VDA register an address on another host than its machine's configured address")
+	fs.BoolVar(&cfg.InsecureVDAControl, "insecure-vda-control", false, "send control tokens to VDAs' http:// control URLs off loopback (agents run with --insecure-listen); off, such VDAs get no sessions")
+	fs.StringVar(&cfg.VDACA, "vda-ca", "", "PEM file of the CAs that sign VDAs' control listener certificates, for https control URLs registered without a pin (default: the system roots)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", broker.DefaultHeartbeatTimeout, "silence after which a VDA is unregistered")
 	fs.BoolVar(&cfg.MetricsAuth, "metrics-auth", false, "serve /metrics to admins only (HTTP basic or an admin bearer token); off, it shows anyone machine names and loads")
 	fs.IntVar(&cfg.LockoutThreshold, "lockout-threshold", auth.DefaultLockoutThreshold, "failed logons within 10 minutes that lock a user or admin account out for 10 minutes (0 or negative: never lock out)")

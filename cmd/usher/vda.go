@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,10 +10,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -28,6 +32,11 @@ type vdaFlags struct {
 	heartbeat                            time.Duration
 	logs                                 logFlags
 
+	// TLS: brokers' CA, the control listener's certificate, and the
+	// clear exceptions.
+	brokerCA, tlsCert, tlsKey      string
+	insecureBroker, insecureListen bool
+
 	// The agent.
 	machine, address, protocol, controlURL, sessionCommand, stateFile string
 	maxSessions                                                       int
@@ -41,8 +50,9 @@ type vdaFlags struct {
 }
 
 var (
-	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions", "enrolment-token"}
-	simOnlyFlags   = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
+	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions", "enrolment-token",
+		"tls-cert", "tls-key"}
+	simOnlyFlags = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
 )
 
 func (m *Main) vda(ctx context.Context, args []string) error {
@@ -54,17 +64,22 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 		vdaSessionHelp+
 		"\nThe simulator asks the broker for the site's machine names (with the enrolment secret)\n"+
 		"and plays all of them, or the first N, of the catalog, delivery group or name prefix given.")
-	fs.StringVar(&f.broker, "broker", "", "base URL of the broker, e.g. http://broker:8080, or of the brokers of the machine's zone separated by commas, used in turn as one stops answering (required)")
+	fs.StringVar(&f.broker, "broker", "", "base URL of the broker, e.g. https://broker:8443, or of the brokers of the machine's zone separated by commas, used in turn as one stops answering (required; http:// only on loopback unless --insecure-broker)")
 	fs.StringVar(&f.fallback, "fallback-broker", "", "comma-separated base URLs of primary-zone brokers, used only while none of --broker answers (the zone must have primary_fallback)")
 	fs.StringVar(&f.secretFile, "enrolment-secret-file", "", "file holding the site's enrolment secret (else $"+envEnrolmentSecret+")")
-	fs.StringVar(&f.listen, "listen", "", "address of the control listener (default "+DefaultVDAListen+", or "+vda.DefaultSimListen+" with --simulate)")
+	fs.StringVar(&f.listen, "listen", "", "address of the control listener (default "+DefaultVDAListen+", or "+vda.DefaultSimListen+" with --simulate); off loopback it needs --tls-cert and --tls-key, or --insecure-listen")
+	fs.StringVar(&f.brokerCA, "broker-ca", "", "PEM file of the CA certificates that sign the brokers' certificates (default: the system roots)")
+	fs.BoolVar(&f.insecureBroker, "insecure-broker", false, "allow http:// broker URLs off loopback (the machine credential crosses the network in clear)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) of the control listener, loaded again when it changes or on SIGHUP; brokers pin it at registration (agent)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (agent)")
+	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a clear control listener off loopback (the control token crosses the network in clear; brokers send it only if their site allows)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 0, "heartbeat this often instead of as the broker says")
 	f.logs.register(fs)
 
 	fs.StringVar(&f.machine, "machine", "", "this machine's name in the site (agent; required)")
 	fs.StringVar(&f.address, "address", "", "where clients reach the display protocol, HOST:PORT (agent; default: the site's address of the machine)")
 	fs.StringVar(&f.protocol, "protocol", "rdp", "display protocol: rdp or ica (agent)")
-	fs.StringVar(&f.controlURL, "control-url", "", "URL where the broker reaches the control listener (agent; default http://HOST:PORT of --listen, or of --address's host)")
+	fs.StringVar(&f.controlURL, "control-url", "", "URL where the broker reaches the control listener (agent; default https://HOST:PORT of --listen with --tls-cert, else http://, with --address's host or this host's name for a wildcard --listen)")
 	fs.StringVar(&f.sessionCommand, "session-command", "", "command run, without a shell, when a session is prepared, logged off or disconnected; it gets USHER_EVENT, USHER_SESSION_ID, USHER_USER, USHER_RESOURCE and USHER_COMMAND_LINE (agent)")
 	fs.StringVar(&f.enrolmentToken, "enrolment-token", "", "a single-use machine enrolment token (usher admin enrol-token MACHINE) "+
 		"instead of the site's enrolment secret; the agent renews its credential from then on (agent)")
@@ -177,13 +192,24 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 	if err != nil {
 		return err
 	}
-	names, err := simulatedNames(ctx, f, secret, listed, count, log)
+	brokerTLS, err := tlsconf.ClientConfig("--broker-ca", f.brokerCA)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	names, err := simulatedNames(ctx, f, brokerTLS, secret, listed, count, log)
 	if err != nil {
 		return err
 	}
 	listen := orDefault(f.listen, vda.DefaultSimListen)
+	if err := tlsconf.CheckListen("--listen", listen, false, f.insecureListen); err != nil {
+		return usageError{simPlainHint(err)}
+	}
+	if f.insecureListen && !tlsconf.LoopbackAddr(listen) {
+		m.warnPlainListener(log, listen)
+	}
 	sim, err := vda.NewSimulator(vda.SimConfig{
-		Broker: f.broker, FallbackBroker: f.fallback, Secret: secret, Machines: names, Listen: listen,
+		Broker: f.broker, FallbackBroker: f.fallback, BrokerTLS: brokerTLS, InsecureBroker: f.insecureBroker,
+		Secret: secret, Machines: names, Listen: listen,
 		LogonDelay: logonDelay, SessionLength: f.sessionLen, SessionJitter: f.sessionJitter,
 		ManualConnect: f.manualConnect, HeartbeatInterval: f.heartbeat, Logger: log,
 		Listening: func(addr string) {
@@ -201,8 +227,9 @@ func (m *Main) runSimulator(ctx context.Context, f vdaFlags, secret string) erro
 // simulatedNames asks the broker for the site's machines that the flags
 // select, and returns them, or the first count of them (count 0: all).
 // Names listed with --machines must all be the site's.
-func simulatedNames(ctx context.Context, f vdaFlags, secret string, listed []string, count int, log *slog.Logger) ([]string, error) {
-	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, Logger: log})
+func simulatedNames(ctx context.Context, f vdaFlags, brokerTLS *tls.Config, secret string, listed []string, count int, log *slog.Logger) ([]string, error) {
+	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, TLS: brokerTLS,
+		InsecureBroker: f.insecureBroker, Logger: log})
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -278,11 +305,28 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	if err != nil {
 		return err
 	}
-	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, Logger: log})
+	brokerTLS, err := tlsconf.ClientConfig("--broker-ca", f.brokerCA)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	client, err := vda.NewClient(vda.ClientConfig{BrokerURL: f.broker, FallbackURL: f.fallback, TLS: brokerTLS,
+		InsecureBroker: f.insecureBroker, Logger: log})
 	if err != nil {
 		return usageError{err.Error()}
 	}
 	listen := orDefault(f.listen, DefaultVDAListen)
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usageError{"--tls-cert and --tls-key go together"}
+	}
+	var certs *tlsconf.Reloader
+	if f.tlsCert != "" {
+		if certs, err = tlsconf.NewReloader(f.tlsCert, f.tlsKey, log); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	if err := tlsconf.CheckListen("--listen", listen, certs != nil, f.insecureListen); err != nil {
+		return usageError{err.Error()}
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
@@ -290,12 +334,21 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	defer ln.Close()
 	controlURL := f.controlURL
 	if controlURL == "" {
-		if controlURL, err = defaultControlURL(ln.Addr().String(), f.address); err != nil {
+		if controlURL, err = defaultControlURL(ln.Addr().String(), f.address, certs != nil); err != nil {
 			return err
 		}
 	}
+	if err := checkControlURL(controlURL, certs != nil); err != nil {
+		return usageError{err.Error()}
+	}
+	var pin func() string
+	if certs != nil {
+		pin = func() string { return tlsconf.Fingerprint(certs.Current().Raw) }
+	} else if !tlsconf.LoopbackAddr(listen) {
+		m.warnPlainListener(log, listen)
+	}
 	machine, err := vda.NewMachine(vda.MachineConfig{
-		Name: f.machine, Client: client, Secret: secret, EnrolmentToken: f.enrolmentToken, ControlURL: controlURL,
+		Name: f.machine, Client: client, Secret: secret, EnrolmentToken: f.enrolmentToken, ControlURL: controlURL, ControlPin: pin,
 		Address: f.address, Protocol: f.protocol, MaxSessions: f.maxSessions,
 		Load: &vda.ProcLoad{}, Hook: hook, HeartbeatInterval: f.heartbeat,
 		StateFile: f.stateFile, Logger: log,
@@ -303,17 +356,86 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	log.Info("VDA agent starting", "machine", f.machine, "broker", f.broker, "listen", ln.Addr().String(), "control_url", controlURL)
+	if certs != nil {
+		ln = tls.NewListener(ln, certs.ServerConfig())
+		stop := reloadOnHangup(certs, machine, log)
+		defer stop()
+	}
+	attrs := []any{"machine", f.machine, "broker", f.broker, "listen", ln.Addr().String(), "control_url", controlURL}
+	if pin != nil {
+		attrs = append(attrs, "control_pin", pin())
+	}
+	log.Info("VDA agent starting", attrs...)
 	if m.Listening != nil {
 		m.Listening("vda", ln.Addr().String())
 	}
 	return vda.RunAgent(ctx, machine, ln)
 }
 
-// defaultControlURL is http://HOST:PORT of the listener, with the host of
-// the display address, or this host's name, when the listener listens on
-// every address.
-func defaultControlURL(listenAddr, displayAddr string) (string, error) {
+// warnPlainListener says loudly that a control listener off loopback
+// speaks clear HTTP.
+func (m *Main) warnPlainListener(log *slog.Logger, listen string) {
+	fmt.Fprintf(m.Stderr, "usher vda: WARNING: the control listener %s speaks clear HTTP off loopback (--insecure-listen): "+
+		"anyone on the network reads the control token and the tickets' hashes, and brokers send no token to it unless their site allows clear control URLs\n", listen)
+	log.Warn("control listener without TLS off loopback (--insecure-listen)", "listen", listen)
+}
+
+// simPlainHint is CheckListen's refusal for the simulator, which serves
+// no TLS: it names --insecure-listen alone.
+func simPlainHint(err error) string {
+	return strings.Replace(err.Error(), "give it --tls-cert and --tls-key, or pass --insecure-listen",
+		"the simulator serves no TLS: listen on loopback, or pass --insecure-listen", 1)
+}
+
+// checkControlURL refuses a control URL whose scheme is not the
+// listener's: https with TLS, http without.
+func checkControlURL(controlURL string, hasTLS bool) error {
+	u, err := url.Parse(controlURL)
+	if err != nil {
+		return fmt.Errorf("--control-url %q: %v", controlURL, err)
+	}
+	switch {
+	case hasTLS && u.Scheme != "https":
+		return fmt.Errorf("--control-url %q: the control listener speaks TLS (--tls-cert): want https://", controlURL)
+	case !hasTLS && u.Scheme == "https":
+		return fmt.Errorf("--control-url %q: the control listener has no TLS: give it --tls-cert and --tls-key", controlURL)
+	}
+	return nil
+}
+
+// reloadOnHangup loads the control listener's certificate again on
+// SIGHUP, and has the machine register the new pin; stop ends it.
+func reloadOnHangup(certs *tlsconf.Reloader, machine *vda.Machine, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if err := certs.Reload(); err != nil {
+					log.Error("SIGHUP: the control listener's certificate is not reloaded; keeping the one in use", "err", err)
+					continue
+				}
+				machine.ControlCertChanged()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
+	}
+}
+
+// defaultControlURL is http://HOST:PORT of the listener (https:// with
+// TLS), with the host of the display address, or this host's name, when
+// the listener listens on every address.
+func defaultControlURL(listenAddr, displayAddr string, hasTLS bool) (string, error) {
 	host, port, err := net.SplitHostPort(listenAddr)
 	if err != nil {
 		return "", err
@@ -330,6 +452,9 @@ func defaultControlURL(listenAddr, displayAddr string) (string, error) {
 		}
 	}
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}
+	if hasTLS {
+		u.Scheme = "https"
+	}
 	return u.String(), nil
 }
 
@@ -354,8 +479,8 @@ const vdaSessionHelp = `The life of a session on a real host:
      file carries it (RDP: loadbalanceinfo:s:usher-ticket:TICKET, ICA: LogonTicket).
      Whoever receives it on the host side (the display protocol's logon hook, a
      gateway, or the client itself) presents it to the agent:
-       curl -X POST -H 'Content-Type: application/json' \
-         -d '{"ticket":"TICKET","client_name":"laptop-42"}' http://VDA:8490/connect
+       curl --cacert CA.pem -X POST -H 'Content-Type: application/json' \
+         -d '{"ticket":"TICKET","client_name":"laptop-42"}' https://VDA:8490/connect
      which answers {"session_id":...,"user":...,"resource":...}. The session turns
      active and the broker hears of the logon. A ticket never presented leaves the
      session pending; 30s after the ticket expires both sides forget it (the

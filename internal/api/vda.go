@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -240,6 +241,9 @@ func (s *Server) register(r *http.Request) (any, error) {
 	if req.ControlURL == "" || len(req.ControlToken) < 16 {
 		return nil, site.Errorf(site.EInvalid, "control_url and a control_token of at least 16 characters are required")
 	}
+	if err := checkControl(req.ControlURL, req.ControlPin); err != nil {
+		return nil, err
+	}
 	// The address goes into launch files: refuse what could inject a
 	// setting before anything else looks at it.
 	if req.Address != "" {
@@ -286,12 +290,29 @@ func (s *Server) sessionEvent(r *http.Request) (any, error) {
 	return nil, s.cfg.Broker.SessionEvent(r.Context(), e)
 }
 
+// checkControl refuses a control URL that is not http(s), and a control
+// pin that is not a certificate's fingerprint or comes with a clear URL.
+func checkControl(controlURL, pin string) error {
+	u, err := url.Parse(controlURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return site.Errorf(site.EInvalid, "control_url %q: want http(s)://HOST[:PORT][/PATH]", controlURL)
+	}
+	switch {
+	case pin == "":
+	case !vdaproto.ValidPin(pin):
+		return site.Errorf(site.EInvalid, "control_pin: want the hex SHA-256 of the control listener's certificate (64 lower-case hex digits)")
+	case u.Scheme != "https":
+		return site.Errorf(site.EInvalid, "control_pin pins a TLS certificate: it needs an https control_url, not %q", controlURL)
+	}
+	return nil
+}
+
 // registration, heartbeat and sessionEvent turn the VDA protocol's
 // messages into the broker's.
 
 func registration(req vdaproto.RegisterRequest) broker.Registration {
 	reg := broker.Registration{Machine: req.Machine, Address: req.Address, Protocol: req.Protocol,
-		Control: broker.Control{URL: req.ControlURL, Token: req.ControlToken}, AgentVersion: req.AgentVersion,
+		Control: broker.Control{Machine: req.Machine, URL: req.ControlURL, Token: req.ControlToken, Pin: req.ControlPin}, AgentVersion: req.AgentVersion,
 		Simulated: req.Simulated}
 	for _, s := range req.Sessions {
 		reg.Sessions = append(reg.Sessions, broker.ReportedSession{ID: s.ID, User: s.User, Resource: s.Resource,

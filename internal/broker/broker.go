@@ -832,7 +832,7 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 	prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
 		Reconnect: reconnect && sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
-	err := b.cfg.Control.Prepare(pctx, Control{URL: st.ControlURL, Token: st.ControlToken}, prep)
+	err := b.cfg.Control.Prepare(pctx, Control{Machine: sess.Machine, URL: st.ControlURL, Token: st.ControlToken, Pin: st.ControlPin}, prep)
 	cancel()
 	if err == nil {
 		b.log.Debug("session placed", "session", sess.ID, "user", sess.User, "machine", sess.Machine, "reconnect", reconnect)

@@ -24,7 +24,7 @@ func (b *Broker) OwnStatuses() map[string]site.MachineStatus {
 		}
 		out[name] = site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms.lastHeartbeat, LoadIndex: ms.load.Index,
 			Usage: ms.effective(), RegisteredAddress: ms.address, Protocol: ms.protocol, ControlURL: ms.control.URL,
-			ControlToken: ms.control.Token, Credential: ms.credential}
+			ControlToken: ms.control.Token, ControlPin: ms.control.Pin, Credential: ms.credential}
 	}
 	return out
 }

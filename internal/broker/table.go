@@ -40,9 +40,13 @@ type machineState struct {
 	reregister bool
 }
 
-// Control is where and how a broker reaches a VDA.
+// Control is where and how a broker reaches a machine's VDA: its control
+// URL, the token it presents there, and, for an https URL, the
+// fingerprint of the one certificate the VDA's listener may show (Pin;
+// "" verifies the URL's host against the site's CA or the system roots).
+// Machine names the machine in errors.
 type Control struct {
-	URL, Token string
+	Machine, URL, Token, Pin string
 }
 
 // table is the broker's live view of every machine, used to choose where
@@ -245,7 +249,7 @@ func (t *table) settle(picked string, p site.Placed, ok bool) {
 		ms.usage.Sessions++
 		ms.usage.LogonsInProgress++
 		ms.registered = st.Registration == site.Registered
-		ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
+		ms.control = Control{Machine: ms.name, URL: st.ControlURL, Token: st.ControlToken, Pin: st.ControlPin}
 		ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
 		ms.rescore()
 	}
@@ -286,7 +290,7 @@ func (ms *machineState) apply(st site.MachineStatus) {
 	ms.registered = st.Registration == site.Registered
 	ms.lastHeartbeat = st.LastHeartbeat
 	ms.usage = st.Usage
-	ms.control = Control{URL: st.ControlURL, Token: st.ControlToken}
+	ms.control = Control{Machine: ms.name, URL: st.ControlURL, Token: st.ControlToken, Pin: st.ControlPin}
 	ms.address, ms.protocol = st.RegisteredAddress, st.Protocol
 	ms.credential = st.Credential
 }

@@ -218,7 +218,7 @@ func (b *Broker) Register(ctx context.Context, req Registration) (err error) {
 		st.LastHeartbeat = now
 		st.Sessions, st.LogonsInProgress = live, pending
 		st.RegisteredAddress, st.Protocol = addr, proto
-		st.ControlURL, st.ControlToken, st.AgentVersion = req.Control.URL, req.Control.Token, req.AgentVersion
+		st.ControlURL, st.ControlToken, st.ControlPin, st.AgentVersion = req.Control.URL, req.Control.Token, req.Control.Pin, req.AgentVersion
 		st.Credential = req.Credential
 		b.rescore(req.Machine, &st)
 		return tx.SetMachineStatus(ctx, req.Machine, st)

@@ -22,7 +22,6 @@ import (
 	"github.com/usher-vdi/usher/internal/blob"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/broker/brokerprom"
-	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/hotpath"
@@ -172,6 +171,14 @@ type Config struct {
 	// on another host than its machine's configured address; off, such a
 	// registration is refused.
 	AllowVDAAddressChange bool
+	// InsecureVDAControl lets the broker send control tokens to VDAs'
+	// http:// control URLs off loopback (agents run with
+	// --insecure-listen); off, they are refused. VDACA is a PEM bundle
+	// of the CAs that sign VDAs' control listener certificates, for https
+	// control URLs registered without a pin (default: the system roots);
+	// a registered pin is verified alone. See vdaControl.
+	InsecureVDAControl bool
+	VDACA              string
 
 	// SimVDAs runs that many simulated VDAs in-process, for the site's
 	// first machines; -1 runs one for every machine.
@@ -428,7 +435,11 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	brk, err := broker.New(ctx, broker.Config{Store: store, Control: vdacontrol.New(), Logger: log, Observer: metrics,
+	control, err := vdaControl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	brk, err := broker.New(ctx, broker.Config{Store: store, Control: control, Logger: log, Observer: metrics,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
 		Zone: zone, OwnZoneVDAs: cfg.Zone != "", SiteLockout: IsPostgres(cfg.DB),
 		Guard: guard, Verified: verified, PasswordParams: params, AllowAddressChange: cfg.AllowVDAAddressChange,

@@ -127,7 +127,11 @@ type MachineStatus struct {
 	Protocol          string `json:"protocol,omitempty"`
 	ControlURL        string `json:"control_url,omitempty"`
 	ControlToken      string `json:"-"`
-	AgentVersion      string `json:"agent_version,omitempty"`
+	// ControlPin is the fingerprint (hex SHA-256 of the DER) of the
+	// certificate the VDA's https control listener shows: brokers send
+	// the control token only to a listener that shows it. "" for none.
+	ControlPin   string `json:"control_pin,omitempty"`
+	AgentVersion string `json:"agent_version,omitempty"`
 	// Credential is the ID of the machine credential whose VDA registered:
 	// heartbeats and events with another credential are not the
 	// registered VDA's.

@@ -130,7 +130,7 @@ func New(tb testing.TB, o Options) *Site {
 // host at 10.0.G.N:1494 whose control URL names it.
 func Registration(i int, machine string) broker.Registration {
 	return broker.Registration{Machine: machine, Address: fmt.Sprintf("10.0.%d.%d:1494", i/100, i%100+1), Protocol: "ica",
-		Control: broker.Control{URL: controlPrefix + machine, Token: ControlToken}}
+		Control: broker.Control{Machine: machine, URL: controlPrefix + machine, Token: ControlToken}}
 }
 
 const controlPrefix = "http://vda.invalid/"

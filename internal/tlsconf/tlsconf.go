@@ -6,7 +6,8 @@
 // verify a CA bundle, the system roots or one pinned certificate; and a
 // self-signed certificate for the demo.
 //
-// Any role's assembly (internal/server, the agent, the stream) and the
+// Any role's assembly (internal/server, the agent, the stream), the
+// clients of usher's own protocols (vda, broker/vdacontrol) and the
 // binary may import it; of usher's it imports only atomicfile.
 package tlsconf
 
@@ -166,6 +167,15 @@ func (r *Reloader) Leaf() *x509.Certificate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pair.Leaf
+}
+
+// Current is the certificate the next handshake gets: Leaf, after loading
+// the files again when they changed (looked at at most once a second).
+// A holder that publishes the certificate (its pin) asks Current, not
+// Leaf, so that it sees a rotation without waiting for a handshake.
+func (r *Reloader) Current() *x509.Certificate {
+	pair, _ := r.GetCertificate(nil)
+	return pair.Leaf
 }
 
 // ServerConfig is a listener's TLS configuration serving r's pair, with

@@ -144,6 +144,9 @@ func TestRotationKeepsConnections(t *testing.T) {
 	fresh := func() *http.Client {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: insecure, DisableKeepAlives: true}}
 	}
+	if got := r.Current().Subject.CommonName; got != "b" {
+		t.Fatalf("after the change, before a handshake: Current is %q, want b", got)
+	}
 	if got := subject(fresh()); got != "b" {
 		t.Fatalf("after the change: certificate %q, want b", got)
 	}

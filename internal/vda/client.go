@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
@@ -24,9 +28,11 @@ const maxResponseBody = 1 << 20
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// BrokerURL is the broker's base URL, e.g. http://broker:8080, or
+	// BrokerURL is the broker's base URL, e.g. https://broker:8443, or
 	// several separated by commas: the brokers of the machine's zone,
-	// used in turn as each stops answering.
+	// used in turn as each stops answering. An http:// URL must name a
+	// loopback host unless InsecureBroker: the machine credential would
+	// cross the network in clear.
 	BrokerURL string
 	// FallbackURL lists, the same way, brokers of the primary zone, used
 	// only while none of BrokerURL's answers (the zone must allow it:
@@ -36,9 +42,15 @@ type ClientConfig struct {
 	// OwnZoneRetry is how long the client stays with a fallback broker
 	// before trying its own zone's again; 0 means DefaultOwnZoneRetry.
 	OwnZoneRetry time.Duration
-	// HTTPClient sends the requests; nil uses a client of its own. Its
-	// Timeout, if any, applies on top of Timeout.
+	// HTTPClient sends the requests; nil uses a client of its own, whose
+	// TLS configuration is TLS. Its Timeout, if any, applies on top of
+	// Timeout.
 	HTTPClient *http.Client
+	// TLS verifies the brokers' certificates (tlsconf.ClientConfig); nil
+	// means the system roots.
+	TLS *tls.Config
+	// InsecureBroker allows http:// broker URLs of hosts off loopback.
+	InsecureBroker bool
 	// Timeout bounds one attempt; 0 means DefaultCallTimeout.
 	Timeout time.Duration
 	// Attempts is how many times a call is tried while the broker is
@@ -77,14 +89,14 @@ const DefaultOwnZoneRetry = 30 * time.Second
 
 // NewClient returns a Client of the brokers at cfg.BrokerURL.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	own, err := brokerURLs(cfg.BrokerURL)
+	own, err := brokerURLs(cfg.BrokerURL, cfg.InsecureBroker)
 	if err != nil {
 		return nil, err
 	}
 	if len(own) == 0 {
 		return nil, fmt.Errorf("no broker URL")
 	}
-	fallback, err := brokerURLs(cfg.FallbackURL)
+	fallback, err := brokerURLs(cfg.FallbackURL, cfg.InsecureBroker)
 	if err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
@@ -100,7 +112,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log:        cfg.Logger,
 	}
 	if c.http == nil {
-		c.http = &http.Client{Transport: NewTransport(0)}
+		c.http = &http.Client{Transport: newTransport(0, cfg.TLS)}
 	}
 	if c.attempts <= 0 {
 		c.attempts = DefaultCallAttempts
@@ -111,8 +123,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// brokerURLs parses a comma-separated list of base URLs.
-func brokerURLs(list string) ([]string, error) {
+// brokerURLs parses a comma-separated list of base URLs. An http:// one
+// off loopback is refused unless insecure.
+func brokerURLs(list string, insecure bool) ([]string, error) {
 	var bases []string
 	for _, s := range strings.Split(list, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -124,6 +137,10 @@ func brokerURLs(list string) ([]string, error) {
 		}
 		if u.User != nil {
 			return nil, fmt.Errorf("broker URL must not carry credentials")
+		}
+		if u.Scheme == "http" && !insecure && !localHost(u.Host) {
+			return nil, fmt.Errorf("broker URL %q: %w: the machine credential would cross the network in clear; "+
+				"use https://, or pass --insecure-broker", s, ErrPlainBroker)
 		}
 		bases = append(bases, strings.TrimRight(u.String(), "/"))
 	}
@@ -160,13 +177,22 @@ func (c *Client) failover(i int, err error) {
 func (c *Client) Broker() string { return c.bases[c.cur.Load()] }
 
 // NewTransport returns an HTTP transport for talking to one broker, keeping
-// up to idle connections to it open (0 means 16). A simulator of many
-// machines shares one.
-func NewTransport(idle int) *http.Transport {
+// up to idle connections to it open (0 means 16), that verifies https
+// brokers against the system roots, TLS 1.2 at least (set its
+// TLSClientConfig for others). A simulator of many machines shares one.
+func NewTransport(idle int) *http.Transport { return newTransport(idle, nil) }
+
+// newTransport is NewTransport verifying https brokers with tlsCfg (nil:
+// the system roots).
+func newTransport(idle int, tlsCfg *tls.Config) *http.Transport {
 	if idle <= 0 {
 		idle = 16
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsCfg == nil {
+		tlsCfg = &tls.Config{MinVersion: tlsconf.MinVersion}
+	}
+	t.TLSClientConfig = tlsCfg.Clone()
 	t.MaxIdleConns = idle
 	t.MaxIdleConnsPerHost = idle
 	t.IdleConnTimeout = 90 * time.Second
@@ -362,6 +388,9 @@ func (c *Client) once(ctx context.Context, base, path, cred string, body []byte,
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if cerr := certificateError(base, err); cerr != nil {
+			return cerr
+		}
 		return err // a *url.Error naming the URL, never the body or headers
 	}
 	defer resp.Body.Close()
@@ -396,4 +425,64 @@ func decodeError(resp *http.Response, raw []byte) *BrokerError {
 		be.RetryAfter = time.Duration(s) * time.Second
 	}
 	return be
+}
+
+// localHost reports whether a dial of host[:port] stays on this host: a
+// loopback address, or the unspecified one (a wildcard listener's own
+// address, as a broker's simulated VDAs are given).
+func localHost(hostport string) bool {
+	if tlsconf.LoopbackAddr(hostport) {
+		return true
+	}
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsUnspecified()
+}
+
+// ErrPlainBroker refuses an http:// broker URL off loopback.
+var ErrPlainBroker = errors.New("not https and not a loopback host")
+
+// CertificateError is a broker whose TLS certificate the client refused:
+// not signed by a trusted CA, issued for another name, expired, or not
+// the one pinned. The client goes on to its next broker.
+type CertificateError struct {
+	// Broker is the broker's base URL.
+	Broker string
+	Err    error
+}
+
+func (e *CertificateError) Error() string {
+	return fmt.Sprintf("broker %s: its TLS certificate is refused: %v", e.Broker, e.Err)
+}
+
+func (e *CertificateError) Unwrap() error { return e.Err }
+
+// certificateError returns a *CertificateError when err is a refused
+// certificate of the broker at base, with the reason in words; nil for
+// any other error.
+func certificateError(base string, err error) error {
+	var (
+		verr     *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		return &CertificateError{base, fmt.Errorf("not signed by a trusted CA (give the broker's CA with --broker-ca): %w", unknown)}
+	case errors.As(err, &hostname):
+		return &CertificateError{base, fmt.Errorf("issued for another host name: %w", hostname)}
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return &CertificateError{base, fmt.Errorf("expired or not yet valid: %w", invalid)}
+	case errors.As(err, &invalid):
+		return &CertificateError{base, invalid}
+	case errors.As(err, &verr):
+		return &CertificateError{base, verr.Err}
+	case errors.Is(err, tlsconf.ErrPinMismatch):
+		return &CertificateError{base, err}
+	}
+	return nil
 }

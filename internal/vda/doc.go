@@ -11,11 +11,20 @@
 // agent runs a command); a [LoadSource] measures the host. [RunAgent]
 // serves one machine on its own listener: the agent of a real host.
 //
+// Both directions speak TLS off loopback. The [Client] verifies https
+// brokers (ClientConfig.TLS: the site's CA or the system roots), refuses
+// one whose certificate fails with a [CertificateError] naming it, and
+// goes on to the next; it refuses http:// brokers off loopback unless
+// told otherwise. An agent whose control listener speaks TLS registers
+// its certificate's fingerprint (MachineConfig.ControlPin), so that
+// brokers send the control token only to that certificate's holder, and
+// registers again when the certificate is rotated.
+//
 // A [Simulator] runs many machines behind one control listener, with
 // simulated clients that arrive after a logon delay and simulated users
 // who log off after a session length.
 //
-// It imports vdaproto and no broker package. Only cmd/usher,
+// It imports vdaproto and tlsconf, and no broker package. Only cmd/usher,
 // internal/server (for simulated VDAs) and tests import it; the broker
 // reaches VDAs through the wire protocol alone (broker/vdacontrol).
 package vda

@@ -46,6 +46,13 @@ type MachineConfig struct {
 	EnrolmentToken string
 	// ControlURL is where the broker reaches the machine's Handler.
 	ControlURL string
+	// ControlPin, for an https ControlURL, returns the fingerprint
+	// (tlsconf.Fingerprint) of the certificate the control listener
+	// serves now; the machine registers it, so that brokers dial the
+	// listener pinned to it. The machine looks again at each heartbeat
+	// and at ControlCertChanged, and registers again when it changed (a
+	// certificate rotated). nil registers no pin.
+	ControlPin func() string
 	// Address is where clients reach the display protocol, host:port; ""
 	// lets the broker use the address configured for the machine.
 	Address string
@@ -145,6 +152,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	}
 	if u, err := url.Parse(cfg.ControlURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("machine %q: control URL %q is not an http(s) URL", cfg.Name, cfg.ControlURL)
+	} else if cfg.ControlPin != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("machine %q: a control pin needs an https control URL, not %q", cfg.Name, cfg.ControlURL)
 	}
 	if cfg.Protocol != "" && cfg.Protocol != "rdp" && cfg.Protocol != "ica" {
 		return nil, fmt.Errorf("machine %q: protocol %q is not rdp or ica", cfg.Name, cfg.Protocol)
@@ -260,8 +269,9 @@ type runner struct {
 	registered bool
 	interval   time.Duration
 	hb         *time.Timer
-	failures   int  // consecutive failures to reach the broker
-	usedToken  bool // the machine enrolment token was spent
+	failures   int    // consecutive failures to reach the broker
+	usedToken  bool   // the machine enrolment token was spent
+	pin        string // the control pin of the registration
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -299,11 +309,17 @@ func (r *runner) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-r.hb.C:
+			if r.repin(ctx) {
+				continue
+			}
 			r.heartbeat(ctx)
 			m.pruneSessions()
 			r.flush(ctx)
 			r.hb.Reset(r.next())
 		case <-m.wake:
+			if r.repin(ctx) {
+				continue
+			}
 			r.flush(ctx)
 		}
 	}
@@ -380,6 +396,28 @@ func (r *runner) waitResume(ctx context.Context) {
 	r.m.poke() // events may have queued meanwhile
 }
 
+// repin reports whether the control listener's certificate is no longer
+// the one registered, and if so drops the registration, so that the
+// machine registers again with the new pin.
+func (r *runner) repin(ctx context.Context) bool {
+	m := r.m
+	if m.cfg.ControlPin == nil || !r.registered {
+		return false
+	}
+	pin := m.cfg.ControlPin()
+	if pin == r.pin {
+		return false
+	}
+	m.log.InfoContext(ctx, "the control listener's certificate changed; registering again to pin the new one", keyPin, pin)
+	r.unregister()
+	return true
+}
+
+// ControlCertChanged tells the machine that its control listener's
+// certificate may have changed (a reload on SIGHUP): it looks at once,
+// rather than at the next heartbeat, and registers the new pin.
+func (m *Machine) ControlCertChanged() { m.poke() }
+
 func (r *runner) register(ctx context.Context) error {
 	m := r.m
 	req := m.registerRequest()
@@ -387,6 +425,7 @@ func (r *runner) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.pin = req.ControlPin
 	r.interval = cmp.Or(max(m.cfg.HeartbeatInterval, 0), max(resp.HeartbeatInterval, 0), DefaultHeartbeatInterval)
 	r.interval = max(r.interval, MinHeartbeatInterval)
 	r.registered = true
@@ -534,6 +573,7 @@ func (m *Machine) registerRequest() vdaproto.RegisterRequest {
 		Protocol:     m.cfg.Protocol,
 		ControlURL:   m.cfg.ControlURL,
 		ControlToken: m.token,
+		ControlPin:   m.controlPin(),
 		MaxSessions:  m.cfg.MaxSessions,
 		AgentVersion: AgentVersion,
 		Simulated:    m.simulated,
@@ -542,6 +582,13 @@ func (m *Machine) registerRequest() vdaproto.RegisterRequest {
 		req.Sessions = append(req.Sessions, s.Report())
 	}
 	return req
+}
+
+func (m *Machine) controlPin() string {
+	if m.cfg.ControlPin == nil {
+		return ""
+	}
+	return m.cfg.ControlPin()
 }
 
 func (m *Machine) heartbeatRequest(ctx context.Context) vdaproto.Heartbeat {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -464,4 +465,60 @@ func TestRetryAfterKeepsRegistrationPrompt(t *testing.T) {
 			t.Fatal("not registered 1.5 s after the broker served again; the wait grew past its Retry-After")
 		}
 	})
+}
+
+// TestMachineRegistersANewPin: the machine registers its control
+// listener's pin, and registers again with the new one when the
+// certificate changes: at its next heartbeat, or at once when told
+// (ControlCertChanged, as SIGHUP does).
+func TestMachineRegistersANewPin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := newBubbleBroker(t, time.Second, "vda-1")
+		var pin atomic.Value
+		pin.Store(strings.Repeat("a", 64))
+		a := startAgent(t, fb, "vda-1", func(c *vda.MachineConfig) {
+			c.ControlURL = "https://vda-1.test:80"
+			c.ControlPin = func() string { return pin.Load().(string) }
+		})
+		settle(100 * time.Millisecond)
+		pins := func() []string {
+			var out []string
+			for _, r := range fb.registrations("vda-1") {
+				out = append(out, r.ControlPin[:1])
+			}
+			return out
+		}
+		if got := pins(); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("registered pins %v, want a", got)
+		}
+		settle(3 * time.Second)
+		if got := pins(); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("registered pins %v with no change, want a alone", got)
+		}
+
+		pin.Store(strings.Repeat("b", 64))
+		settle(1100 * time.Millisecond) // a heartbeat
+		if got := pins(); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("registered pins %v after a change, want a then b", got)
+		}
+
+		pin.Store(strings.Repeat("c", 64))
+		a.ControlCertChanged()
+		settle(10 * time.Millisecond) // well before the next heartbeat
+		if got := pins(); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("registered pins %v when told of a change, want a, b then c", got)
+		}
+	})
+}
+
+func TestNewMachineRefusesAPinWithoutTLS(t *testing.T) {
+	c, err := vda.NewClient(vda.ClientConfig{BrokerURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = vda.NewMachine(vda.MachineConfig{Name: "vda-1", Client: c, Secret: "s", ControlURL: "http://vda-1:8490",
+		ControlPin: func() string { return strings.Repeat("a", 64) }})
+	if err == nil || !strings.Contains(err.Error(), "https") {
+		t.Fatalf("a pin with a clear control URL: %v", err)
+	}
 }

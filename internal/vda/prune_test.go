@@ -29,7 +29,7 @@ func (c *clock) advance(d time.Duration) {
 
 func TestPruneForgetsAbandonedSessions(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC)}
-	c, err := NewClient(ClientConfig{BrokerURL: "http://broker.invalid"})
+	c, err := NewClient(ClientConfig{BrokerURL: "http://broker.invalid", InsecureBroker: true})
 	if err != nil {
 		t.Fatal(err)
 	}

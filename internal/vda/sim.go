@@ -2,6 +2,7 @@ package vda
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,9 +81,14 @@ type SimConfig struct {
 	// or register; 0 means DefaultMinBackoff and DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	// HTTPClient reaches the broker; nil means one shared client with a
-	// connection pool sized for the machines.
+	// connection pool sized for the machines, verifying https brokers
+	// with BrokerTLS (nil: the system roots).
 	HTTPClient *http.Client
-	Logger     *slog.Logger
+	BrokerTLS  *tls.Config
+	// InsecureBroker allows http:// broker URLs off loopback
+	// (ClientConfig.InsecureBroker).
+	InsecureBroker bool
+	Logger         *slog.Logger
 }
 
 // Names returns n machine names PREFIX-001 .. PREFIX-n, zero-padded to
@@ -169,12 +175,12 @@ func NewSimulator(cfg SimConfig) (*Simulator, error) {
 		allRegistered: make(chan struct{})}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		s.own = NewTransport(min(max(len(cfg.Machines)/4, 16), 256))
+		s.own = newTransport(min(max(len(cfg.Machines)/4, 16), 256), cfg.BrokerTLS)
 		hc = &http.Client{Transport: s.own}
 	}
 	var err error
 	s.client, err = NewClient(ClientConfig{BrokerURL: cfg.Broker, FallbackURL: cfg.FallbackBroker, HTTPClient: hc, Logger: cfg.Logger,
-		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff})
+		InsecureBroker: cfg.InsecureBroker, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}

@@ -28,7 +28,7 @@ func startSim(t testing.TB, fb *fakeBroker, names []string, mod func(*vda.SimCon
 		LogonDelay: 30 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		Stagger: 50 * time.Millisecond, Logger: testLogger(t)}
 	if fb.net != nil {
-		cfg.ControlBase, cfg.HTTPClient = "http://sim.test", fb.hc
+		cfg.ControlBase, cfg.HTTPClient, cfg.InsecureBroker = "http://sim.test", fb.hc, true
 	}
 	if mod != nil {
 		mod(&cfg)

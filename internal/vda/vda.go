@@ -84,6 +84,7 @@ const (
 	keyInterval = "interval"
 	keyAddr     = "addr"
 	keyCount    = "machines"
+	keyPin      = "pin"
 )
 
 // discard is the logger of components given none.

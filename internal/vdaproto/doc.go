@@ -33,6 +33,13 @@
 // (an RDP file carries it in loadbalanceinfo as "usher-ticket:TICKET", an
 // ICA file as LogonTicket); the README's VDAs section shows the request.
 //
+// Both directions speak TLS off loopback. The VDA verifies brokers
+// against the site's CA (or the system roots); the broker dials an https
+// ControlURL pinned to the certificate fingerprint the VDA registered
+// (RegisterRequest.ControlPin), so that the control token goes only to
+// the listener that holds that certificate's key, and sends no token to
+// an http:// ControlURL off loopback unless the site allows it.
+//
 // Errors in both directions are the API's JSON error document,
 // {"error": {"code": "...", "message": "..."}}.
 //

@@ -85,6 +85,13 @@ type RegisterRequest struct {
 	// the broker presents there.
 	ControlURL   string `json:"control_url"`
 	ControlToken string `json:"control_token"`
+	// ControlPin, for an https ControlURL, is the fingerprint of the
+	// certificate the control listener serves: the broker sends the
+	// control token only to a listener that shows that certificate.
+	// Registering again with another pin re-pins (the agent's certificate
+	// was rotated). Empty, an https ControlURL is verified against the
+	// site's CA or the system roots.
+	ControlPin string `json:"control_pin,omitempty"`
 	// MaxSessions is the most sessions the host can take (0: no own limit).
 	MaxSessions  int    `json:"max_sessions,omitempty"`
 	AgentVersion string `json:"agent_version,omitempty"`
@@ -178,6 +185,21 @@ type ConnectResponse struct {
 	SessionID string `json:"session_id"`
 	User      string `json:"user"`
 	Resource  string `json:"resource"`
+}
+
+// ValidPin reports whether pin has the form of a certificate's
+// fingerprint (tlsconf.Fingerprint: the SHA-256 of its DER bytes): 64
+// lower-case hex digits.
+func ValidPin(pin string) bool {
+	if len(pin) != 2*sha256.Size {
+		return false
+	}
+	for _, c := range pin {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // TicketHash returns the hex SHA-256 of a ticket.

@@ -442,13 +442,13 @@ func (t *tx) write(ctx context.Context, table, name, what, query string, args ..
 
 const statusCols = `registration, last_heartbeat, load_index, sessions, cpu_percent, memory_percent,
 	logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token,
-	agent_version, registration_conflict, registration_conflict_at, registered_credential`
+	agent_version, registration_conflict, registration_conflict_at, registered_credential, control_pin`
 
 // statusDest returns the destinations of statusCols.
 func statusDest(st *site.MachineStatus) []any {
 	return []any{&st.Registration, timeDest{&st.LastHeartbeat}, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
 		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
-		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, timeDest{&st.ConflictAt}, &st.Credential}
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, timeDest{&st.ConflictAt}, &st.Credential, &st.ControlPin}
 }
 
 func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineStatus, error) {
@@ -547,10 +547,10 @@ func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.Machi
 		logons_in_progress = $8::bigint, memory_used_mb = $9::bigint, memory_total_mb = $10::bigint,
 		registered_address = $11::text, protocol = $12::text, control_url = $13::text, control_token = $14::text,
 		agent_version = $15::text, registration_conflict = $16::text, registration_conflict_at = $17::timestamptz,
-		registered_credential = $18::text WHERE machine = $1::text`,
+		registered_credential = $18::text, control_pin = $19::text WHERE machine = $1::text`,
 		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent,
 		st.LogonsInProgress, st.MemoryUsedMB, st.MemoryTotalMB, st.RegisteredAddress, st.Protocol, st.ControlURL,
-		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential)
+		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential, st.ControlPin)
 	if err != nil {
 		return err
 	}

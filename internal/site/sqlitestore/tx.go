@@ -229,7 +229,7 @@ func (t *tx) MachineStatus(ctx context.Context, machine string) (site.MachineSta
 // them.
 const statusCols = `registration, coalesce(last_heartbeat, ''), load_index, sessions, cpu_percent, memory_percent,
 	logons_in_progress, memory_used_mb, memory_total_mb, registered_address, protocol, control_url, control_token, agent_version,
-	registration_conflict, coalesce(registration_conflict_at, ''), registered_credential`
+	registration_conflict, coalesce(registration_conflict_at, ''), registered_credential, control_pin`
 
 // scanStatus reads statusCols, after the destinations in first, with scan.
 func scanStatus(scan func(dest ...any) error, first ...any) (site.MachineStatus, error) {
@@ -237,7 +237,7 @@ func scanStatus(scan func(dest ...any) error, first ...any) (site.MachineStatus,
 	var heartbeat, conflictAt string
 	dest := append(first, &st.Registration, &heartbeat, &st.LoadIndex, &st.Sessions, &st.CPUPercent, &st.MemoryPercent,
 		&st.LogonsInProgress, &st.MemoryUsedMB, &st.MemoryTotalMB, &st.RegisteredAddress, &st.Protocol,
-		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, &conflictAt, &st.Credential)
+		&st.ControlURL, &st.ControlToken, &st.AgentVersion, &st.Conflict, &conflictAt, &st.Credential, &st.ControlPin)
 	err := scan(dest...)
 	if err == nil {
 		st.LastHeartbeat, err = parseTime(heartbeat)
@@ -303,10 +303,10 @@ func (t *tx) SetMachineStatus(ctx context.Context, machine string, st site.Machi
 		sessions = ?5, cpu_percent = ?6, memory_percent = ?7, logons_in_progress = ?8, memory_used_mb = ?9,
 		memory_total_mb = ?10, registered_address = ?11, protocol = ?12, control_url = ?13, control_token = ?14,
 		agent_version = ?15, registration_conflict = ?16, registration_conflict_at = ?17,
-		registered_credential = ?18 WHERE name = ?1`,
+		registered_credential = ?18, control_pin = ?19 WHERE name = ?1`,
 		machine, string(st.Registration), timeArg(st.LastHeartbeat), st.LoadIndex, st.Sessions, st.CPUPercent, st.MemoryPercent,
 		st.LogonsInProgress, st.MemoryUsedMB, st.MemoryTotalMB, st.RegisteredAddress, st.Protocol, st.ControlURL,
-		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential)
+		st.ControlToken, st.AgentVersion, st.Conflict, timeArg(st.ConflictAt), st.Credential, st.ControlPin)
 	if err != nil {
 		return fmt.Errorf("set machine status %q: %w", machine, err)
 	}

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"testing"
@@ -45,6 +47,14 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 		}
 		if st := got.Status; st.Sessions != 3 || st.LogonsInProgress != 1 || st.LoadIndex != 1234 || st.Registration != site.Registered {
 			t.Errorf("status after the claim %+v, want 3 sessions, 1 logon, load index 1234", st)
+		}
+		// The placement hands the broker where and how to reach the VDA,
+		// the pin of its control listener's certificate included.
+		if st := got.Status; st.ControlURL != "https://vda/app1" || st.ControlPin != pinOf("app1") {
+			t.Errorf("status after the claim: control URL %q, pin %q; want https://vda/app1 and its pin", st.ControlURL, st.ControlPin)
+		}
+		if st := got.Refused["spare1"]; st.ControlPin != pinOf("spare1") {
+			t.Errorf("refused spare1's status has pin %q, want its own", st.ControlPin)
 		}
 		if _, ok := got.Refused["spare1"]; !ok || len(got.Refused) != 1 {
 			t.Errorf("refused %v, want spare1 alone (a missing machine is absent, later candidates untried)", got.Refused)
@@ -137,6 +147,9 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 				}
 				if got.Status.Registration != site.Registered || got.Status.Sessions != 0 {
 					t.Errorf("status %+v, want the reconnection's machine untouched", got.Status)
+				}
+				if got.Status.ControlPin != pinOf(got.Reconnect.Machine) {
+					t.Errorf("status of the reconnection's machine has pin %q, want %s's", got.Status.ControlPin, got.Reconnect.Machine)
 				}
 				wantVersion(t, s, v)
 			})
@@ -402,12 +415,20 @@ func register(t *testing.T, s site.Store, machines ...string) {
 	t.Helper()
 	update(t, s, func(ctx context.Context, tx site.Tx) error {
 		for _, m := range machines {
-			if err := tx.SetMachineStatus(ctx, m, site.MachineStatus{Registration: site.Registered, ControlURL: "http://vda/" + m}); err != nil {
+			st := site.MachineStatus{Registration: site.Registered, ControlURL: "https://vda/" + m, ControlPin: pinOf(m)}
+			if err := tx.SetMachineStatus(ctx, m, st); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// pinOf is the control pin register gives machine: the hex SHA-256 of
+// its name.
+func pinOf(machine string) string {
+	sum := sha256.Sum256([]byte(machine))
+	return hex.EncodeToString(sum[:])
 }
 
 // unregister marks machines unregistered.

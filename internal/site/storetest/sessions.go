@@ -39,8 +39,9 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 			// What a VDA registers.
 			RegisteredAddress: "10.1.2.3:3389",
 			Protocol:          "rdp",
-			ControlURL:        "http://10.1.2.3:8081/vda/app2",
+			ControlURL:        "https://10.1.2.3:8081/vda/app2",
 			ControlToken:      "secret-control-token",
+			ControlPin:        "5d41402abc4b2a76b9719d911017c592a7f2d8e11a4c2c0e8b3f9a7c6d5e4f30",
 			AgentVersion:      "1.2.3",
 			Conflict:          "another VDA tried to register from http://10.9.9.9:8490",
 			ConflictAt:        ms(2025, 6, 30, 23, 59, 57, 5, nil),
