@@ -1,6 +1,3 @@
-// Package tlstest makes certificates for tests: a CA, and server
-// certificates it signs (or that sign themselves) for chosen hosts and
-// validity, written as PEM files. Only tests import it.
 package tlstest
 
 import (

@@ -1,6 +1,8 @@
 // Package tlstest writes certificates for tests of usher's TLS
-// listeners and clients: valid, expired or not yet valid, with keys that
-// match them or not. Tests alone import it.
+// listeners and clients: self-signed pairs valid, expired or not yet
+// valid, with keys that match them or not (this file), and a CA with
+// server certificates it signs for chosen hosts (ca.go). Tests alone
+// import it.
 package tlstest
 
 import (
