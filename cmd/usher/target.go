@@ -20,6 +20,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/tlsconf"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,10 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	var persist persistFlag
 	fs.Var(&persist, "persist", "disk mode: keep the cache across restarts while the upstream image version is the same, else discard it and say so; --persist=strict refuses to start instead (default: discard at each start, a new boot)")
 	listen := fs.String("listen", "unix:/run/usher/target.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
-	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --metrics-tls-cert)")
+	metricsCert := fs.String("metrics-tls-cert", "", "PEM certificate (chain) that --metrics-listen serves TLS with, read again when it changes or on SIGHUP; with --metrics-tls-key")
+	metricsKey := fs.String("metrics-tls-key", "", "PEM private key of --metrics-tls-cert")
+	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --metrics-listen without --metrics-tls-cert (anyone who reaches it reads the metrics)")
 	ready := fs.String("ready", "", "once the local endpoint serves, create this file (an initramfs waits for it before attaching the root disk)")
 	reconnectWait := fs.Duration("reconnect-wait", 2*time.Minute, "how long a read waits for a lost upstream to come back (the stream restarting) before the device gets an I/O error")
 	if err := parse(fs, args, 0); err != nil {
@@ -196,6 +200,14 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	if err := loopbackUp(*listen, log); err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	var metricsTLSCert *tlsconf.Reloader
+	if *metricsListen != "" {
+		if metricsTLSCert, err = metricsTLS(*metricsListen, *metricsCert, *metricsKey, *insecure, log, "--metrics-tls-cert"); err != nil {
+			return err
+		}
+	} else if *metricsCert != "" || *metricsKey != "" {
+		return usageError{"--metrics-tls-cert and --metrics-tls-key need --metrics-listen"}
+	}
 	mm := *m
 	if *ready != "" {
 		mm.Listening = func(name, addr string) {
@@ -209,7 +221,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	return mm.serveNBD(ctx, log, *listen, *metricsListen, nil, &nbd.Server{Exports: exports, Logger: log}, &reg, extra...)
+	return mm.serveNBD(ctx, log, *listen, *metricsListen, metricsTLSCert, &nbd.Server{Exports: exports, Logger: log}, &reg, extra...)
 }
 
 // loopbackUp brings the loopback interface up when listen is a TCP

@@ -409,11 +409,11 @@ func getTLS(t *testing.T, url, certFile string) (int, string, string) {
 	return resp.StatusCode, resp.Header.Get("Strict-Transport-Security"), string(b)
 }
 
-// TestStreamAndHostcacheMetricsTLS: usher stream's --metrics-listen
-// serves TLS with its --tls-cert, usher hostcache's with
+// TestBlockRolesMetricsTLS: usher stream's --metrics-listen serves TLS
+// with its --tls-cert, usher hostcache's and usher target's with
 // --metrics-tls-cert; off loopback without TLS each is refused, naming
 // the flag, unless --insecure-listen, which warns.
-func TestStreamAndHostcacheMetricsTLS(t *testing.T) {
+func TestBlockRolesMetricsTLS(t *testing.T) {
 	dir := t.TempDir()
 	store, _ := importImage(t, dir, "golden", make([]byte, 1<<20))
 	cert, key := tlstest.Valid(t, dir, "metrics")
@@ -439,10 +439,17 @@ func TestStreamAndHostcacheMetricsTLS(t *testing.T) {
 	if code, hsts, body := getTLS(t, "https://"+metrics+"/metrics", cert); code != 200 || hsts == "" || !strings.Contains(body, "usher_hostcache") {
 		t.Fatalf("hostcache metrics over TLS: %d, HSTS %q: %.300s", code, hsts, body)
 	}
+	target := []string{"target", "--upstream", "nbd://" + nbdAddr + "/golden", "--cache", "ram", "--ram", "4MiB",
+		"--listen", "unix:" + filepath.Join(dir, "target.sock")}
+	metrics = startRole(t, "metrics", append(target, "--metrics-listen", "127.0.0.1:0", "--metrics-tls-cert", cert, "--metrics-tls-key", key)...)
+	if code, hsts, body := getTLS(t, "https://"+metrics+"/metrics", cert); code != 200 || hsts == "" || !strings.Contains(body, "usher_") {
+		t.Fatalf("target metrics over TLS: %d, HSTS %q: %.300s", code, hsts, body)
+	}
 
 	for _, args := range [][]string{
 		{"stream", "--store", store, "--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"},
 		append(append([]string{}, hc...), "--dir", filepath.Join(dir, "hc2"), "--metrics-listen", "0.0.0.0:0"),
+		append(append([]string{}, target...), "--metrics-listen", "0.0.0.0:0"),
 	} {
 		code, _, stderr := run(t, "", args...)
 		if code != 2 || !strings.Contains(stderr, "--metrics-listen 0.0.0.0:0") || !strings.Contains(stderr, "--insecure-listen") {
