@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/usher-vdi/usher/internal/lhc"
@@ -49,6 +50,10 @@ type ClientConfig struct {
 type Client struct {
 	cfg ClientConfig
 	key Key
+
+	mu sync.Mutex
+	// runs holds each peer's run, as its last proven State told it.
+	runs map[string]string
 }
 
 // NewClient returns the Client of the broker cfg.Name.
@@ -73,7 +78,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{cfg: cfg, key: key}, nil
+	return &Client{cfg: cfg, key: key, runs: map[string]string{}}, nil
 }
 
 // State asks the peer p whether it brokers from its local copy. An error
@@ -81,13 +86,24 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // must not be taken for p.
 func (c *Client) State(ctx context.Context, p site.BrokerRecord) (State, error) {
 	var st State
-	if err := c.Call(ctx, p, OpState, struct{}{}, &st); err != nil {
+	if err := c.call(ctx, p, "", OpState, struct{}{}, &st); err != nil {
 		return State{}, err
 	}
 	if st.Name != p.Name {
 		return State{}, fmt.Errorf("peer %q at %s: %w: it says it is %q", p.Name, p.Address, ErrUnproven, st.Name)
 	}
+	c.setRun(p.Name, st.Run)
 	return st, nil
+}
+
+func (c *Client) setRun(peer, run string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if run == "" {
+		delete(c.runs, peer)
+	} else {
+		c.runs[peer] = run
+	}
 }
 
 // Handover hands the peer p this broker's handover, sealed for p alone
@@ -105,8 +121,49 @@ func (c *Client) Handover(ctx context.Context, p site.BrokerRecord, h lhc.Handov
 // only with p's proof of it: otherwise the error wraps ErrUnproven. An
 // error answer that p proved keeps its code (site.ErrorCode); a peer that
 // does not answer, or stops mid-way, gives EUnavailable. Every error
-// names p.
+// names p. Its token is bound to p's run, which a State call learns
+// first when p's is not known; a p that restarted since answers
+// EUnavailable (retry), and the next call learns its new run.
 func (c *Client) Call(ctx context.Context, p site.BrokerRecord, op string, req, out any) error {
+	if op == OpState {
+		var st State
+		if err := c.call(ctx, p, "", op, req, &st); err != nil {
+			return err
+		}
+		c.setRun(p.Name, st.Run)
+		return remarshal(st, out)
+	}
+	c.mu.Lock()
+	run := c.runs[p.Name]
+	c.mu.Unlock()
+	if run == "" {
+		st, err := c.State(ctx, p)
+		if err != nil {
+			return err
+		}
+		run = st.Run
+	}
+	return c.call(ctx, p, run, op, req, out)
+}
+
+// remarshal copies a State into out (nil: nowhere).
+func remarshal(st State, out any) error {
+	if out == nil {
+		return nil
+	}
+	if p, ok := out.(*State); ok {
+		*p = st
+		return nil
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// call is Call with its token bound to the peer's run.
+func (c *Client) call(ctx context.Context, p site.BrokerRecord, run, op string, req, out any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -114,7 +171,7 @@ func (c *Client) Call(ctx context.Context, p site.BrokerRecord, op string, req, 
 	if p.Address == "" {
 		return site.Errorf(site.EUnavailable, "peer %q has no address", p.Name)
 	}
-	token, id := c.key.Issue(c.cfg.Name, p.Name, op, body, c.cfg.Now())
+	token, id := c.key.IssueFor(c.cfg.Name, p.Name, run, op, body, c.cfg.Now())
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.Scheme+"://"+p.Address+Prefix+op, bytes.NewReader(body))
@@ -140,6 +197,13 @@ func (c *Client) Call(ctx context.Context, p site.BrokerRecord, op string, req, 
 	got := resp.Header.Get(HeaderProof)
 	proven := got != "" && resp.Header.Get(HeaderNonce) != "" && hmac.Equal([]byte(got), []byte(want))
 	if !proven {
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			// Refusals come without a proof: a 503 (busy, or a run
+			// that has ended) is taken for no more than "retry", and
+			// the run is asked again.
+			c.setRun(p.Name, "")
+			return site.Errorf(site.EUnavailable, "peer %q at %s cannot take %s now: retry", p.Name, p.Address, op)
+		}
 		if resp.StatusCode == http.StatusUnauthorized {
 			var e errorBody
 			if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {

@@ -18,20 +18,26 @@
 //
 // An operation op is POST Prefix+op with a JSON body. Its Authorization
 // header is "Bearer p1.<claims>.<mac>": claims is the base64url JSON
-// Token {iss: caller, aud: receiver, op, body: SHA-256 of the body,
-// iat: issued (Unix ms), jti: 16 random bytes}; mac is HMAC-SHA256 under
-// the token key of the length-prefixed fields ("token", claims). The
-// receiver (Verifier) takes a token only if the MAC is right, aud is its
-// own name, op is the path's operation, body is the digest of the body
-// received, iat is within [now-TokenTTL-ClockSkew, now+ClockSkew] (30 s
-// of life; brokers' clocks may be 5 s apart, run NTP), and jti was not
-// taken before. The replay cache keeps each jti until its token would be
-// refused as expired anyway, so it holds at most the tokens of the last
-// 40 s, and never more than MaxSeen: full, it refuses new tokens (503,
-// retry) rather than forget one. A token sniffed on the wire thus opens
-// nothing: not a second time, not at another broker, not another
-// operation, not another body. All but the body's digest and the jti
-// are checked before the body is read (at most 64 KiB, a handover's
+// Token {iss: caller, aud: receiver, run: the receiver's run, op, body:
+// SHA-256 of the body, iat: issued (Unix ms), jti: 16 random bytes}; mac
+// is HMAC-SHA256 under the token key of the length-prefixed fields
+// ("token", claims). The receiver (Verifier) takes a token only if the
+// MAC is right, aud is its own name, op is the path's operation, body is
+// the digest of the body received, iat is within
+// [now-TokenTTL-ClockSkew, now+ClockSkew] (30 s of life; brokers' clocks
+// may be 5 s apart, run NTP), and jti was not taken before, and, for
+// every operation but the state handshake, run is this run of the
+// receiver: a random name it makes at start and tells in its State
+// answer, which the caller learns (proved) before it sends anything
+// else, and again after a 503. The replay cache lives as long as the
+// process; binding tokens to the run keeps a token that one run took
+// from being new to the next. The replay cache keeps each jti until its
+// token would be refused as expired anyway, so it holds at most the
+// tokens of the last 40 s, and never more than MaxSeen: full, it refuses
+// new tokens (503, retry) rather than forget one. A token sniffed on the
+// wire thus opens nothing: not a second time, not at another broker, not
+// another operation, not another body. All but the body's digest and the
+// jti are checked before the body is read (at most 64 KiB, a handover's
 // DefaultMaxBody), so that no one without the key makes a broker read a
 // body.
 //

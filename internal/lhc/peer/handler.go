@@ -143,9 +143,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) refused(w http.ResponseWriter, r *http.Request, op string, t Token, err error) {
 	// Logged with what the token claims, which may not be proven.
 	h.log.WarnContext(r.Context(), "peer request refused", "remote", remote(r), "op", op, "claimed_from", t.From, "err", err)
-	if errors.Is(err, ErrBusy) {
+	switch {
+	case errors.Is(err, ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		h.refuse(w, http.StatusServiceUnavailable, site.EUnavailable, "too many peer requests: retry")
+		return
+	case errors.Is(err, ErrOtherRun):
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, http.StatusServiceUnavailable, site.EUnavailable, "this broker restarted: ask its state again and retry")
 		return
 	}
 	h.refuse(w, http.StatusUnauthorized, site.EUnauthorized, "peer request refused: "+err.Error())
@@ -156,7 +161,7 @@ func (h *Handler) serve(ctx context.Context, t Token, body []byte) (any, error) 
 	op := t.Op
 	switch op {
 	case OpState:
-		return State{Name: h.cfg.Name, Outage: h.cfg.LHC.InOutage()}, nil
+		return State{Name: h.cfg.Name, Outage: h.cfg.LHC.InOutage(), Run: h.tokens.Run()}, nil
 	case OpLearn:
 		var req sealed
 		if err := decode(body, &req); err != nil {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,5 +264,66 @@ func TestSealedHandover(t *testing.T) {
 		if _, err := tt.key.openHandover(tt.from, tt.to, s); err == nil {
 			t.Errorf("a handover sealed for b opened with %s", tt.name)
 		}
+	}
+}
+
+// TestClientAcrossARestart: a broker that restarts forgets the tokens it
+// took, so a launch token captured before is refused by its next run
+// (it is bound to the last one), and a caller that knew the last run is
+// told to retry once, then learns the new run and is served.
+func TestClientAcrossARestart(t *testing.T) {
+	ctx := context.Background()
+	var current atomic.Pointer[Handler]
+	var mu sync.Mutex
+	var captured *http.Request
+	var capturedBody []byte
+	newRun := func() {
+		h, err := NewHandler(HandlerConfig{Name: "b1", Key: siteKey, Broker: fakeLocal{}, LHC: &fakeLHC{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		current.Store(h)
+	}
+	newRun()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, OpLaunch) {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			captured, capturedBody = r.Clone(context.Background()), body
+			mu.Unlock()
+			r.Body = io.NopCloser(strings.NewReader(string(body)))
+		}
+		current.Load().ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	p := site.BrokerRecord{Name: "b1", Address: strings.TrimPrefix(srv.URL, "http://")}
+	c := newClient(t, "b2", siteKey)
+	launch := func() error {
+		var l Launch
+		return c.Call(ctx, p, OpLaunch, Request{User: "alice", Resource: "Desktop"}, &l)
+	}
+	if err := launch(); err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	mu.Lock()
+	replay, body := captured.Header.Get("Authorization"), capturedBody
+	mu.Unlock()
+
+	newRun() // b1 restarts at the same address
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+Prefix+OpLaunch, strings.NewReader(string(body)))
+	req.Header.Set("Authorization", replay)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the last run's launch token replayed at the next run: %s, want 503", resp.Status)
+	}
+	if err := launch(); site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("the first launch after the restart: %v, want unavailable (retry)", err)
+	}
+	if err := launch(); err != nil {
+		t.Fatalf("the launch after learning the new run: %v", err)
 	}
 }

@@ -36,7 +36,7 @@ const (
 )
 
 // Token errors; Verifier.Verify wraps one of them, and the receiver
-// answers any with 401 (ErrBusy with 503).
+// answers any with 401 (ErrBusy and ErrOtherRun with 503).
 var (
 	ErrMalformed     = errors.New("malformed peer token")
 	ErrForged        = errors.New("peer token not signed with the site's peer key")
@@ -46,6 +46,11 @@ var (
 	ErrExpired       = errors.New("peer token expired or from the future (brokers' clocks apart?)")
 	ErrReplayed      = errors.New("peer token used before")
 	ErrBusy          = errors.New("too many peer tokens taken lately")
+	// ErrOtherRun: the token is bound to another run of the receiver
+	// (its replay cache is the process's, so a token its last run took
+	// would be new to it); the caller asks its state again, which
+	// tells the run, and retries.
+	ErrOtherRun = errors.New("peer token for another run of this broker (it restarted): retry")
 )
 
 // Token is what a peer request's bearer token asserts: that From, which
@@ -54,7 +59,10 @@ var (
 type Token struct {
 	From string `json:"iss"`
 	To   string `json:"aud"`
-	Op   string `json:"op"`
+	// Run is the receiver's run (its State's Run) that the token is
+	// for; empty on the state handshake, which every run takes.
+	Run string `json:"run,omitempty"`
+	Op  string `json:"op"`
 	// Body is the base64url SHA-256 of the request body.
 	Body string `json:"body"`
 	// Issued is in Unix milliseconds.
@@ -112,9 +120,15 @@ func nonce(n int) string {
 }
 
 // Issue returns the token for from to send to the op with body, issued
-// at now, and the token's ID.
+// at now, and the token's ID, for no particular run of the receiver (as
+// the state handshake is sent).
 func (k Key) Issue(from, to, op string, body []byte, now time.Time) (token, id string) {
-	t := Token{From: from, To: to, Op: op, Body: Digest(body), Issued: now.UnixMilli(), ID: nonce(16)}
+	return k.IssueFor(from, to, "", op, body, now)
+}
+
+// IssueFor is Issue for the receiver's run that its State named.
+func (k Key) IssueFor(from, to, run, op string, body []byte, now time.Time) (token, id string) {
+	t := Token{From: from, To: to, Run: run, Op: op, Body: Digest(body), Issued: now.UnixMilli(), ID: nonce(16)}
 	payload, _ := json.Marshal(t)
 	p := base64.RawURLEncoding.EncodeToString(payload)
 	return tokenPrefix + p + "." + base64.RawURLEncoding.EncodeToString(mac(k.token, "token", p)), t.ID
@@ -161,6 +175,9 @@ type Verifier struct {
 	key  Key
 	self string
 	now  func() time.Time
+	// run names this Verifier's run of the broker: every operation but
+	// the state handshake (which tells it) takes only tokens of this run.
+	run string
 
 	mu sync.Mutex
 	// seen holds the IDs taken, until they would expire anyway; at most
@@ -176,13 +193,14 @@ func NewVerifier(key Key, self string, now func() time.Time) *Verifier {
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{key: key, self: self, now: now, seen: map[string]time.Time{}, max: MaxSeen}
+	return &Verifier{key: key, self: self, now: now, run: nonce(16), seen: map[string]time.Time{}, max: MaxSeen}
 }
 
 // Verify checks token for a request op with body to this broker and
 // takes it: it returns the token's claims, or an error wrapping
 // ErrMalformed, ErrForged, ErrWrongReceiver, ErrWrongOp, ErrWrongBody,
-// ErrExpired, ErrReplayed (a token taken before) or ErrBusy (the replay
+// ErrExpired, ErrOtherRun (a token for this broker's last run),
+// ErrReplayed (a token taken before) or ErrBusy (the replay
 // cache is full). It is Check, then Take.
 func (v *Verifier) Verify(token, op string, body []byte) (Token, error) {
 	t, err := v.Check(token, op)
@@ -215,7 +233,21 @@ func (v *Verifier) Check(token, op string) (Token, error) {
 	if issued.After(now.Add(ClockSkew)) || issued.Before(now.Add(-TokenTTL-ClockSkew)) {
 		return t, fmt.Errorf("%w (issued %s, now %s)", ErrExpired, issued.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
+	if op != OpState && t.Run != v.run {
+		return t, ErrOtherRun
+	}
 	return t, nil
+}
+
+// Run names this run of the broker, which its State answers tell the
+// callers that bind their other tokens to it.
+func (v *Verifier) Run() string { return v.run }
+
+// seenLen reports the size of the replay cache (tests).
+func (v *Verifier) seenLen() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.seen)
 }
 
 // Take takes the token t, which Check returned, for the request body:
@@ -247,11 +279,4 @@ func (v *Verifier) Take(t Token, body []byte) error {
 	// both bounds alike.
 	v.seen[t.ID] = issued.Add(TokenTTL + ClockSkew)
 	return nil
-}
-
-// seenLen reports the size of the replay cache (tests).
-func (v *Verifier) seenLen() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return len(v.seen)
 }

@@ -50,12 +50,49 @@ func TestVerify(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{start}
 			v := NewVerifier(key, "b", c.now)
-			token, _ := tt.key.Issue("a", tt.to, tt.op, body, start.Add(tt.issued))
+			token, _ := tt.key.IssueFor("a", tt.to, v.Run(), tt.op, body, start.Add(tt.issued))
 			_, err := v.Verify(token, tt.recvOp, tt.recvBody)
 			if !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
 				t.Fatalf("Verify: %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestTokensBoundToTheRun: a broker's replay cache lives as long as its
+// process, so a token for an operation is bound to the receiver's run,
+// which only its state handshake (taken by any run) tells: a token taken
+// by one run of a broker is refused by the next, even within its life.
+func TestTokensBoundToTheRun(t *testing.T) {
+	key := mustKey(t, 1)
+	c := &clock{time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC)}
+	first := NewVerifier(key, "b", c.now)
+	body := []byte(`{"user":"alice","resource":"Desktop"}`)
+	token, _ := key.IssueFor("a", "b", first.Run(), OpLaunch, body, c.t)
+	if _, err := first.Verify(token, OpLaunch, body); err != nil {
+		t.Fatal(err)
+	}
+	// "b" restarts: a new Verifier, an empty replay cache.
+	c.t = c.t.Add(time.Second)
+	next := NewVerifier(key, "b", c.now)
+	if next.Run() == first.Run() || next.Run() == "" {
+		t.Fatalf("runs %q and %q", first.Run(), next.Run())
+	}
+	if _, err := next.Verify(token, OpLaunch, body); !errors.Is(err, ErrOtherRun) {
+		t.Fatalf("the last run's token at the next run: %v, want ErrOtherRun", err)
+	}
+	unbound, _ := key.Issue("a", "b", OpLaunch, body, c.t)
+	if _, err := next.Verify(unbound, OpLaunch, body); !errors.Is(err, ErrOtherRun) {
+		t.Fatalf("a launch token for no run: %v, want ErrOtherRun", err)
+	}
+	// The handshake needs no run; the run it tells opens the rest.
+	state, _ := key.Issue("a", "b", OpState, []byte(`{}`), c.t)
+	if _, err := next.Verify(state, OpState, []byte(`{}`)); err != nil {
+		t.Fatalf("the state handshake: %v", err)
+	}
+	fresh, _ := key.IssueFor("a", "b", next.Run(), OpLaunch, body, c.t)
+	if _, err := next.Verify(fresh, OpLaunch, body); err != nil {
+		t.Fatalf("a token for the new run: %v", err)
 	}
 }
 

@@ -56,6 +56,10 @@ type State struct {
 	Name string `json:"name"`
 	// Outage is set while the broker brokers from its local copy.
 	Outage bool `json:"outage"`
+	// Run names the broker's run (it changes at each start): callers
+	// bind their tokens for its other operations to it, so that a token
+	// taken by one run is never new to the next.
+	Run string `json:"run"`
 }
 
 // Sessions lists a user's live sessions.
