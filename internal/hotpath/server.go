@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	if s.cfg.Limiter != nil {
 		s.cfg.Fallback.ConnState = trackState(s.cfg.Fallback.ConnState)
+	}
+	if s.cfg.Goroutines {
+		withTLSState(s.cfg.Fallback)
 	}
 	// Started under the lock, so that Shutdown and Close, which take it
 	// to stop, find the fallback server running or never started.
@@ -379,6 +383,9 @@ func (c *conn) serve() {
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
+		if first {
+			base.TLS = tlsState(c.rwc) // the handshake is done once a byte came
+		}
 		c.idle.Store(false)
 		if !c.slot.busy() {
 			return // closed to make room for another connection
@@ -436,6 +443,49 @@ func (c *conn) readHead() (bool, error) {
 func wholeHead(buf []byte) bool {
 	n, bare := headEnd(buf, 0)
 	return n >= 0 || bare
+}
+
+// tlsState is a TLS connection's state after its handshake, nil for a
+// clear connection.
+func tlsState(c net.Conn) *tls.ConnectionState {
+	if b, ok := c.(*bufferedConn); ok {
+		c = b.Conn
+	}
+	if t, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		cs := t.ConnectionState()
+		return &cs
+	}
+	return nil
+}
+
+// tlsStateKey keys a handed-over connection's TLS state in its context.
+type tlsStateKey struct{}
+
+// withTLSState gives the requests of connections handed to f over TLS
+// their r.TLS, which net/http sets only for a *tls.Conn of its own
+// listener, not for the bufferedConn that wraps one here.
+func withTLSState(f *http.Server) {
+	connContext, h := f.ConnContext, f.Handler
+	if h == nil {
+		h = http.DefaultServeMux
+	}
+	f.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if connContext != nil {
+			ctx = connContext(ctx, c)
+		}
+		if cs := tlsState(c); cs != nil {
+			ctx = context.WithValue(ctx, tlsStateKey{}, cs)
+		}
+		return ctx
+	}
+	f.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cs, ok := r.Context().Value(tlsStateKey{}).(*tls.ConnectionState); ok && r.TLS == nil {
+			r2 := *r
+			r2.TLS = cs
+			r = &r2
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // handOver gives the connection, with what it has buffered, to the

@@ -131,19 +131,10 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 }
 
 // overTLS is the handler of a TLS listener: every answer tells browsers
-// to come back over TLS only (Strict-Transport-Security), and every
-// request says it came over TLS (r.TLS), which hotpath's requests do
-// not (neither on its loop nor handed to net/http), so that what depends
-// on it (a Secure session cookie) holds.
+// to come back over TLS only (Strict-Transport-Security).
 func overTLS(h http.Handler) http.Handler {
-	state := &tls.ConnectionState{HandshakeComplete: true}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
-		if r.TLS == nil {
-			r2 := *r
-			r2.TLS = state
-			r = &r2
-		}
 		h.ServeHTTP(w, r)
 	})
 }
