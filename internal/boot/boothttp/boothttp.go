@@ -39,7 +39,9 @@
 // The boot log keeps real boots' records however much a source asks:
 // identical requests of one source (same target, step, version and
 // outcome) within RecordWindow are one record (the repeats are counted
-// in the log line of the next window), and a source writes at most
+// in the log line of the next window), except that a boot that went
+// through whole (script, kernel, initrd) ends the window, so that a
+// reboot is recorded again; and a source writes at most
 // RecordBurst records at once, then one per RecordEvery; another
 // source's boot is recorded as usual. Both are kept for a bounded
 // number of sources (Sources, least recently seen forgotten first), so
@@ -427,6 +429,9 @@ func (h *Handler) record(r *http.Request, b boot.Binding, step site.BootStep, re
 	src, now := source(r), h.cfg.Now()
 	key := recordKey{source: src, target: rec.Target, image: rec.Image, err: rec.Error, step: step, version: rec.Version}
 	repeat, before := h.coalesce.repeat(key, now)
+	if step == site.BootInitrd && rec.Error == "" {
+		h.coalesce.ended(key, now)
+	}
 	if repeat {
 		return
 	}

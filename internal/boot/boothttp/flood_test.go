@@ -134,6 +134,34 @@ func TestBootFloodKeepsRealBoots(t *testing.T) {
 	}
 }
 
+// TestRebootsAreRecorded: a machine that boots whole (script, kernel,
+// initrd) and boots again within the window, as a quick reboot or a
+// target moved from private mode to production does, has both boots in
+// its log; a repeated step without a whole boot in between is still one
+// record.
+func TestRebootsAreRecorded(t *testing.T) {
+	clk := &clock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	f, _ := newFixtureWith(t, func(c *boothttp.Config) { c.Now = clk.Now })
+	f.setTargets(site.Target{Name: "kiosk-01", MAC: kioskMAC, Image: "kiosk", Cache: site.CacheServerDisk})
+	target := f.from("127.0.0.2")
+	realBoot(t, target)
+	clk.Add(10 * time.Second)
+	realBoot(t, target)
+	if n := recordsFrom(f.boots("kiosk-01"))["127.0.0.2"]; n != 6 {
+		t.Fatalf("two whole boots within the window: %d records, want 6", n)
+	}
+	// The initrd fetched again and again, no script or kernel between:
+	// one record more, not one per fetch.
+	for range 20 {
+		if a := target(boot.TargetPath(kioskMAC, 0) + "initrd"); a.status != 200 {
+			t.Fatalf("initrd: %+v", a)
+		}
+	}
+	if n := recordsFrom(f.boots("kiosk-01"))["127.0.0.2"]; n != 7 {
+		t.Fatalf("20 more initrd fetches: %d records, want 7", n)
+	}
+}
+
 // TestBootRecordsPerSourceAreBounded: a source whose requests all differ
 // (no coalescing) and which no lookup budget stops writes RecordBurst
 // records at once, then one per RecordEvery; another source's boot is

@@ -37,6 +37,23 @@ func newLRU[K comparable, V any](max int) *lru[K, V] {
 	return &lru[K, V]{max: max, m: make(map[K]*list.Element)}
 }
 
+// peek returns key's value without making it the most recent.
+func (l *lru[K, V]) peek(key K) (V, bool) {
+	if e, ok := l.m[key]; ok {
+		return e.Value.(*lruEntry[K, V]).val, true
+	}
+	var zero V
+	return zero, false
+}
+
+// remove forgets key.
+func (l *lru[K, V]) remove(key K) {
+	if e, ok := l.m[key]; ok {
+		l.order.Remove(e)
+		delete(l.m, key)
+	}
+}
+
 // get returns key's value, made by fresh when there is none.
 func (l *lru[K, V]) get(key K, fresh func() V) *V {
 	if e, ok := l.m[key]; ok {
@@ -140,6 +157,29 @@ func (c *coalescer) repeat(key recordKey, now time.Time) (repeat bool, before in
 	before = s.repeats
 	*s = sighting{until: now.Add(c.window)}
 	return false, before
+}
+
+// ended tells the coalescer that key, a served initrd, ends a boot: if
+// the same source's script and kernel of that boot were seen within the
+// window, the boot went through whole, and the source's next requests
+// for the target are a new boot (a reboot), recorded again, not
+// repeats. A flood of one step, or of refusals, goes on being one record.
+func (c *coalescer) ended(key recordKey, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	steps := []site.BootStep{site.BootScript, site.BootKernel, site.BootInitrd}
+	for _, st := range steps[:2] {
+		k := key
+		k.step = st
+		if s, ok := c.seen.peek(k); !ok || !now.Before(s.until) {
+			return
+		}
+	}
+	for _, st := range steps {
+		k := key
+		k.step = st
+		c.seen.remove(k)
+	}
 }
 
 // source is the address a request came from, without its port: one
