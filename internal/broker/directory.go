@@ -182,8 +182,8 @@ func (b *Broker) refuseShadow(name, dn, source string) {
 // (a decoy). When the directory is asked, the decoy runs beside it from
 // the start and a refusal waits for both, so that it costs the longer of
 // the two, the hash as a site user's refusal does, not the directory's
-// round trips on top of it; a logon the directory accepts does not wait
-// for the decoy (it costs a hashing slot, as a site user's logon does).
+// round trips on top of it. A logon the directory accepts waits for it
+// too: it costs the hash, as a site user's first logon does.
 func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, key, name, password, source string) (*site.User, error) {
 	var decoy chan struct{}
 	beside := func() {
@@ -195,10 +195,12 @@ func (b *Broker) authenticateDirectory(ctx context.Context, st *directoryState, 
 	}
 	u, err := b.authenticateDirectoryEntry(ctx, st, key, name, password, source, beside)
 	switch {
-	case !errors.Is(err, ErrBadCredentials):
 	case decoy != nil:
+		// Waited for whatever the answer, so that no hash outlives the
+		// logon that started it (a storm of logons would leave as many
+		// behind, and a closed broker would still be hashing).
 		<-decoy
-	default:
+	case errors.Is(err, ErrBadCredentials):
 		b.cfg.Verified.Decoy(b.dummyHash, password)
 	}
 	return u, err
