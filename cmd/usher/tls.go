@@ -94,18 +94,10 @@ func metricsTLS(addr, cert, key string, insecure bool, log *slog.Logger, what st
 func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader, log *slog.Logger) (stop func()) {
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	if r != nil {
-		hs.Handler = hsts(h)
+		hs.Handler = tlsconf.WithHSTS(h)
 		ln = tls.NewListener(ln, r.ServerConfig())
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); hs.Serve(ln) }()
 	return func() { hs.Close(); <-done }
-}
-
-// hsts adds Strict-Transport-Security to every answer.
-func hsts(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
-		h.ServeHTTP(w, r)
-	})
 }

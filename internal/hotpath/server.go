@@ -35,7 +35,8 @@ type Config struct {
 	// BaseContext and ErrorLog apply to the loop too. Serve starts it and
 	// Shutdown and Close stop it: the caller must not.
 	Fallback *http.Server
-	// SendBuffer, when positive, is each TCP connection's SO_SNDBUF.
+	// SendBuffer, when positive, is each TCP connection's SO_SNDBUF
+	// (a TLS connection's too).
 	SendBuffer int
 	// LoopContext, when set, makes the context of the requests that the
 	// event loop runs on itself from the connection's: a handler called
@@ -154,7 +155,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			sl.evict = func() { rwc.Close() }
 		}
-		if tc, ok := rwc.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+		if tc, ok := tcpConn(rwc); ok && s.cfg.SendBuffer > 0 {
 			tc.SetWriteBuffer(s.cfg.SendBuffer)
 		}
 		c := &conn{s: s, rwc: rwc, remote: rwc.RemoteAddr().String(), slot: sl}
@@ -168,6 +169,16 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go c.serve()
 	}
+}
+
+// tcpConn is the TCP connection under c: c itself, or a TLS
+// connection's.
+func tcpConn(c net.Conn) (*net.TCPConn, bool) {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	tc, ok := c.(*net.TCPConn)
+	return tc, ok
 }
 
 // refuse closes a connection refused for want of a slot, after a minimal

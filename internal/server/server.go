@@ -544,7 +544,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	})
 	var nfHandler http.Handler = nf
 	if s.tls != nil {
-		handler, nfHandler = overTLS(handler), overTLS(nf)
+		handler, nfHandler = tlsconf.WithHSTS(handler), tlsconf.WithHSTS(nf)
 	}
 
 	if nln != nil {

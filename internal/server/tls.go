@@ -101,42 +101,15 @@ func certHosts(cfg Config) []string {
 	return hosts
 }
 
-// tlsListener serves TLS on ln with the current certificate, setting
-// each connection's send buffer first (hotpath cannot reach a TLS
-// connection's socket). Only HTTP/1.1 is offered: hotpath serves
-// HTTP/1.1, and the connections it hands to net/http are no longer
-// *tls.Conn, on which net/http would serve HTTP/2.
+// tlsListener serves TLS on ln with the current certificate. Only
+// HTTP/1.1 is offered: hotpath serves HTTP/1.1, and the connections it
+// hands to net/http are no longer *tls.Conn, on which net/http would
+// serve HTTP/2. (hotpath sets the send buffer of the TCP connection
+// under each.)
 func (s *Server) tlsListener(ln net.Listener) net.Listener {
 	cfg := s.tls.ServerConfig()
 	cfg.NextProtos = []string{"http/1.1"}
-	if n := s.cfg.SendBuffer; n > 0 {
-		ln = sendBufferListener{Listener: ln, size: int(n)}
-	}
 	return tls.NewListener(ln, cfg)
-}
-
-// sendBufferListener sets the send buffer of the TCP connections it
-// accepts.
-type sendBufferListener struct {
-	net.Listener
-	size int
-}
-
-func (l sendBufferListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(l.size)
-	}
-	return c, err
-}
-
-// overTLS is the handler of a TLS listener: every answer tells browsers
-// to come back over TLS only (Strict-Transport-Security).
-func overTLS(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Strict-Transport-Security", tlsconf.HSTS)
-		h.ServeHTTP(w, r)
-	})
 }
 
 // trust is the pool that this process's clients of the site's brokers

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,14 @@ const MinVersion = tls.VersionTLS12
 // listeners send with every answer: browsers that saw it come back over
 // TLS only, for a year.
 const HSTS = "max-age=31536000"
+
+// WithHSTS sets HSTS on every answer of h, a TLS listener's handler.
+func WithHSTS(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", HSTS)
+		h.ServeHTTP(w, r)
+	})
+}
 
 // checkEvery bounds how often a Reloader looks at its files' modification
 // times; a handshake costs at most two stat calls a second.
