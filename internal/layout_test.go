@@ -122,9 +122,12 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				// The benches start a directory for their experiments as
 				// they start nginx or nbdkit (ldaptest.Launch).
 				t.Errorf("%s imports %s outside its tests", name, imp)
-			case imp == "internal/boottest" && name != "internal/bench" && name != "cmd/usher":
-				// The benches boot VMs for their experiments (usher bench
-				// boot, whose command sets the VM slots) as the tests do.
+			case imp == "internal/vmrun" && name != "internal/bench" && name != "cmd/usher" && name != "internal/vmrun/vmruntest":
+				// The VM runner: the benches boot VMs for their experiments
+				// (usher bench boot, whose command sets the VM slots), the
+				// tests through vmruntest.
+				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
+			case imp == "internal/vmrun/vmruntest":
 				t.Errorf("%s imports %s outside its tests", name, imp)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)

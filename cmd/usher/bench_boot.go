@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/bench"
-	"github.com/usher-vdi/usher/internal/boottest"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/vmrun"
 )
 
 // benchBoot runs the boot experiment: VMs under QEMU boot a real Debian
@@ -33,12 +33,12 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 		"the blocks the stream read from its store, the server-disk caches, the device RAM, the overflow files\n"+
 		"(meters on /metrics) and the disk holding --dir (diskstats), the boot time (to USHER-BOOTED) and the time\n"+
 		"to USHER-DONE, beside seed 001's published figures; computes the issue's figures and marks each met or\n"+
-		"not. The boot image is built once per machine (internal/boottest: debootstrap, as root) and cached.\n"+
+		"not. The boot image is built once per machine (internal/vmrun: debootstrap, as root) and cached.\n"+
 		"--check makes a missed figure an error.")
 	targets := fs.Int("targets", 4, fmt.Sprintf("VMs booting at once (1 to %d)", bench.MaxBootTargets))
 	modes := fs.String("modes", strings.Join(bench.DefaultBootModes, ","), "modes to run, in this order (local may come twice: the boot-time yardstick is the local passes' mean)")
 	writeMB := fs.Int("write-mb", 48, "MiB each guest's workload writes (1 to 512)")
-	writeMode := fs.String("write-mode", boottest.WriteLarge, "how it writes them: large (one file, dd bs=1M) or small (as a desktop: 4 KiB writes at random offsets of 8 files, half of them rewrites, an fsync every 32)")
+	writeMode := fs.String("write-mode", vmrun.WriteLarge, "how it writes them: large (one file, dd bs=1M) or small (as a desktop: 4 KiB writes at random offsets of 8 files, half of them rewrites, an fsync every 32)")
 	ram := fs.String("ram", "256MiB", "RAM budget of ram and ram-overflow (it should hold the guest's writes)")
 	smallRAM := fs.String("small-ram", "16MiB", "RAM budget of ram-overflow-small (it should not)")
 	memory := fs.Int("memory", 384, "each VM's memory, MiB (128 to 2048)")
@@ -57,7 +57,7 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("--targets must be 1 to %d", bench.MaxBootTargets)}
 	case cfg.WriteMB < 1 || cfg.WriteMB > 512:
 		return usageError{"--write-mb must be 1 to 512"}
-	case cfg.WriteMode != boottest.WriteLarge && cfg.WriteMode != boottest.WriteSmall:
+	case cfg.WriteMode != vmrun.WriteLarge && cfg.WriteMode != vmrun.WriteSmall:
 		return usageError{fmt.Sprintf("--write-mode %q is not large or small", cfg.WriteMode)}
 	case cfg.MemoryMB < 128 || cfg.MemoryMB > 2048:
 		return usageError{"--memory must be 128 to 2048"}
@@ -89,13 +89,15 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 			return usageError{fmt.Sprintf("%s %q is not a size of at least 1MiB", b.flag, b.v)}
 		}
 	}
-	// The VMs boot at once: as many VM slots as targets (boottest's
+	// The VMs boot at once: at least as many VM slots as targets (vmrun's
 	// default is one per CPU).
-	switch n, _ := strconv.Atoi(os.Getenv(boottest.EnvVMs)); {
-	case n <= 0 && runtime.NumCPU() < cfg.Targets:
-		os.Setenv(boottest.EnvVMs, strconv.Itoa(cfg.Targets))
-	case n > 0 && n < cfg.Targets:
-		return usageError{fmt.Sprintf("%s=%d allows fewer VMs at once than --targets %d", boottest.EnvVMs, n, cfg.Targets)}
+	switch n, _ := strconv.Atoi(os.Getenv(vmrun.EnvVMs)); {
+	case n <= 0:
+		cfg.VMSlots = max(runtime.NumCPU(), cfg.Targets)
+	case n < cfg.Targets:
+		return usageError{fmt.Sprintf("%s=%d allows fewer VMs at once than --targets %d", vmrun.EnvVMs, n, cfg.Targets)}
+	default:
+		cfg.VMSlots = n
 	}
 	cfg.Dir = *dir
 	if cfg.Dir == "" {
@@ -110,7 +112,7 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 	}
 	res, err := bench.RunBoot(ctx, cfg)
 	if res == nil {
-		if errors.Is(err, boottest.ErrUnavailable) {
+		if errors.Is(err, vmrun.ErrUnavailable) {
 			return fmt.Errorf("%w\n(Debian: apt-get install qemu-system-x86 debootstrap; building the image needs root)", err)
 		}
 		return err

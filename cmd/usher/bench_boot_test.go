@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/bench"
-	"github.com/usher-vdi/usher/internal/boottest"
+	"github.com/usher-vdi/usher/internal/vmrun/vmruntest"
 )
 
 // TestBenchBoot runs usher bench boot small: two VMs booting at once from
@@ -27,7 +27,7 @@ func TestBenchBoot(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && os.Getenv("CI") != "true" {
 		t.Skip("qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)")
 	}
-	boottest.Image(t) // built once per machine, or the test skips (fails under CI)
+	vmruntest.Image(t) // built once per machine, or the test skips (fails under CI)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	code, stdout, stderr := run(t, "", "bench", "boot", "--targets", "2", "--modes", "local,ram-overflow-small", "--write-mb", "16",

@@ -18,8 +18,9 @@ import (
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	usherboot "github.com/usher-vdi/usher/internal/boot"
 	"github.com/usher-vdi/usher/internal/boot/boothttp"
-	"github.com/usher-vdi/usher/internal/boottest"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/vmrun"
+	"github.com/usher-vdi/usher/internal/vmrun/vmruntest"
 )
 
 // TestNetBootDeviceCache boots the boot tests' Debian from the network
@@ -38,21 +39,21 @@ func TestNetBootDeviceCache(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two VMs (a minute or two)")
 	}
-	img := boottest.Image(t)
-	agent := boottest.Agent(t)
+	img := vmruntest.Image(t)
+	agent := vmruntest.Agent(t)
 	store, sum := bootStore(t, img)
 	dir := t.TempDir()
 	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"),
 		"--metrics-listen", "127.0.0.1:0", "--log-level", "warn")
 	const writeMB = 48
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
-		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+boottest.GuestAddr(stream.nbd),
-		"--boot-agent", agent, "--boot-append", strings.Join(append(boottest.KernelArgs(nil, writeMB), "usher.overflow=/dev/vda"), " "))
+		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream.nbd),
+		"--boot-agent", agent, "--boot-append", strings.Join(append(vmrun.KernelArgs(nil, writeMB), "usher.overflow=/dev/vda"), " "))
 	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
 	if m == nil {
 		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
 	}
-	bootURL := "http://" + boottest.GuestAddr(m[1]) + "/boot/script.ipxe"
+	bootURL := "http://" + vmrun.GuestAddr(m[1]) + "/boot/script.ipxe"
 	if !strings.Contains(s.stderr.String(), "boot agent: ram and ram-overflow targets run it") {
 		t.Errorf("serve does not log its boot agent:\n%s", s.stderr.String())
 	}
@@ -81,7 +82,7 @@ func TestNetBootDeviceCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := streamWrites(t, stream.metrics)
-			r := boottest.Boot(t, boottest.VMOptions{Name: tc.name, BootURL: bootURL, MAC: tc.mac, ExtraDisk: disk, MemoryMB: 768})
+			r := vmruntest.Boot(t, vmrun.VMOptions{Name: tc.name, BootURL: bootURL, MAC: tc.mac, ExtraDisk: disk, MemoryMB: 768})
 			logBoot(t, r)
 			checkFirstBoot(t, r, writeMB)
 			if !strings.Contains(r.Serial, "usher: device-side write cache: "+string(tc.cache)) {

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/boottest"
+	"github.com/usher-vdi/usher/internal/vmrun"
+	"github.com/usher-vdi/usher/internal/vmrun/vmruntest"
 )
 
 // TestBootStreamRestart: the stream goes away under a target whose guest
@@ -16,7 +17,7 @@ import (
 // dials again: the guest boots to the end and sees no I/O error.
 func TestBootStreamRestart(t *testing.T) {
 	t.Parallel()
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	store, _ := bootStore(t, img)
 	dir := t.TempDir()
 	addr := "127.0.0.1:" + freePort(t) // the stream comes back at the same address
@@ -28,7 +29,7 @@ func TestBootStreamRestart(t *testing.T) {
 	// Down before the guest's first read of its disk, which waits; up
 	// again a few seconds later.
 	stream.stop()
-	vm := boottest.Start(t, boottest.VMOptions{Name: "restart", Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: 4})
+	vm := vmruntest.Start(t, vmrun.VMOptions{Name: "restart", Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: 4})
 	for deadline := time.Now().Add(3 * time.Minute); blockOps(t, target.metrics, "upstream", "read") == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) || vm.Exited() {
 			t.Fatal("the guest did not read its disk")
@@ -60,17 +61,17 @@ func TestBootStreamRestart(t *testing.T) {
 // and the image is unchanged.
 func TestBootOverflowFull(t *testing.T) {
 	t.Parallel()
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	store, sum := bootStore(t, img)
 	dir := t.TempDir()
 	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	target := startRoleAddrs(t, "target", "--upstream", "nbd://"+stream.nbd+"/golden", "--cache", "ram-overflow",
 		"--ram", "8MiB", "--overflow", filepath.Join(dir, "overflow.bin"), "--overflow-size", "16MiB",
 		"--listen", "unix:"+filepath.Join(dir, "target.sock"), "--metrics-listen", "127.0.0.1:0", "--log-level", "error")
-	r := boottest.Boot(t, boottest.VMOptions{Name: "overflow-full", Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: 64})
+	r := vmruntest.Boot(t, vmrun.VMOptions{Name: "overflow-full", Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: 64})
 	logBoot(t, r)
-	if !strings.HasPrefix(r.Wrote, boottest.MarkerWriteError) {
-		t.Errorf("the workload's writes past the cache's 24 MiB: %q; want %s", r.Wrote, boottest.MarkerWriteError)
+	if !strings.HasPrefix(r.Wrote, vmrun.MarkerWriteError) {
+		t.Errorf("the workload's writes past the cache's 24 MiB: %q; want %s", r.Wrote, vmrun.MarkerWriteError)
 	}
 	refused := metricValue(t, target.metrics, "usher_target_writes_refused_total")
 	errs := blockOps(t, target.metrics, "writecache_ram", "error")

@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block/export"
-	"github.com/usher-vdi/usher/internal/boottest"
+	"github.com/usher-vdi/usher/internal/vmrun"
+	"github.com/usher-vdi/usher/internal/vmrun/vmruntest"
 )
 
-// The boot tests boot a real Debian (internal/boottest: built once per
+// The boot tests boot a real Debian (internal/vmrun: built once per
 // machine, about two minutes, then cached) under QEMU with its root disk
 // on usher, through each write cache, and check what the guest's
 // workload reports on the serial console (USHER-MARKER: whether an
@@ -88,7 +89,7 @@ func startRoleAddrs(t *testing.T, args ...string) *role {
 // bootStore imports the boot image into a new store as "golden" and
 // returns the store and the digest of the version 0 file, which no boot
 // may change.
-func bootStore(t *testing.T, img *boottest.BootImage) (store, sum string) {
+func bootStore(t *testing.T, img *vmrun.BootImage) (store, sum string) {
 	t.Helper()
 	store = filepath.Join(t.TempDir(), "store")
 	start := time.Now()
@@ -157,7 +158,7 @@ func blockBytes(t *testing.T, addr, layer, op string) int64 {
 // times are logged beside a boot from a local file.
 func TestBootThroughUsher(t *testing.T) {
 	t.Parallel()
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	store, sum := bootStore(t, img)
 	dir := t.TempDir()
 	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"),
@@ -167,7 +168,7 @@ func TestBootThroughUsher(t *testing.T) {
 
 	t.Run("local file", func(t *testing.T) {
 		t.Parallel()
-		r := boottest.Boot(t, boottest.VMOptions{Name: "local", Image: img, Disk: img.Disk, Snapshot: true, WriteMB: writeMB})
+		r := vmruntest.Boot(t, vmrun.VMOptions{Name: "local", Image: img, Disk: img.Disk, Snapshot: true, WriteMB: writeMB})
 		logBoot(t, r)
 		checkFirstBoot(t, r, writeMB)
 	})
@@ -176,7 +177,7 @@ func TestBootThroughUsher(t *testing.T) {
 		// Two boots: the first one's writes vanish with its connection.
 		for i := range 2 {
 			before := layerCounters(t, streamMetrics, export.LayerWriteDisk)
-			r := boottest.Boot(t, boottest.VMOptions{Name: "server-disk", Image: img, Disk: upstream, WriteMB: writeMB})
+			r := vmruntest.Boot(t, vmrun.VMOptions{Name: "server-disk", Image: img, Disk: upstream, WriteMB: writeMB})
 			logBoot(t, r)
 			checkFirstBoot(t, r, writeMB)
 			d := layerCounters(t, streamMetrics, export.LayerWriteDisk)
@@ -206,7 +207,7 @@ func TestBootThroughUsher(t *testing.T) {
 			}
 			target := startRoleAddrs(t, args...)
 			metrics := target.metrics
-			r := boottest.Boot(t, boottest.VMOptions{Name: tc.mode, Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: writeMB})
+			r := vmruntest.Boot(t, vmrun.VMOptions{Name: tc.mode, Image: img, Disk: "nbd+unix:///?socket=" + target.nbd, WriteMB: writeMB})
 			logBoot(t, r)
 			checkFirstBoot(t, r, writeMB)
 			up := layerCounters(t, metrics, "upstream")
@@ -240,7 +241,7 @@ func TestBootThroughUsher(t *testing.T) {
 // them, and a standard-mode boot's own writes vanish at the next boot.
 func TestBootPrivateAndPromote(t *testing.T) {
 	t.Parallel()
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	store, sum := bootStore(t, img)
 	dir := t.TempDir()
 	mustImage(t, "version", "golden", "--note", "boot test maintenance", "--store", store)
@@ -250,10 +251,10 @@ func TestBootPrivateAndPromote(t *testing.T) {
 		"--auth", "none", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn")
 	addr, metrics := stream.nbd, stream.metrics
 
-	first := boottest.Boot(t, boottest.VMOptions{Name: "private-1", Image: img, Disk: "nbd://" + addr + "/golden@1", WriteMB: 4})
+	first := vmruntest.Boot(t, vmrun.VMOptions{Name: "private-1", Image: img, Disk: "nbd://" + addr + "/golden@1", WriteMB: 4})
 	logBoot(t, first)
 	checkFirstBoot(t, first, 4)
-	second := boottest.Boot(t, boottest.VMOptions{Name: "private-2", Image: img, Disk: "nbd://" + addr + "/golden@1", WriteMB: 4})
+	second := vmruntest.Boot(t, vmrun.VMOptions{Name: "private-2", Image: img, Disk: "nbd://" + addr + "/golden@1", WriteMB: 4})
 	logBoot(t, second)
 	if got, want := second.Marker, "boot="+first.BootID; got != want {
 		t.Fatalf("the second private-mode boot found marker %q; want the first boot's %q", got, want)
@@ -269,7 +270,7 @@ func TestBootPrivateAndPromote(t *testing.T) {
 	// Production is version 1 now, with the second boot's marker; each
 	// standard boot writes its own, which vanishes.
 	for i := range 2 {
-		r := boottest.Boot(t, boottest.VMOptions{Name: "production", Image: img, Disk: "nbd://" + addr + "/golden", WriteMB: 4})
+		r := vmruntest.Boot(t, vmrun.VMOptions{Name: "production", Image: img, Disk: "nbd://" + addr + "/golden", WriteMB: 4})
 		logBoot(t, r)
 		if got, want := r.Marker, "boot="+second.BootID; got != want {
 			t.Fatalf("standard boot %d of production found marker %q; want the private boot's %q (from the image)", i+1, got, want)
@@ -280,14 +281,14 @@ func TestBootPrivateAndPromote(t *testing.T) {
 	}
 }
 
-func logBoot(t *testing.T, r boottest.Result) {
+func logBoot(t *testing.T, r vmrun.Result) {
 	t.Helper()
 	t.Logf("booted in %v, powered off after %v; %s", r.BootTime.Round(time.Millisecond), r.Total.Round(time.Millisecond), r.Wrote)
 }
 
 // checkFirstBoot checks that a boot found no earlier boot's marker and
 // wrote its data.
-func checkFirstBoot(t *testing.T, r boottest.Result, writeMB int) {
+func checkFirstBoot(t *testing.T, r vmrun.Result, writeMB int) {
 	t.Helper()
 	if r.Marker != "" {
 		t.Errorf("a first boot found an earlier boot's marker %q", r.Marker)

@@ -11,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/boottest"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/vmrun"
+	"github.com/usher-vdi/usher/internal/vmrun/vmruntest"
 )
 
 // netbootMAC is the MAC QEMU gives the first network card of a VM that
 // names none: the target's in TestNetBoot.
 const netbootMAC = "52:54:00:12:34:56"
 
-// TestNetBoot boots a real Debian (internal/boottest) from the network
+// TestNetBoot boots a real Debian (internal/vmrun) from the network
 // as PVS boots a target: QEMU's iPXE ROM fetches usher serve's chain
 // script, then the target's script, the kernel and the initramfs of the
 // image version its binding names (read out of the version's ext4
@@ -30,7 +31,7 @@ func TestNetBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM (tens of seconds)")
 	}
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "images")
 	if code, _, stderr := run(t, "", "image", "import", "netboot", img.Disk, "--store", store); code != 0 {
@@ -38,13 +39,13 @@ func TestNetBoot(t *testing.T) {
 	}
 	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
-		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+boottest.GuestAddr(stream),
-		"--boot-append", strings.Join(boottest.KernelArgs(nil, 1), " "))
+		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream),
+		"--boot-append", strings.Join(vmrun.KernelArgs(nil, 1), " "))
 	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
 	if m == nil {
 		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
 	}
-	bootURL := "http://" + boottest.GuestAddr(m[1]) + "/boot/script.ipxe"
+	bootURL := "http://" + vmrun.GuestAddr(m[1]) + "/boot/script.ipxe"
 
 	// The target, bound through the admin API.
 	target := fmt.Sprintf(`{"name":"netboot-01","mac":%q,"image":"netboot","cache":"server-disk"}`, netbootMAC)
@@ -52,7 +53,7 @@ func TestNetBoot(t *testing.T) {
 		t.Fatalf("create the target: %d %s", code, body)
 	}
 
-	r := boottest.Boot(t, boottest.VMOptions{Name: "netboot-01", BootURL: bootURL})
+	r := vmruntest.Boot(t, vmrun.VMOptions{Name: "netboot-01", BootURL: bootURL})
 	if r.Marker != "" || r.Wrote != "USHER-WROTE 1 MiB" {
 		t.Errorf("marker %q, writes %q; want no earlier marker and 1 MiB written\nserve's log:\n%s", r.Marker, r.Wrote, s.stderr.String())
 	}
@@ -100,7 +101,7 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two VMs (a minute or two)")
 	}
-	img := boottest.Image(t)
+	img := vmruntest.Image(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "images")
 	for _, args := range [][]string{{"import", "nb", img.Disk}, {"version", "nb"}} {
@@ -110,19 +111,19 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	}
 	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"), "--auth", "none")
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
-		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+boottest.GuestAddr(stream),
-		"--boot-append", strings.Join(boottest.KernelArgs(nil, 0), " "))
+		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream),
+		"--boot-append", strings.Join(vmrun.KernelArgs(nil, 0), " "))
 	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
 	if m == nil {
 		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
 	}
-	bootURL := "http://" + boottest.GuestAddr(m[1]) + "/boot/script.ipxe"
+	bootURL := "http://" + vmrun.GuestAddr(m[1]) + "/boot/script.ipxe"
 	target := fmt.Sprintf(`{"name":"nb-01","mac":%q,"image":"nb","version":1,"cache":"server-disk"}`, netbootMAC)
 	if code, body := postBasic(t, s.url+"/api/v1/admin/targets", "admin", "demo-pass-1", target); code != 201 {
 		t.Fatalf("create the target: %d %s", code, body)
 	}
 
-	first := boottest.Boot(t, boottest.VMOptions{Name: "nb-private", BootURL: bootURL})
+	first := vmruntest.Boot(t, vmrun.VMOptions{Name: "nb-private", BootURL: bootURL})
 	if first.Marker != "" || !strings.HasPrefix(first.Wrote, "USHER-WROTE") {
 		t.Fatalf("private-mode boot: marker %q, writes %q", first.Marker, first.Wrote)
 	}
@@ -144,7 +145,7 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 		t.Fatalf("unpin the target: %d", resp.StatusCode)
 	}
 
-	second := boottest.Boot(t, boottest.VMOptions{Name: "nb-production", BootURL: bootURL})
+	second := vmruntest.Boot(t, vmrun.VMOptions{Name: "nb-production", BootURL: bootURL})
 	if second.Marker != "boot="+first.BootID {
 		t.Errorf("the production boot found marker %q, want the private-mode boot's (boot=%s)", second.Marker, first.BootID)
 	}

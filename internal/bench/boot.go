@@ -19,12 +19,12 @@ import (
 	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/blockbench"
-	"github.com/usher-vdi/usher/internal/boottest"
+	"github.com/usher-vdi/usher/internal/vmrun"
 )
 
 // The boot experiment (issue 19, item 4; seed 001 measured on real
 // boots): N VMs under QEMU (software emulation, one vCPU each) boot the
-// same Debian image (internal/boottest) at once through each write-cache
+// same Debian image (internal/vmrun) at once through each write-cache
 // mode and run its scripted workload (USHER-BOOTED, then usher.write_mb
 // MiB of random data written and synced, USHER-DONE, power off). Each
 // mode starts its usher processes afresh, so every pass is a cold boot
@@ -84,7 +84,7 @@ type BootConfig struct {
 	Targets   int      // VMs booting at once (default 4, at most MaxBootTargets)
 	Modes     []string // default DefaultBootModes; only local may come twice
 	WriteMB   int      // each guest's workload writes (default 48)
-	WriteMode string   // how: boottest.WriteLarge (default, dd bs=1M) or WriteSmall (a desktop's 4 KiB writes, fsyncs)
+	WriteMode string   // how: vmrun.WriteLarge (default, dd bs=1M) or WriteSmall (a desktop's 4 KiB writes, fsyncs)
 	RAM       int64    // budget of ram and ram-overflow (default 256 MiB)
 	SmallRAM  int64    // budget of ram-overflow-small (default 16 MiB)
 	MemoryMB  int      // each VM's memory (default 384)
@@ -99,8 +99,11 @@ type BootConfig struct {
 	Dir string
 	// Self is the command line that runs usher (its stream and target).
 	Self []string
-	// Image is the boot image; nil: boottest.Build.
-	Image    *boottest.BootImage
+	// VMSlots is the number of VM slots on the machine that the VMs share
+	// with other processes' (vmrun.VMOptions.Slots); 0: vmrun's default.
+	VMSlots int
+	// Image is the boot image; nil: vmrun.Build.
+	Image    *vmrun.BootImage
 	Progress io.Writer
 }
 
@@ -115,7 +118,7 @@ func (c *BootConfig) defaults() {
 		c.WriteMB = 48
 	}
 	if c.WriteMode == "" {
-		c.WriteMode = boottest.WriteLarge
+		c.WriteMode = vmrun.WriteLarge
 	}
 	if c.RAM <= 0 {
 		c.RAM = 256 << 20
@@ -138,7 +141,7 @@ func (c *BootConfig) defaults() {
 type BootTarget struct {
 	Name string `json:"name"`
 	// StartSeconds is when QEMU started, from the pass's start: the VMs
-	// start at once unless they wait for a VM slot (boottest.EnvVMs)
+	// start at once unless they wait for a VM slot (VMSlots)
 	// that another program's VMs hold.
 	StartSeconds float64 `json:"start_seconds"`
 	// BootSeconds is from QEMU's start to USHER-BOOTED; DoneSeconds to
@@ -257,7 +260,7 @@ func (m BootMode) DiskWrites() int64 {
 type BootResult struct {
 	Targets   int                     `json:"targets"`
 	WriteMB   int                     `json:"write_mb"`
-	WriteMode string                  `json:"write_mode"` // boottest.WriteLarge or WriteSmall
+	WriteMode string                  `json:"write_mode"` // vmrun.WriteLarge or WriteSmall
 	MemoryMB  int                     `json:"memory_mb"`
 	Image     string                  `json:"image"` // its recipe's key
 	Modes     []BootMode              `json:"modes"`
@@ -280,7 +283,7 @@ func (r *BootResult) Mode(name string) (BootMode, bool) {
 
 // RunBoot runs the boot experiment. It returns what was measured with an
 // error when a pass fails, and an error wrapping
-// boottest.ErrUnavailable when this machine cannot boot the VMs.
+// vmrun.ErrUnavailable when this machine cannot boot the VMs.
 func RunBoot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 	cfg.defaults()
 	switch {
@@ -299,7 +302,7 @@ func RunBoot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 	img := cfg.Image
 	if img == nil {
 		var err error
-		img, err = boottest.Build(ctx, boottest.BuildOptions{Logf: func(f string, a ...any) { fmt.Fprintf(cfg.Progress, f+"\n", a...) }})
+		img, err = vmrun.Build(ctx, vmrun.BuildOptions{Logf: func(f string, a ...any) { fmt.Fprintf(cfg.Progress, f+"\n", a...) }})
 		if err != nil {
 			return nil, err
 		}
@@ -369,7 +372,7 @@ func usherModes(modes []string) bool {
 
 type bootBench struct {
 	cfg   BootConfig
-	img   *boottest.BootImage
+	img   *vmrun.BootImage
 	store string // the image store's directory
 	disk  *blockbench.Disk
 }
@@ -588,16 +591,16 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 // before QEMU goes.
 func (b *bootBench) boot(ctx context.Context, v *bootVM, mode string, passStart time.Time) (BootTarget, error) {
 	t := BootTarget{Name: v.name}
-	opt := boottest.VMOptions{Name: v.name, Image: b.img, Disk: v.disk, Snapshot: mode == BootLocal, WriteMB: b.cfg.WriteMB, WriteMode: b.cfg.WriteMode,
-		MemoryMB: b.cfg.MemoryMB, Timeout: b.cfg.PassTimeout,
+	opt := vmrun.VMOptions{Name: v.name, Image: b.img, Disk: v.disk, Snapshot: mode == BootLocal, WriteMB: b.cfg.WriteMB, WriteMode: b.cfg.WriteMode,
+		MemoryMB: b.cfg.MemoryMB, Timeout: b.cfg.PassTimeout, Slots: b.cfg.VMSlots,
 		QEMUArgs: []string{"-qmp", "unix:" + v.qmp + ",server=on,wait=off", "-no-shutdown"}}
-	vm, err := boottest.StartVM(ctx, opt)
+	vm, err := vmrun.StartVM(ctx, opt)
 	if err != nil {
 		return t, err
 	}
 	t.StartSeconds = time.Since(passStart).Seconds()
 	defer vm.Kill()
-	if _, err := vm.WaitFor(ctx, boottest.MarkerDone); err != nil {
+	if _, err := vm.WaitFor(ctx, vmrun.MarkerDone); err != nil {
 		return t, fmt.Errorf("%w\n%s", err, lastLines(vm.Serial(), 15))
 	}
 	q, err := dialQMP(ctx, v.qmp)
@@ -623,9 +626,9 @@ func (b *bootBench) boot(ctx context.Context, v *bootVM, mode string, passStart 
 	if err != nil {
 		return t, err
 	}
-	done, _ := vm.At(boottest.MarkerDone)
+	done, _ := vm.At(vmrun.MarkerDone)
 	t.BootSeconds, t.DoneSeconds, t.Wrote = r.BootTime.Seconds(), done.Seconds(), r.Wrote
-	if want := fmt.Sprintf("%s %d MiB", boottest.MarkerWrote, b.cfg.WriteMB); r.Wrote != want {
+	if want := fmt.Sprintf("%s %d MiB", vmrun.MarkerWrote, b.cfg.WriteMB); r.Wrote != want {
 		return t, fmt.Errorf("the workload said %q, want %q", r.Wrote, want)
 	}
 	if r.Marker != "" {

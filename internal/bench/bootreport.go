@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/usher-vdi/usher/internal/boottest"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/vmrun"
 )
 
 // Verdicts of a boot figure.
@@ -313,7 +313,7 @@ func (r *BootResult) Report(command string) (*loadgen.Report, error) {
 		r.Targets, r.MemoryMB, r.CPUs)
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("Each pass starts its usher processes afresh (a cold RAM cache): usher stream (--write-cache in server-disk mode) and, in the device modes, one usher target per VM standing in for the device, on loopback. "+
-			"Each VM boots the boot image %s (a minimal Debian, internal/boottest) with its root on usher's NBD export (QEMU's NBD client), and runs its workload: "+
+			"Each VM boots the boot image %s (a minimal Debian, internal/vmrun) with its root on usher's NBD export (QEMU's NBD client), and runs its workload: "+
 			"USHER-BOOTED (the boot time, from QEMU's start), %d MiB of random data written and synced (%s), USHER-DONE, power off. The local mode boots the same image as a raw file (snapshot=on): the yardstick of boot time.", r.Image, r.WriteMB, writeModeText(r.WriteMode)),
 		client+".")
 	for mode, e := range r.Errors {
@@ -345,7 +345,7 @@ func (r *BootResult) Report(command string) (*loadgen.Report, error) {
 
 // writeModeText says how the workload wrote, for the report.
 func writeModeText(mode string) string {
-	if mode == boottest.WriteSmall {
+	if mode == vmrun.WriteSmall {
 		return "as a desktop writes: 4 KiB writes at random offsets of 8 files, each block written twice on average, an fsync every 32 writes; usher.write_mode=small"
 	}
 	return "one file, dd bs=1M, synced at its end"

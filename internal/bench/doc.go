@@ -15,7 +15,7 @@
 //     site's own users, with the directory's operations per logon;
 //   - Enumerate: the LHC and IMA/FMA enumeration tests, 400 applications enumerated over NFuse
 //     at stepped concurrency, beside nginx serving the same bytes;
-//   - Boot: seed 001 on real boots, VMs under QEMU (internal/boottest)
+//   - Boot: seed 001 on real boots, VMs under QEMU (internal/vmrun)
 //     booting one image at once through each write-cache mode, with every
 //     layer's I/O counted (usher's meters, QEMU's block counters, the
 //     disk's diskstats) beside the booting of the same image from a local

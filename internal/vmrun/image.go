@@ -1,4 +1,4 @@
-package boottest
+package vmrun
 
 import (
 	"bufio"
@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -172,30 +171,6 @@ func recipeKey() string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// images memoises Image within a test binary.
-var images struct {
-	sync.Mutex
-	img *BootImage
-	err error
-}
-
-// Image returns the boot image, building it when the cache has none
-// (about two minutes; progress goes to tb's log). It skips tb when the
-// image cannot be built here (fails it under CI=true): no debootstrap or
-// mkfs.ext4, or not root. Every test of a binary shares one build.
-func Image(tb TB) *BootImage {
-	tb.Helper()
-	images.Lock()
-	defer images.Unlock()
-	if images.img == nil && images.err == nil {
-		images.img, images.err = Build(context.Background(), BuildOptions{Logf: tb.Logf})
-	}
-	if images.err != nil {
-		skipOrFail(tb, images.err)
-	}
-	return images.img
-}
-
 // Build returns the boot image from opt.CacheDir, making it there first
 // when it is missing. The image is made in two layers, each cached: the
 // base (debootstrap's tree on an ext4 disk, with the kernel and
@@ -233,7 +208,7 @@ func Build(ctx context.Context, opt BuildOptions) (*BootImage, error) {
 		if err := reachable(ctx, opt.Mirror); err != nil {
 			return err
 		}
-		opt.Logf("boottest: building the base image %s in %s from %s (a few minutes, once per machine)", baseKey(), opt.CacheDir, opt.Mirror)
+		opt.Logf("vmrun: building the base image %s in %s from %s (a few minutes, once per machine)", baseKey(), opt.CacheDir, opt.Mirror)
 		return buildBase(ctx, tmp, opt)
 	})
 	if err != nil {
@@ -259,7 +234,7 @@ func layer(ctx context.Context, opt BuildOptions, dir string, check func() error
 		return err
 	}
 	if err := os.MkdirAll(opt.CacheDir, 0o755); err != nil {
-		return fmt.Errorf("boottest: cache: %w", err)
+		return fmt.Errorf("vmrun: cache: %w", err)
 	}
 	name := filepath.Base(dir)
 	unlock, err := lock(ctx, dir+".lock", opt.Logf)
@@ -277,23 +252,23 @@ func layer(ctx context.Context, opt BuildOptions, dir string, check func() error
 	}
 	tmp := filepath.Join(opt.CacheDir, ".build-"+name+"-"+rand.Text()[:8])
 	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return fmt.Errorf("boottest: %w", err)
+		return fmt.Errorf("vmrun: %w", err)
 	}
 	defer removeTree(tmp)
 	start := time.Now()
 	if err := make(tmp); err != nil {
-		return fmt.Errorf("boottest: make %s: %w", name, err)
+		return fmt.Errorf("vmrun: make %s: %w", name, err)
 	}
 	// Nobody writes the cached image: boots take a snapshot or a copy.
 	for _, f := range []string{"disk.raw", "vmlinuz", "initrd.img"} {
 		if err := os.Chmod(filepath.Join(tmp, f), 0o444); err != nil {
-			return fmt.Errorf("boottest: make %s: %w", name, err)
+			return fmt.Errorf("vmrun: make %s: %w", name, err)
 		}
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("boottest: %w", err)
+		return fmt.Errorf("vmrun: %w", err)
 	}
-	opt.Logf("boottest: %s made in %v", dir, time.Since(start).Round(time.Millisecond))
+	opt.Logf("vmrun: %s made in %v", dir, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -343,7 +318,7 @@ func reachable(ctx context.Context, mirror string) error {
 	url := strings.TrimSuffix(mirror, "/") + "/dists/" + suite + "/Release"
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, url, nil)
 	if err != nil {
-		return fmt.Errorf("boottest: Debian mirror %q: %w", mirror, err)
+		return fmt.Errorf("vmrun: Debian mirror %q: %w", mirror, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err == nil {
@@ -353,7 +328,7 @@ func reachable(ctx context.Context, mirror string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("boottest: the Debian mirror %s is unreachable, so the boot image cannot be built (%v); set %s to a reachable one", mirror, err, EnvMirror)
+		return fmt.Errorf("vmrun: the Debian mirror %s is unreachable, so the boot image cannot be built (%v); set %s to a reachable one", mirror, err, EnvMirror)
 	}
 	return nil
 }
@@ -363,7 +338,7 @@ func reachable(ctx context.Context, mirror string) error {
 func lock(ctx context.Context, path string, logf func(string, ...any)) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("boottest: lock: %w", err)
+		return nil, fmt.Errorf("vmrun: lock: %w", err)
 	}
 	for waited := time.Duration(0); ; waited += 250 * time.Millisecond {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -372,15 +347,15 @@ func lock(ctx context.Context, path string, logf func(string, ...any)) (func(), 
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("boottest: lock %s: %w", path, err)
+			return nil, fmt.Errorf("vmrun: lock %s: %w", path, err)
 		}
 		if waited%(30*time.Second) == 0 {
-			logf("boottest: waiting for another process that builds the boot image (%s)", path)
+			logf("vmrun: waiting for another process that builds the boot image (%s)", path)
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("boottest: lock %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("vmrun: lock %s: %w", path, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -408,7 +383,7 @@ func buildBase(ctx context.Context, dir string, opt BuildOptions) error {
 		}
 	}
 	disk := filepath.Join(dir, "disk.raw")
-	opt.Logf("boottest: making the %s ext4 disk", diskSize)
+	opt.Logf("vmrun: making the %s ext4 disk", diskSize)
 	mkfs, _ := lookPath("mkfs.ext4")
 	if out, err := exec.CommandContext(ctx, mkfs, "-q", "-L", "usher-root", "-d", root, disk, diskSize).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4: %v\n%s", err, out)
@@ -514,7 +489,7 @@ func runLogged(ctx context.Context, logPath string, logf func(string, ...any), n
 	// rather than leave it building for nobody.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	logf("boottest: %s %s", name, strings.Join(args, " "))
+	logf("vmrun: %s %s", name, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -528,10 +503,10 @@ func runLogged(ctx context.Context, logPath string, logf func(string, ...any), n
 			if err != nil {
 				return fmt.Errorf("%s: %v; the end of its output (%s):\n%s", name, err, logPath, tail(logPath, 20))
 			}
-			logf("boottest: %s done in %v", name, time.Since(start).Round(time.Second))
+			logf("vmrun: %s done in %v", name, time.Since(start).Round(time.Second))
 			return nil
 		case <-tick.C:
-			logf("boottest: %s, %v: %s", name, time.Since(start).Round(time.Second), tail(logPath, 1))
+			logf("vmrun: %s, %v: %s", name, time.Since(start).Round(time.Second), tail(logPath, 1))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package boottest
+package vmrun
 
 import (
 	"bufio"
@@ -35,7 +35,7 @@ const (
 const HostAddr = "10.0.2.2"
 
 // EnvVMs names the environment variable that bounds the VMs running at
-// once on the machine (default: one per CPU).
+// once on the machine when VMOptions.Slots is 0 (unset: one per CPU).
 const EnvVMs = "USHER_BOOT_VMS"
 
 // VMOptions say what a VM boots. Exactly one of Disk, NBDRoot and BootURL
@@ -81,6 +81,11 @@ type VMOptions struct {
 	Append []string
 	// Timeout bounds the VM's life from its start; 0 means 4 minutes.
 	Timeout time.Duration
+	// Slots is the number of VM slots on the machine, shared by every
+	// process that runs VMs at once (a file lock each): StartVM waits for
+	// one of the first Slots to be free. 0 means $USHER_BOOT_VMS, else
+	// one per CPU.
+	Slots int
 	// QEMUArgs are added to QEMU's arguments (a bench's QMP socket and
 	// -no-shutdown, to read the disk's counters after the guest's end).
 	QEMUArgs []string
@@ -134,7 +139,7 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 	nic := "virtio-net-pci,netdev=net0"
 	if opt.MAC != "" {
 		if _, err := net.ParseMAC(opt.MAC); err != nil {
-			return nil, fmt.Errorf("boottest: MAC %q: %w", opt.MAC, err)
+			return nil, fmt.Errorf("vmrun: MAC %q: %w", opt.MAC, err)
 		}
 		nic += ",mac=" + opt.MAC
 	}
@@ -148,7 +153,7 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 		}
 	}
 	if sources != 1 {
-		return nil, errors.New("boottest: a VM boots from exactly one of Disk, NBDRoot and BootURL")
+		return nil, errors.New("vmrun: a VM boots from exactly one of Disk, NBDRoot and BootURL")
 	}
 	extra := func(args []string) []string {
 		if opt.ExtraDisk == "" {
@@ -161,7 +166,7 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 			"-device", nic, "-boot", "n")), nil
 	}
 	if opt.Image == nil {
-		return nil, errors.New("boottest: a direct kernel boot needs the Image's kernel and initramfs")
+		return nil, errors.New("vmrun: a direct kernel boot needs the Image's kernel and initramfs")
 	}
 	var root []string
 	if opt.Disk != "" {
@@ -182,7 +187,7 @@ func qemuArgs(opt VMOptions) ([]string, error) {
 	case WriteSmall:
 		root = append(root, "usher.write_mode="+WriteSmall)
 	default:
-		return nil, fmt.Errorf("boottest: write mode %q is not %s or %s", opt.WriteMode, WriteLarge, WriteSmall)
+		return nil, fmt.Errorf("vmrun: write mode %q is not %s or %s", opt.WriteMode, WriteLarge, WriteSmall)
 	}
 	cmdline := strings.Join(append(KernelArgs(root, opt.WriteMB), opt.Append...), " ")
 	return append(args, "-kernel", opt.Image.Kernel, "-initrd", opt.Image.Initrd, "-append", cmdline), nil
@@ -232,7 +237,7 @@ type line struct {
 	text string
 }
 
-// StartVM starts a VM, once a VM slot is free on the machine (EnvVMs);
+// StartVM starts a VM, once a VM slot is free on the machine (Slots);
 // the caller must Kill it or Wait for it. It returns an error wrapping
 // ErrUnavailable when QEMU is not installed.
 func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
@@ -247,7 +252,7 @@ func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
 	if opt.Timeout == 0 {
 		opt.Timeout = 4 * time.Minute
 	}
-	release, err := vmSlot(ctx)
+	release, err := vmSlot(ctx, opt.Slots)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +272,7 @@ func StartVM(ctx context.Context, opt VMOptions) (*VM, error) {
 	if err := v.cmd.Start(); err != nil {
 		cancel()
 		release()
-		return nil, fmt.Errorf("boottest: start qemu: %w", err)
+		return nil, fmt.Errorf("vmrun: start qemu: %w", err)
 	}
 	go func() {
 		v.read(out)
@@ -431,36 +436,6 @@ type Result struct {
 	Serial string
 }
 
-// Start starts a VM for tb (StartVM) and kills it when tb ends, first
-// logging its serial console when tb failed. It skips tb when QEMU is
-// not installed (fails it under CI=true).
-func Start(tb TB, opt VMOptions) *VM {
-	tb.Helper()
-	v, err := StartVM(context.Background(), opt)
-	if err != nil {
-		skipOrFail(tb, err)
-	}
-	tb.Cleanup(func() {
-		v.Kill()
-		if tb.Failed() {
-			tb.Logf("VM %s's serial console:\n%s", v.Name, v.Serial())
-		}
-	})
-	return v
-}
-
-// Boot boots a VM for tb (Start) and waits for its workload to end and
-// the VM to power off, failing tb when it does not.
-func Boot(tb TB, opt VMOptions) Result {
-	tb.Helper()
-	v := Start(tb, opt)
-	r, err := v.Result(context.Background())
-	if err != nil {
-		tb.Fatalf("%v", err) // Start's clean-up logs the serial console
-	}
-	return r
-}
-
 // Result waits for the workload's end (MarkerDone) and QEMU's exit, and
 // returns what the boot showed.
 func (v *VM) Result(ctx context.Context) (Result, error) {
@@ -490,13 +465,21 @@ func (v *VM) Result(ctx context.Context) (Result, error) {
 	return r, nil
 }
 
-// vmSlot takes one of the machine's VM slots (a file lock in the
+// DefaultSlots is the number of VM slots when VMOptions.Slots is 0:
+// $USHER_BOOT_VMS when it is a positive number, else one per CPU.
+func DefaultSlots() int {
+	if v, err := strconv.Atoi(os.Getenv(EnvVMs)); err == nil && v > 0 {
+		return v
+	}
+	return runtime.NumCPU()
+}
+
+// vmSlot takes one of the machine's n VM slots (a file lock in the
 // temporary directory, so that test binaries running at once share
 // them), waiting for one to free, and returns what releases it.
-func vmSlot(ctx context.Context) (func(), error) {
-	n := runtime.NumCPU()
-	if v, err := strconv.Atoi(os.Getenv(EnvVMs)); err == nil && v > 0 {
-		n = v
+func vmSlot(ctx context.Context, n int) (func(), error) {
+	if n <= 0 {
+		n = DefaultSlots()
 	}
 	var files []*os.File
 	defer func() {
@@ -507,7 +490,7 @@ func vmSlot(ctx context.Context) (func(), error) {
 	for i := range n {
 		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("usher-boottest-vm%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
-			return nil, fmt.Errorf("boottest: VM slot: %w", err)
+			return nil, fmt.Errorf("vmrun: VM slot: %w", err)
 		}
 		files = append(files, f)
 	}
@@ -520,7 +503,7 @@ func vmSlot(ctx context.Context) (func(), error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("boottest: waiting for a VM slot: %w", ctx.Err())
+			return nil, fmt.Errorf("vmrun: waiting for a VM slot: %w", ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -1,4 +1,4 @@
-package boottest
+package vmrun
 
 import (
 	"context"
@@ -6,16 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"time"
 )
-
-// agents memoises BuildAgent within a test binary.
-var agents struct {
-	sync.Mutex
-	path string
-	err  error
-}
 
 // BuildAgent builds usher statically linked (CGO_ENABLED=0, stripped)
 // as dir/usher (written under another name, then renamed), as a device-side write cache's boot agent (usher serve
@@ -28,7 +19,7 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 		return "", unavailable("the go command is not on PATH, to build the boot agent")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("boottest: boot agent: %w", err)
+		return "", fmt.Errorf("vmrun: boot agent: %w", err)
 	}
 	out := filepath.Join(dir, "usher")
 	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
@@ -36,30 +27,10 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("boottest: build the boot agent: %v\n%s", err, b)
+		return "", fmt.Errorf("vmrun: build the boot agent: %v\n%s", err, b)
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return "", fmt.Errorf("boottest: boot agent: %w", err)
+		return "", fmt.Errorf("vmrun: boot agent: %w", err)
 	}
 	return out, nil
-}
-
-// Agent returns a statically linked usher for tb's boots (BuildAgent),
-// built once per test binary, from the code under test, into the cache
-// directory's agent/ (the go command's build cache makes it take
-// seconds after the first). It skips tb without a go command (fails it
-// under CI=true).
-func Agent(tb TB) string {
-	tb.Helper()
-	agents.Lock()
-	defer agents.Unlock()
-	if agents.path == "" && agents.err == nil {
-		start := time.Now()
-		agents.path, agents.err = BuildAgent(context.Background(), filepath.Join(CacheDir(), "agent"))
-		tb.Logf("boottest: built the boot agent in %v", time.Since(start).Round(time.Millisecond))
-	}
-	if agents.err != nil {
-		skipOrFail(tb, agents.err)
-	}
-	return agents.path
 }
