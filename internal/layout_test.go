@@ -118,9 +118,12 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				t.Errorf("%s imports internal/memnet outside its tests", name)
 			case imp == "internal/pgtest":
 				t.Errorf("%s imports %s outside its tests", name, imp)
-			case imp == "internal/ldaptest" && name != "internal/bench":
-				// The benches start a directory for their experiments as
-				// they start nginx or nbdkit (ldaptest.Launch).
+			case imp == "internal/dirserver" && name != "internal/bench" && !strings.HasPrefix(name, "cmd/") && name != "internal/dirserver/dirservertest":
+				// The directory server: the benches start one for their
+				// experiments as they start nginx or nbdkit
+				// (dirserver.Launch), the tests through dirservertest.
+				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
+			case imp == "internal/dirserver/dirservertest":
 				t.Errorf("%s imports %s outside its tests", name, imp)
 			case imp == "internal/vmrun" && name != "internal/bench" && name != "cmd/usher" && name != "internal/vmrun/vmruntest":
 				// The VM runner: the benches boot VMs for their experiments

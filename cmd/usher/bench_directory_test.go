@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/bench"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
 )
 
 // TestBenchLogonStormDirectory runs usher bench logon-storm --directory,
@@ -17,7 +17,7 @@ import (
 // directory user's first logon binds as the user at least once, and the
 // warm logons bind none.
 func TestBenchLogonStormDirectory(t *testing.T) {
-	if err := ldaptest.Installed(); err != nil {
+	if err := dirserver.Installed(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}

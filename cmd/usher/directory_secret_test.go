@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/demo"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/siteyaml"
 )
@@ -23,7 +23,7 @@ import (
 // nothing. With the password in the file, the change is applied.
 func TestApplyBindPasswordStaysWithItsEndpoint(t *testing.T) {
 	const secret = "the-service-account-secret"
-	legit, attacker := ldaptest.Record(t, secret), ldaptest.Record(t, secret)
+	legit, attacker := dirservertest.Record(t, secret), dirservertest.Record(t, secret)
 	data := t.TempDir()
 	file := filepath.Join(t.TempDir(), "site.yaml")
 	apply := func(cfg *site.Config, secrets bool, args ...string) (int, string) {

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/demo"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/siteyaml"
 )
@@ -18,7 +19,7 @@ import (
 // nested groups, of a disabled one, of a wrong password, and of a site
 // without a directory. The password never shows.
 func TestDirectoryTest(t *testing.T) {
-	d := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	d := dirservertest.Start(t, dirserver.Options{Users: 100})
 	data := t.TempDir()
 	dirTest := func(stdin string, args ...string) (int, string, string) {
 		t.Helper()
@@ -49,20 +50,20 @@ func TestDirectoryTest(t *testing.T) {
 	// The directory, and a site group named as one of its groups, which
 	// the user reaches through two levels of nesting.
 	cfg.Directory = site.Directory{Enabled: true, Servers: []string{d.Servers[0].LDAPS}, CABundle: string(d.CAPEM),
-		BindDN: d.BindDN, BindPassword: d.BindPassword, UserBaseDNs: []string{ldaptest.BaseDN}, UserAttribute: "uid",
-		NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix}
-	cfg.Groups = append(cfg.Groups, site.Group{Name: ldaptest.AllStaff})
+		BindDN: d.BindDN, BindPassword: d.BindPassword, UserBaseDNs: []string{dirserver.BaseDN}, UserAttribute: "uid",
+		NetBIOSDomain: dirserver.Domain, UPNSuffix: dirserver.UPNSuffix}
+	cfg.Groups = append(cfg.Groups, site.Group{Name: dirserver.AllStaff})
 	cfg.Entitlements = append(cfg.Entitlements, site.Entitlement{Name: "all-staff-office", DeliveryGroup: demo.OfficeApps,
-		Resources: []string{demo.OfficeDesktop}, Groups: []string{ldaptest.AllStaff}},
-		site.Entitlement{Name: "all-staff-apps", DeliveryGroup: demo.OfficeApps, Groups: []string{ldaptest.AllStaff}})
+		Resources: []string{demo.OfficeDesktop}, Groups: []string{dirserver.AllStaff}},
+		site.Entitlement{Name: "all-staff-apps", DeliveryGroup: demo.OfficeApps, Groups: []string{dirserver.AllStaff}})
 	apply()
 
-	code, out, stderr := dirTest(d.UserPassword+"\n", ldaptest.Domain+`\user0001`, "--password-stdin")
+	code, out, stderr := dirTest(d.UserPassword+"\n", dirserver.Domain+`\user0001`, "--password-stdin")
 	if code != 0 {
 		t.Fatalf("exit %d: %s%s", code, out, stderr)
 	}
 	for _, want := range []string{"user:         user0001\n", "entry:        uid=user0001,", "account:      enabled\n", "password:     right\n",
-		"  " + ldaptest.AllStaff + " (cn=" + ldaptest.AllStaff + ",", "site groups (1): " + ldaptest.AllStaff + "\n", "  " + demo.OfficeDesktop + " (desktop "} {
+		"  " + dirserver.AllStaff + " (cn=" + dirserver.AllStaff + ",", "site groups (1): " + dirserver.AllStaff + "\n", "  " + demo.OfficeDesktop + " (desktop "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output lacks %q:\n%s", want, out)
 		}
@@ -76,11 +77,11 @@ func TestDirectoryTest(t *testing.T) {
 	}
 
 	// Without the password: the entry, not checked.
-	if code, out, stderr := dirTest("", "user0002@"+ldaptest.UPNSuffix); code != 0 || !strings.Contains(out, "password:     not checked") {
+	if code, out, stderr := dirTest("", "user0002@"+dirserver.UPNSuffix); code != 0 || !strings.Contains(out, "password:     not checked") {
 		t.Fatalf("lookup: exit %d: %s%s", code, out, stderr)
 	}
 	// A disabled account is shown as such.
-	if code, out, stderr := dirTest("", ldaptest.Disabled); code != 0 || !strings.Contains(out, "account:      disabled") {
+	if code, out, stderr := dirTest("", dirserver.Disabled); code != 0 || !strings.Contains(out, "account:      disabled") {
 		t.Fatalf("disabled: exit %d: %s%s", code, out, stderr)
 	}
 	// A wrong password, and an injection attempt: refused, nobody shown.

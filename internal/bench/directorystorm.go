@@ -11,7 +11,7 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/auth/ldapauth"
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -90,7 +90,7 @@ func (p DirectoryPhase) TotalOps() float64 {
 
 // DirectoryLogonStorm measures logons (POST /api/v1/login alone) of
 // directory users beside local ones. It starts OpenLDAP's slapd
-// (internal/ldaptest) with cfg.Users users in nested groups, and the
+// (internal/dirserver) with cfg.Users users in nested groups, and the
 // bench site with as many local users and the directory's settings
 // (ldaps, its CA, the service account), its group all-staff entitled to
 // the bench's applications. Then, with cfg.Workers logons in flight,
@@ -101,7 +101,7 @@ func (p DirectoryPhase) TotalOps() float64 {
 // come from the site's /metrics (usher_directory_operations_total),
 // slapd's CPU time from /proc.
 //
-// It returns an error wrapping ldaptest.ErrNotInstalled when slapd is
+// It returns an error wrapping dirserver.ErrNotInstalled when slapd is
 // not installed.
 func DirectoryLogonStorm(ctx context.Context, env Env, cfg DirectoryStormConfig) (*loadgen.Report, error) {
 	rep, _, err := directoryStorm(ctx, env, cfg)
@@ -118,7 +118,7 @@ func directoryStorm(ctx context.Context, env Env, cfg DirectoryStormConfig) (*lo
 	// The directory's users cfg.Users+1 ... 2*cfg.Users log on: a
 	// directory user never shares a site user's name (the broker refuses
 	// one that does), and the site's local users are 1 ... cfg.Users.
-	dir, err := ldaptest.Launch(ldaptest.Options{Users: 2 * cfg.Users})
+	dir, err := dirserver.Launch(dirserver.Options{Users: 2 * cfg.Users})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start slapd: %w", err)
 	}
@@ -144,7 +144,7 @@ func directoryStorm(ctx context.Context, env Env, cfg DirectoryStormConfig) (*lo
 	local := Users(cfg.Users, password)
 	remote := make(loadgen.Users, cfg.Users)
 	for i := range remote {
-		remote[i] = loadgen.Credential{User: ldaptest.UserName(cfg.Users + i + 1), Password: dir.UserPassword, Domain: ldaptest.Domain}
+		remote[i] = loadgen.Credential{User: dirserver.UserName(cfg.Users + i + 1), Password: dir.UserPassword, Domain: dirserver.Domain}
 	}
 	run := func(name string, users loadgen.Users, rounds int) (DirectoryPhase, error) {
 		p := DirectoryPhase{Name: name, Slapd: -1}
@@ -212,15 +212,15 @@ func directoryStorm(ctx context.Context, env Env, cfg DirectoryStormConfig) (*lo
 // as its directory over ldaps, and a site group standing for the
 // directory's all-staff (every numbered user, three levels of nesting
 // down) entitled to the bench's delivery group.
-func DirectorySiteConfig(users int, passwordHash string, dir *ldaptest.Directory) *site.Config {
+func DirectorySiteConfig(users int, passwordHash string, dir *dirserver.Directory) *site.Config {
 	c := SiteConfig(users, 0, passwordHash)
 	c.Users = c.Users[:users]
 	c.Directory = site.Directory{Enabled: true, Servers: []string{dir.Servers[0].LDAPS}, CABundle: string(dir.CAPEM),
-		BindDN: dir.BindDN, BindPassword: dir.BindPassword, UserBaseDNs: []string{ldaptest.PeopleDN},
-		GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: site.AttrUID,
-		NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix}
-	c.Groups = append(c.Groups, site.Group{Name: ldaptest.AllStaff, Description: "The directory's all-staff: every directory user of the bench."})
-	c.Entitlements = append(c.Entitlements, site.Entitlement{Name: "all-staff", DeliveryGroup: DeliveryGroup, Groups: []string{ldaptest.AllStaff}})
+		BindDN: dir.BindDN, BindPassword: dir.BindPassword, UserBaseDNs: []string{dirserver.PeopleDN},
+		GroupBaseDNs: []string{dirserver.GroupsDN}, UserAttribute: site.AttrUID,
+		NetBIOSDomain: dirserver.Domain, UPNSuffix: dirserver.UPNSuffix}
+	c.Groups = append(c.Groups, site.Group{Name: dirserver.AllStaff, Description: "The directory's all-staff: every directory user of the bench."})
+	c.Entitlements = append(c.Entitlements, site.Entitlement{Name: "all-staff", DeliveryGroup: DeliveryGroup, Groups: []string{dirserver.AllStaff}})
 	c.Normalize()
 	return c
 }
@@ -404,11 +404,11 @@ func directoryReport(rep *loadgen.Report, phases []DirectoryPhase, cfg Directory
 		machineNote(rep),
 		"Each logon is POST /api/v1/login alone (no enumeration, no launch), every user once in a cold phase and "+fmt.Sprintf("%d times in a warm one (in turn), %d in flight: each worker sends the next logon when its last is answered.", max(cfg.WarmRounds, 1), cfg.Workers),
 		"Local users (DEMO\\userNNNN) are the site's own: the first logon is an argon2id check (19 MiB, 2 passes) against the site DB's hash, the next one a hit of the verified-credential cache.",
-		fmt.Sprintf("Directory users (%s\\userNNNN, numbered past the local ones: a directory user never shares a site user's name) are OpenLDAP slapd's (internal/ldaptest: mdb, %d users in teams of %d, %d teams to a department, every department in %s), "+
+		fmt.Sprintf("Directory users (%s\\userNNNN, numbered past the local ones: a directory user never shares a site user's name) are OpenLDAP slapd's (internal/dirserver: mdb, %d users in teams of %d, %d teams to a department, every department in %s), "+
 			"reached over ldaps with a connection pool of %d (ldapauth's default) and nested groups read level by level. "+
 			"Cold: the user's first logon: a search for the entry, a bind as the user, the group searches. "+
 			"Warm: the same users again: the password is known (verified cache, bound to the entry and its password-change time) and the groups are the broker's last read of the entry, so no bind and no directory operation waited for.",
-			ldaptest.Domain, 2*cfg.Users, ldaptest.TeamSize, ldaptest.DeptTeams, ldaptest.AllStaff, ldapauth.DefaultPoolSize),
+			dirserver.Domain, 2*cfg.Users, dirserver.TeamSize, dirserver.DeptTeams, dirserver.AllStaff, ldapauth.DefaultPoolSize),
 		"Directory operations are the deltas of usher_directory_operations_total (by op, every result) on the site's /metrics; their times the deltas of usher_directory_operation_duration_seconds. "+
 			"slapd's CPU is its process's user+system time from /proc (10 ms ticks); usher+client CPU is this process's (getrusage): the site and the load generator together.",
 	)

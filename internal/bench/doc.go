@@ -11,7 +11,7 @@
 //     (Citrix's 20/s sizing test), and the highest rate held with bounded
 //     latency;
 //   - DirectoryLogonStorm: logons of an LDAP directory's users (slapd
-//     started for the run by internal/ldaptest), cold and warm, beside the
+//     started for the run by internal/dirserver), cold and warm, beside the
 //     site's own users, with the directory's operations per logon;
 //   - Enumerate: the LHC and IMA/FMA enumeration tests, 400 applications enumerated over NFuse
 //     at stepped concurrency, beside nginx serving the same bytes;

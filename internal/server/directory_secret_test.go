@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/api"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/storetest"
@@ -26,7 +26,7 @@ func TestDirectoryBindPasswordStaysWithItsEndpoint(t *testing.T) {
 	c := client("127.0.0.1")
 	admin := basicHeader("admin", demoPassword)
 	const secret = "the-service-account-secret"
-	legit, attacker := ldaptest.Record(t, secret), ldaptest.Record(t, secret)
+	legit, attacker := dirservertest.Record(t, secret), dirservertest.Record(t, secret)
 	base := site.Directory{Enabled: true, Servers: []string{legit.URL()}, AllowPlain: true,
 		BindDN: "CN=svc-usher,OU=Service,DC=usher,DC=test", UserBaseDNs: []string{"OU=people,DC=usher,DC=test"},
 		UserAttribute: site.AttrUID, DialTimeoutSeconds: 1, TimeoutSeconds: 1}

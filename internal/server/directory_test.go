@@ -18,7 +18,8 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/ctx1"
 	"github.com/usher-vdi/usher/internal/demo"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -33,7 +34,7 @@ import (
 // to the engineering applications.
 type directorySite struct {
 	*server.Server
-	dir *ldaptest.Directory
+	dir *dirserver.Directory
 	// samba is set for a Samba AD domain controller, else slapd.
 	samba bool
 	// engineer is a member of the group that "engineers" names by DN,
@@ -52,22 +53,22 @@ const (
 // configuration before it opens.
 func startDirectorySite(t *testing.T, samba bool, opts ...func(*server.Config)) *directorySite {
 	t.Helper()
-	var d *ldaptest.Directory
+	var d *dirserver.Directory
 	var servers []string
 	userAttr := site.AttrUID
 	if samba {
-		d = ldaptest.StartSamba(t, ldaptest.Options{Users: 100})
+		d = dirservertest.StartSamba(t, dirserver.Options{Users: 100})
 		servers = []string{d.Servers[0].LDAPS, d.Servers[0].StartTLS}
 		userAttr = site.AttrSAMAccountName
 	} else {
-		d = ldaptest.Start(t, ldaptest.Options{Servers: 2})
+		d = dirservertest.Start(t, dirserver.Options{Servers: 2})
 		servers = []string{d.Servers[0].LDAPS, d.Servers[1].StartTLS}
 	}
 	// A member of the last team but one (written with another case and
 	// spaces), and one of a team halfway.
-	engineer := ldaptest.UserName(d.Users - 10)
-	ds := &directorySite{dir: d, samba: samba, engineer: engineer, clerk: ldaptest.UserName(d.Users / 2),
-		teamDN: "CN=" + ldaptest.Team(d.Users-10) + ", OU=groups, DC=usher, DC=test"}
+	engineer := dirserver.UserName(d.Users - 10)
+	ds := &directorySite{dir: d, samba: samba, engineer: engineer, clerk: dirserver.UserName(d.Users / 2),
+		teamDN: "CN=" + dirserver.Team(d.Users-10) + ", OU=groups, DC=usher, DC=test"}
 	ctx := t.Context()
 	params := auth.Params{Iterations: 1, MemoryKiB: 1024, Parallelism: 1, SaltLen: 16, KeyLen: 32}
 	cfg := server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
@@ -99,13 +100,13 @@ func startDirectorySite(t *testing.T, samba bool, opts ...func(*server.Config)) 
 				}
 			}
 			c.Entitlements = append(kept,
-				site.Entitlement{Name: "all-staff-office", DeliveryGroup: demo.OfficeApps, Groups: []string{ldaptest.AllStaff}},
+				site.Entitlement{Name: "all-staff-office", DeliveryGroup: demo.OfficeApps, Groups: []string{dirserver.AllStaff}},
 				site.Entitlement{Name: "engineers-apps", DeliveryGroup: demo.EngineeringApps, Groups: []string{"engineers"}})
-			c.Groups = append(c.Groups, site.Group{Name: ldaptest.AllStaff}, site.Group{Name: "engineers", DN: ds.teamDN})
+			c.Groups = append(c.Groups, site.Group{Name: dirserver.AllStaff}, site.Group{Name: "engineers", DN: ds.teamDN})
 			c.Directory = site.Directory{Enabled: true, Servers: servers,
 				CABundle: string(d.CAPEM), BindDN: d.BindDN, BindPassword: d.BindPassword,
-				UserBaseDNs: []string{ldaptest.BaseDN}, GroupBaseDNs: []string{ldaptest.GroupsDN}, UserAttribute: userAttr,
-				NetBIOSDomain: ldaptest.Domain, UPNSuffix: ldaptest.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2,
+				UserBaseDNs: []string{dirserver.BaseDN}, GroupBaseDNs: []string{dirserver.GroupsDN}, UserAttribute: userAttr,
+				NetBIOSDomain: dirserver.Domain, UPNSuffix: dirserver.UPNSuffix, DialTimeoutSeconds: 1, TimeoutSeconds: 2,
 				AdminGroups: []string{ds.teamDN}}
 			return nil
 		})
@@ -222,8 +223,8 @@ func testDirectoryLogons(t *testing.T, s *directorySite) {
 
 	t.Run("REST, three name forms", func(t *testing.T) {
 		var want []string
-		for _, name := range []string{s.engineer, ldaptest.Domain + `\` + s.engineer, strings.ToLower(ldaptest.Domain) + `\` + s.engineer,
-			s.engineer + "@" + ldaptest.UPNSuffix} {
+		for _, name := range []string{s.engineer, dirserver.Domain + `\` + s.engineer, strings.ToLower(dirserver.Domain) + `\` + s.engineer,
+			s.engineer + "@" + dirserver.UPNSuffix} {
 			code, token, user := s.login(t, name, pw)
 			if code != 200 || user != s.engineer {
 				t.Fatalf("logon as %s: %d, user %q; want 200 as %s", name, code, user, s.engineer)
@@ -257,10 +258,10 @@ func testDirectoryLogons(t *testing.T, s *directorySite) {
 	t.Run("NFuse, three name forms, cleartext and ctx1", func(t *testing.T) {
 		for _, creds := range []string{
 			cleartextCreds(s.engineer, pw, ""),
-			cleartextCreds(s.engineer, pw, ldaptest.Domain),
-			cleartextCreds(ldaptest.Domain+`\`+s.engineer, pw, ""),
-			cleartextCreds(s.engineer+"@"+ldaptest.UPNSuffix, pw, ""),
-			ctx1Creds(s.engineer, pw, ldaptest.Domain),
+			cleartextCreds(s.engineer, pw, dirserver.Domain),
+			cleartextCreds(dirserver.Domain+`\`+s.engineer, pw, ""),
+			cleartextCreds(s.engineer+"@"+dirserver.UPNSuffix, pw, ""),
+			ctx1Creds(s.engineer, pw, dirserver.Domain),
 		} {
 			id, apps := s.appData(t, creds)
 			if id != "" || !slices.Contains(apps, engineering[0]) {
@@ -278,21 +279,21 @@ func testDirectoryLogons(t *testing.T, s *directorySite) {
 			{s.engineer, "wrong-password", 401, "failed-credentials"},
 			{"nobody-here", pw, 401, "failed-credentials"},
 			{"OTHERDOMAIN\\" + s.engineer, pw, 401, "failed-credentials"},
-			{ldaptest.Disabled, pw, 403, "account-disabled"},
-			{ldaptest.LockedAD, pw, 403, "account-locked-out"},
-			{ldaptest.Expired, pw, 403, "must-change-credentials"},
-			{ldaptest.Twin, pw, 401, "failed-credentials"},
+			{dirserver.Disabled, pw, 403, "account-disabled"},
+			{dirserver.LockedAD, pw, 403, "account-locked-out"},
+			{dirserver.Expired, pw, 403, "must-change-credentials"},
+			{dirserver.Twin, pw, 401, "failed-credentials"},
 			{"user09*", pw, 401, "failed-credentials"}, // never a wildcard
 			{"*", pw, 401, "failed-credentials"},
 			{"user0990)(uid=*", pw, 401, "failed-credentials"},
-			{ldaptest.Star, "wrong-password", 401, "failed-credentials"},
+			{dirserver.Star, "wrong-password", 401, "failed-credentials"},
 		}
 		if !s.samba { // Samba has no ppolicy overlay
 			cases = append(cases, struct {
 				name, password string
 				rest           int
 				nfuse          string
-			}{ldaptest.LockedPPolicy, pw, 403, "account-locked-out"})
+			}{dirserver.LockedPPolicy, pw, 403, "account-locked-out"})
 		}
 		for _, c := range cases {
 			if code, _, _ := s.login(t, c.name, c.password); code != c.rest {
@@ -308,8 +309,8 @@ func testDirectoryLogons(t *testing.T, s *directorySite) {
 		if s.samba {
 			t.Skip("AD refuses a '*' in sAMAccountName")
 		}
-		if code, _, user := s.login(t, ldaptest.Star, pw); code != 200 || user != ldaptest.Star {
-			t.Errorf("logon as %q: %d as %q", ldaptest.Star, code, user)
+		if code, _, user := s.login(t, dirserver.Star, pw); code != 200 || user != dirserver.Star {
+			t.Errorf("logon as %q: %d as %q", dirserver.Star, code, user)
 		}
 	})
 
@@ -354,7 +355,7 @@ func testDirectoryLogons(t *testing.T, s *directorySite) {
 		basic := func(user, password string) func(*http.Request) {
 			return func(r *http.Request) { r.SetBasicAuth(user, password) }
 		}
-		if code, body := admin(basic(ldaptest.Domain+`\`+s.engineer, pw), "GET", "/api/v1/admin/directory"); code != 200 || strings.Contains(body, s.dir.BindPassword) {
+		if code, body := admin(basic(dirserver.Domain+`\`+s.engineer, pw), "GET", "/api/v1/admin/directory"); code != 200 || strings.Contains(body, s.dir.BindPassword) {
 			t.Fatalf("a member of the admin group on the admin API: %d %.200s", code, body)
 		}
 		for _, c := range [][2]string{{s.clerk, pw}, {s.engineer, "wrong-password"}, {localUser, localPassword}} {
@@ -421,7 +422,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 		}
 	}
 
-	s.dir.Servers[0].Stop(t)
+	dirservertest.Stop(t, s.dir.Servers[0])
 	for _, u := range []string{"user0201", "user0202"} {
 		if code, _, _ := s.login(t, u, pw); code != 200 {
 			t.Fatalf("logon of %s with the first server stopped: %d, want 200 (failover to the second)", u, code)
@@ -447,7 +448,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 					}
 					continue
 				}
-				u := ldaptest.UserName(301 + (100*w+i)%600)
+				u := dirserver.UserName(301 + (100*w+i)%600)
 				start := time.Now()
 				id, _ := s.appData(t, cleartextCreds(u, pw, ""))
 				took := time.Since(start)
@@ -466,7 +467,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 		})
 	}
 	time.Sleep(500 * time.Millisecond)
-	s.dir.Servers[1].Stop(t)
+	dirservertest.Stop(t, s.dir.Servers[1])
 	time.Sleep(3 * time.Second)
 	cancel()
 	wg.Wait()
@@ -485,7 +486,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 		t.Errorf("REST logon with the directory down: %d, want 503", code)
 	}
 
-	s.dir.Servers[1].Start(t)
+	dirservertest.StartServer(t, s.dir.Servers[1])
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, _, _ := s.login(t, "user0998", pw)
@@ -523,7 +524,7 @@ func (b *syncBuffer) String() string {
 // server and never the bind password; directory logons are refused fast
 // with 503, and the site's own user logs on.
 func TestDirectoryMisconfiguredAtStart(t *testing.T) {
-	d := ldaptest.Start(t, ldaptest.Options{Users: 10})
+	d := dirservertest.Start(t, dirserver.Options{Users: 10})
 	const bindPassword = "s3cret-bind-pw-do-not-log"
 	closed := "ldaps://127.0.0.1:1"
 	var logs syncBuffer
@@ -543,7 +544,7 @@ func TestDirectoryMisconfiguredAtStart(t *testing.T) {
 			_, err := site.Mutate(t.Context(), tx, func(c *site.Config) error {
 				c.Users = append(c.Users, site.User{Name: localUser, PasswordHash: hash})
 				c.Directory = site.Directory{Enabled: true, Servers: []string{closed, d.Servers[0].LDAPS},
-					BindDN: d.BindDN, BindPassword: bindPassword, UserBaseDNs: []string{ldaptest.BaseDN},
+					BindDN: d.BindDN, BindPassword: bindPassword, UserBaseDNs: []string{dirserver.BaseDN},
 					// A handshake that fails on the certificate fails in
 					// moments, but a loaded CI machine took over a second to
 					// get that far: the dial timeout must not answer first.

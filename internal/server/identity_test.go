@@ -15,7 +15,8 @@ import (
 
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/demo"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -144,7 +145,7 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 
 	// Before the site has a user of that name the entry logs on (and the
 	// broker remembers it): that read must not serve it afterwards.
-	code, shadowToken, user := s.login(t, ldaptest.Domain+`\`+victim, pw)
+	code, shadowToken, user := s.login(t, dirserver.Domain+`\`+victim, pw)
 	if code != 200 || user != victim {
 		t.Fatalf("the directory user before the site user exists: %d %q", code, user)
 	}
@@ -162,14 +163,14 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 
 	forms := []struct{ name, domain string }{
 		{victim, ""}, // the site user's name: the site user's password is asked
-		{ldaptest.Domain + `\` + victim, ""},
-		{strings.ToLower(ldaptest.Domain) + `\` + strings.ToUpper(victim), ""},
-		{victim + "@" + ldaptest.UPNSuffix, ""},
-		{victim, ldaptest.Domain},
-		{strings.ToUpper(victim), strings.ToLower(ldaptest.Domain)},
+		{dirserver.Domain + `\` + victim, ""},
+		{strings.ToLower(dirserver.Domain) + `\` + strings.ToUpper(victim), ""},
+		{victim + "@" + dirserver.UPNSuffix, ""},
+		{victim, dirserver.Domain},
+		{strings.ToUpper(victim), strings.ToLower(dirserver.Domain)},
 		{" " + victim + " ", ""},
 		{fullwidth(victim), ""},
-		{fullwidth(victim), ldaptest.Domain},
+		{fullwidth(victim), dirserver.Domain},
 	}
 	for _, f := range forms {
 		creds := cleartextCreds(f.name, pw, f.domain)
@@ -200,17 +201,17 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 		t.Errorf("the site user's logon after the attack: %d %q", code, user)
 	}
 	// Other directory users, the admin group's included, are served.
-	if code, _, user := s.login(t, ldaptest.Domain+`\`+s.clerk, pw); code != 200 || user != s.clerk {
+	if code, _, user := s.login(t, dirserver.Domain+`\`+s.clerk, pw); code != 200 || user != s.clerk {
 		t.Errorf("another directory user: %d %q", code, user)
 	}
 	admin := ""
 	for i := 1; i <= s.dir.Users; i++ {
-		if n := ldaptest.UserName(i); n != victim && ldaptest.Team(i) == ldaptest.Team(s.dir.Users-10) {
+		if n := dirserver.UserName(i); n != victim && dirserver.Team(i) == dirserver.Team(s.dir.Users-10) {
 			admin = n // in the engineer's team
 			break
 		}
 	}
-	if code := s.adminBasic(t, c, ldaptest.Domain+`\`+admin, pw); code != 200 {
+	if code := s.adminBasic(t, c, dirserver.Domain+`\`+admin, pw); code != 200 {
 		t.Errorf("another member of the admin group on the admin API: %d, want 200", code)
 	}
 	// Once a site admin has that member's name, the member is refused on
@@ -224,7 +225,7 @@ func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if code := s.adminBasic(t, c, ldaptest.Domain+`\`+admin, pw); code != 401 {
+	if code := s.adminBasic(t, c, dirserver.Domain+`\`+admin, pw); code != 401 {
 		t.Errorf("a directory admin named as a site admin on the admin API: %d, want 401", code)
 	}
 	if code := s.adminBasic(t, c, admin, "site-admin-pw-1234"); code != 200 {
@@ -282,12 +283,12 @@ func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
 	target := s.engineer
 	pw := s.dir.UserPassword
 	// The directory's own lock-out (slapd's ppolicy, after
-	// ldaptest.MaxFailures) is off for the target, as AD's is by default:
+	// dirserver.MaxFailures) is off for the target, as AD's is by default:
 	// usher's must hold alone.
 	for _, srv := range s.dir.Servers {
-		srv.Modify(t, "dn: cn=nolock,ou=policies,"+ldaptest.BaseDN+"\nchangetype: add\nobjectClass: organizationalRole\nobjectClass: pwdPolicy\n"+
+		dirservertest.Modify(t, srv, "dn: cn=nolock,ou=policies,"+dirserver.BaseDN+"\nchangetype: add\nobjectClass: organizationalRole\nobjectClass: pwdPolicy\n"+
 			"cn: nolock\npwdAttribute: userPassword\npwdLockout: FALSE\n\n"+
-			"dn: "+ldaptest.UserDN(target)+"\nchangetype: modify\nreplace: pwdPolicySubentry\npwdPolicySubentry: cn=nolock,ou=policies,"+ldaptest.BaseDN+"\n")
+			"dn: "+dirserver.UserDN(target)+"\nchangetype: modify\nreplace: pwdPolicySubentry\npwdPolicySubentry: cn=nolock,ou=policies,"+dirserver.BaseDN+"\n")
 	}
 	spellings := []string{
 		target,
@@ -296,10 +297,10 @@ func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
 		target + " ",
 		fullwidth(target),
 		strings.ToUpper(fullwidth(target)),
-		ldaptest.Domain + `\ ` + strings.ToUpper(target[:1]) + target[1:],
-		target + "\u00a0@" + ldaptest.UPNSuffix,
+		dirserver.Domain + `\ ` + strings.ToUpper(target[:1]) + target[1:],
+		target + "\u00a0@" + dirserver.UPNSuffix,
 		"  " + strings.ToUpper(target[:2]) + target[2:] + "  ",
-		strings.ToLower(ldaptest.Domain) + `\` + fullwidth(strings.ToUpper(target)),
+		strings.ToLower(dirserver.Domain) + `\` + fullwidth(strings.ToUpper(target)),
 	}
 	if n := auth.DefaultLockoutThreshold; len(spellings) != n {
 		t.Fatalf("%d spellings for a threshold of %d", len(spellings), n)
@@ -325,10 +326,10 @@ func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
 	if code, user := s.restLogin(t, c, target, pw); code != 401 {
 		t.Errorf("the right password over REST after ten wrong ones: %d as %q, want 401 (locked out)", code, user)
 	}
-	if id, _ := s.nfuse(t, c, "RequestAppData", `<Scope traverse="subtree"/><DesiredDetails>defaults</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType>`+cleartextCreds(target, pw, ldaptest.Domain)); id != "failed-credentials" {
+	if id, _ := s.nfuse(t, c, "RequestAppData", `<Scope traverse="subtree"/><DesiredDetails>defaults</DesiredDetails><ServerType>all</ServerType><ClientType>ica30</ClientType>`+cleartextCreds(target, pw, dirserver.Domain)); id != "failed-credentials" {
 		t.Errorf("the right password over NFuse after ten wrong ones: ErrorId %q, want failed-credentials (locked out)", id)
 	}
-	if code := s.adminBasic(t, c, ldaptest.Domain+`\`+target, pw); code != 401 {
+	if code := s.adminBasic(t, c, dirserver.Domain+`\`+target, pw); code != 401 {
 		t.Errorf("the right password on the admin API after ten wrong ones: %d, want 401 (locked out)", code)
 	}
 	locks, err := s.Broker().Lockouts(t.Context())
@@ -389,7 +390,7 @@ func TestRefusedLogonsCostTheSame(t *testing.T) {
 		// One wrong password per directory user: slapd's ppolicy locks an
 		// entry out after a few, and a locked entry answers 403.
 		{"directory user", func(i int) int {
-			code, _ := s.restLogin(t, c, ldaptest.UserName(100+i), "wrong-password")
+			code, _ := s.restLogin(t, c, dirserver.UserName(100+i), "wrong-password")
 			return code
 		}},
 		{"unknown admin", func(i int) int { return s.adminBasic(t, c, fmt.Sprintf("ghost-admin%04d", i), "wrong-password") }},

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 )
 
 // counting is a Metrics that counts.
@@ -74,16 +75,16 @@ func (m *counting) count(op Op) int {
 
 // testConfig is a Config for d's servers at urls, with uid as the user
 // attribute and short timeouts.
-func testConfig(d *ldaptest.Directory, urls ...string) Config {
+func testConfig(d *dirserver.Directory, urls ...string) Config {
 	return Config{
 		Servers:          urls,
 		CAPEM:            d.CAPEM,
 		BindDN:           d.BindDN,
 		BindPassword:     d.BindPassword,
-		BaseDNs:          []string{ldaptest.BaseDN},
+		BaseDNs:          []string{dirserver.BaseDN},
 		UserAttr:         "uid",
-		Domain:           ldaptest.Domain,
-		UPNSuffix:        ldaptest.UPNSuffix,
+		Domain:           dirserver.Domain,
+		UPNSuffix:        dirserver.UPNSuffix,
 		DialTimeout:      2 * time.Second,
 		OpTimeout:        2 * time.Second,
 		PoolSize:         4,
@@ -178,10 +179,10 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 }
 
 func TestAuthenticateByEveryNameForm(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{})
+	dir := dirservertest.Start(t, dirserver.Options{})
 	srv := dir.Servers[0]
 	const i = 42
-	name := ldaptest.UserName(i)
+	name := dirserver.UserName(i)
 	for _, tc := range []struct {
 		transport, url, attr string
 	}{
@@ -201,15 +202,15 @@ func TestAuthenticateByEveryNameForm(t *testing.T) {
 				}
 				wantName := name
 				if tc.attr == "userPrincipalName" {
-					wantName = name + "@" + ldaptest.UPNSuffix
+					wantName = name + "@" + dirserver.UPNSuffix
 				}
-				if id.DN != ldaptest.UserDN(name) || id.Name != wantName || id.DisplayName != "User 0042" {
+				if id.DN != dirserver.UserDN(name) || id.Name != wantName || id.DisplayName != "User 0042" {
 					t.Errorf("identity %+v", id)
 				}
-				if got, want := sorted(id.Groups), sorted(ldaptest.GroupsOf(i)); !slices.Equal(got, want) {
+				if got, want := sorted(id.Groups), sorted(dirserver.GroupsOf(i)); !slices.Equal(got, want) {
 					t.Errorf("groups %v, want %v", got, want)
 				}
-				if len(id.GroupDNs) != len(id.Groups) || !slices.Contains(id.GroupDNs, ldaptest.GroupDN(ldaptest.AllStaff)) {
+				if len(id.GroupDNs) != len(id.Groups) || !slices.Contains(id.GroupDNs, dirserver.GroupDN(dirserver.AllStaff)) {
 					t.Errorf("group DNs %v", id.GroupDNs)
 				}
 			})
@@ -218,15 +219,15 @@ func TestAuthenticateByEveryNameForm(t *testing.T) {
 }
 
 func TestWrongCredentials(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 	d := mustNew(t, testConfig(dir, dir.Servers[0].LDAPS), nil)
 	ctx := ctxTimeout(t, 10*time.Second)
 	for name, c := range map[string][2]string{
-		"wrong password":         {ldaptest.UserName(7), "not-the-password"},
+		"wrong password":         {dirserver.UserName(7), "not-the-password"},
 		"unknown user":           {"nobody", dir.UserPassword},
-		"empty password":         {ldaptest.UserName(7), ""},
-		"other domain":           {`OTHER\` + ldaptest.UserName(7), dir.UserPassword},
-		"other suffix":           {ldaptest.UserName(7) + "@other.test", dir.UserPassword},
+		"empty password":         {dirserver.UserName(7), ""},
+		"other domain":           {`OTHER\` + dirserver.UserName(7), dir.UserPassword},
+		"other suffix":           {dirserver.UserName(7) + "@other.test", dir.UserPassword},
 		"service account's name": {"usher-svc", dir.BindPassword},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -242,44 +243,44 @@ func TestWrongCredentials(t *testing.T) {
 }
 
 func TestAccountStates(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 	d := mustNew(t, testConfig(dir, dir.Servers[0].StartTLS), nil)
 	ctx := ctxTimeout(t, 20*time.Second)
 	for _, tc := range []struct {
 		name string
 		want error
 	}{
-		{ldaptest.Disabled, ErrAccountDisabled},
-		{ldaptest.LockedAD, ErrAccountLocked},
-		{ldaptest.LockedPPolicy, ErrAccountLocked},
-		{ldaptest.Expired, ErrPasswordExpired},
+		{dirserver.Disabled, ErrAccountDisabled},
+		{dirserver.LockedAD, ErrAccountLocked},
+		{dirserver.LockedPPolicy, ErrAccountLocked},
+		{dirserver.Expired, ErrPasswordExpired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := d.Authenticate(ctx, tc.name, dir.UserPassword); !errors.Is(err, tc.want) {
 				t.Errorf("with the password: %v, want %v", err, tc.want)
 			}
-			if tc.name != ldaptest.LockedPPolicy { // slapd refuses that bind whatever the password
+			if tc.name != dirserver.LockedPPolicy { // slapd refuses that bind whatever the password
 				if _, err := d.Authenticate(ctx, tc.name, "wrong"); !errors.Is(err, ErrWrongCredentials) {
 					t.Errorf("with a wrong password: %v, want ErrWrongCredentials (no state without the password)", err)
 				}
 			}
 			id, err := d.Lookup(ctx, tc.name)
-			if !errors.Is(err, tc.want) || id.DN != ldaptest.UserDN(tc.name) {
+			if !errors.Is(err, tc.want) || id.DN != dirserver.UserDN(tc.name) {
 				t.Errorf("Lookup = %+v, %v; want the identity and %v", id, err, tc.want)
 			}
 		})
 	}
 	t.Run("ppolicy locks after wrong passwords", func(t *testing.T) {
-		name := ldaptest.UserName(99)
-		for range ldaptest.MaxFailures {
+		name := dirserver.UserName(99)
+		for range dirserver.MaxFailures {
 			if _, err := d.Authenticate(ctx, name, "wrong"); !errors.Is(err, ErrWrongCredentials) {
 				t.Fatalf("wrong password: %v", err)
 			}
 		}
 		if _, err := d.Authenticate(ctx, name, dir.UserPassword); !errors.Is(err, ErrAccountLocked) {
-			t.Fatalf("after %d wrong passwords: %v, want ErrAccountLocked", ldaptest.MaxFailures, err)
+			t.Fatalf("after %d wrong passwords: %v, want ErrAccountLocked", dirserver.MaxFailures, err)
 		}
-		dir.Servers[0].Modify(t, "dn: "+ldaptest.UserDN(name)+"\nchangetype: modify\ndelete: pwdAccountLockedTime\n")
+		dirservertest.Modify(t, dir.Servers[0], "dn: "+dirserver.UserDN(name)+"\nchangetype: modify\ndelete: pwdAccountLockedTime\n")
 		if _, err := d.Authenticate(ctx, name, dir.UserPassword); err != nil {
 			t.Fatalf("unlocked by the administrator: %v", err)
 		}
@@ -287,16 +288,16 @@ func TestAccountStates(t *testing.T) {
 }
 
 func TestNestedGroups(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{})
+	dir := dirservertest.Start(t, dirserver.Options{})
 	ctx := ctxTimeout(t, 10*time.Second)
 	t.Run("three levels and a cycle", func(t *testing.T) {
 		d := mustNew(t, testConfig(dir, dir.Servers[0].LDAPS), nil)
 		for _, i := range []int{1, 500, dir.Users} {
-			id, err := d.Authenticate(ctx, ldaptest.UserName(i), dir.UserPassword)
+			id, err := d.Authenticate(ctx, dirserver.UserName(i), dir.UserPassword)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := sorted(id.Groups), sorted(ldaptest.GroupsOf(i)); !slices.Equal(got, want) {
+			if got, want := sorted(id.Groups), sorted(dirserver.GroupsOf(i)); !slices.Equal(got, want) {
 				t.Errorf("user %d: groups %v, want %v", i, got, want)
 			}
 		}
@@ -305,7 +306,7 @@ func TestNestedGroups(t *testing.T) {
 		cfg := testConfig(dir, dir.Servers[0].LDAPS)
 		cfg.MaxNestingDepth = 2
 		d := mustNew(t, cfg, nil)
-		id, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword)
+		id, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,10 +323,10 @@ func TestNestedGroups(t *testing.T) {
 		var filters []string
 		var mu sync.Mutex
 		d.traceFilter = func(f string) { mu.Lock(); filters = append(filters, f); mu.Unlock() }
-		if _, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword); err != nil {
+		if _, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword); err != nil {
 			t.Fatal(err)
 		}
-		want := "(member:1.2.840.113556.1.4.1941:=" + ldaptest.UserDN(ldaptest.UserName(1)) + ")"
+		want := "(member:1.2.840.113556.1.4.1941:=" + dirserver.UserDN(dirserver.UserName(1)) + ")"
 		if !slices.Contains(filters, want) {
 			t.Errorf("filters %q, want one %q", filters, want)
 		}
@@ -333,7 +334,7 @@ func TestNestedGroups(t *testing.T) {
 	t.Run("auto is a search on OpenLDAP", func(t *testing.T) {
 		m := newCounting()
 		d := mustNew(t, testConfig(dir, dir.Servers[0].LDAPS), m)
-		if _, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword); err != nil {
+		if _, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword); err != nil {
 			t.Fatal(err)
 		}
 		if m.count(OpRootDSE) != 1 || m.count(OpGroupSearch) < 3 {
@@ -343,18 +344,18 @@ func TestNestedGroups(t *testing.T) {
 }
 
 func TestGroupCache(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 	m := newCounting()
 	cfg := testConfig(dir, dir.Servers[0].LDAPS)
 	cfg.GroupCacheTTL = time.Hour
 	d := mustNew(t, cfg, m)
 	ctx := ctxTimeout(t, 10*time.Second)
-	first, err := d.Authenticate(ctx, ldaptest.UserName(3), dir.UserPassword)
+	first, err := d.Authenticate(ctx, dirserver.UserName(3), dir.UserPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
 	searches := m.count(OpGroupSearch)
-	second, err := d.Authenticate(ctx, ldaptest.UserName(3), dir.UserPassword)
+	second, err := d.Authenticate(ctx, dirserver.UserName(3), dir.UserPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func TestGroupCache(t *testing.T) {
 		t.Errorf("groups %v then %v, %d hits", first.Groups, second.Groups, m.hits)
 	}
 	second.Groups[0] = "changed" // the cache keeps its own copy
-	third, _ := d.Authenticate(ctx, ldaptest.UserName(3), dir.UserPassword)
+	third, _ := d.Authenticate(ctx, dirserver.UserName(3), dir.UserPassword)
 	if !slices.Equal(first.Groups, third.Groups) {
 		t.Errorf("the cache's groups changed through a caller: %v", third.Groups)
 	}
@@ -374,7 +375,7 @@ func TestGroupCache(t *testing.T) {
 // TestInjection sends names with filter metacharacters: each search asks
 // for exactly the name given, escaped, and nobody is authenticated.
 func TestInjection(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 	d := mustNew(t, testConfig(dir, dir.Servers[0].LDAPS), nil)
 	var mu sync.Mutex
 	var filters []string
@@ -418,19 +419,19 @@ func TestInjection(t *testing.T) {
 	d.traceFilter = nil
 
 	// A name holding '*' matches that one entry and no other.
-	id, err := d.Authenticate(ctx, ldaptest.Star, dir.UserPassword)
-	if err != nil || id.DN != ldaptest.UserDN(ldaptest.Star) {
-		t.Errorf("Authenticate(%q) = %+v, %v", ldaptest.Star, id, err)
+	id, err := d.Authenticate(ctx, dirserver.Star, dir.UserPassword)
+	if err != nil || id.DN != dirserver.UserDN(dirserver.Star) {
+		t.Errorf("Authenticate(%q) = %+v, %v", dirserver.Star, id, err)
 	}
 	// A name matching two entries is refused.
-	if _, err := d.Authenticate(ctx, ldaptest.Twin, dir.UserPassword); !errors.Is(err, ErrAmbiguous) {
+	if _, err := d.Authenticate(ctx, dirserver.Twin, dir.UserPassword); !errors.Is(err, ErrAmbiguous) {
 		t.Errorf("twin: %v, want ErrAmbiguous", err)
 	}
 }
 
 func TestCertificateFromAnotherCA(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 10})
-	other, err := ldaptest.NewCA("another CA")
+	dir := dirservertest.Start(t, dirserver.Options{Users: 10})
+	other, err := dirserver.NewCA("another CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +439,7 @@ func TestCertificateFromAnotherCA(t *testing.T) {
 		cfg := testConfig(dir, url)
 		cfg.CAPEM = other.PEM
 		d := mustNew(t, cfg, nil)
-		_, err := d.Authenticate(ctxTimeout(t, 10*time.Second), ldaptest.UserName(1), dir.UserPassword)
+		_, err := d.Authenticate(ctxTimeout(t, 10*time.Second), dirserver.UserName(1), dir.UserPassword)
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("%s: %v, want ErrUnavailable", url, err)
 		}
@@ -456,13 +457,13 @@ func TestCertificateFromAnotherCA(t *testing.T) {
 // StartTLS, that one that does not do StartTLS gets no credentials, and
 // that plain LDAP works only with AllowPlain.
 func TestPlainOnlyWhenAllowed(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 10})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 10})
 	ctx := ctxTimeout(t, 10*time.Second)
 	for _, allowPlain := range []bool{false, true} {
 		cfg := testConfig(dir, dir.Servers[0].StartTLS)
 		cfg.AllowPlain = allowPlain
 		d := mustNew(t, cfg, nil)
-		if _, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword); err != nil {
+		if _, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword); err != nil {
 			t.Fatalf("AllowPlain %v: %v", allowPlain, err)
 		}
 		c, err := d.servers[0].acquire(ctx, true)
@@ -497,7 +498,7 @@ func TestPlainOnlyWhenAllowed(t *testing.T) {
 	cfg := testConfig(dir, "ldap://"+l.Addr().String())
 	cfg.OpTimeout, cfg.DialTimeout = 300*time.Millisecond, 300*time.Millisecond
 	d := mustNew(t, cfg, nil)
-	if _, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword); !errors.Is(err, ErrUnavailable) {
+	if _, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a server without StartTLS: %v, want ErrUnavailable", err)
 	}
 	b := <-received
@@ -510,7 +511,7 @@ func TestPlainOnlyWhenAllowed(t *testing.T) {
 }
 
 func TestFailover(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100, Servers: 2})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100, Servers: 2})
 	s0, s1 := dir.Servers[0], dir.Servers[1]
 	m := newCounting()
 	cfg := testConfig(dir, s0.LDAPS, s1.StartTLS)
@@ -519,7 +520,7 @@ func TestFailover(t *testing.T) {
 	logon := func(i int) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if _, err := d.Authenticate(ctx, ldaptest.UserName(i), dir.UserPassword); err != nil {
+		if _, err := d.Authenticate(ctx, dirserver.UserName(i), dir.UserPassword); err != nil {
 			t.Fatalf("logon %d: %v", i, err)
 		}
 		return time.Since(start)
@@ -528,7 +529,7 @@ func TestFailover(t *testing.T) {
 	if m.byServer[s1.StartTLS] != 0 {
 		t.Fatalf("the second server was used while the first was up")
 	}
-	s0.Stop(t)
+	dirservertest.Stop(t, s0)
 	for i := 2; i <= 20; i++ {
 		if took := logon(i); took > cfg.OpTimeout {
 			t.Errorf("logon %d with the first server down took %v, more than the operation timeout", i, took)
@@ -538,7 +539,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("the second server was not used")
 	}
 	used0 := m.byServer[s0.LDAPS]
-	s0.Start(t)
+	dirservertest.StartServer(t, s0)
 	// The first server is tried again once its backoff (doubled on every
 	// failed retry) has passed, and used from then on.
 	deadline := time.Now().Add(5 * time.Second)
@@ -564,7 +565,7 @@ func TestFailover(t *testing.T) {
 func TestStoppedMidStorm(t *testing.T) {
 	for _, how := range []string{"stop", "kill", "pause"} {
 		t.Run(how, func(t *testing.T) {
-			dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+			dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 			s := dir.Servers[0]
 			cfg := testConfig(dir, s.LDAPS)
 			cfg.OpTimeout, cfg.PoolSize = time.Second, 8
@@ -582,7 +583,7 @@ func TestStoppedMidStorm(t *testing.T) {
 					defer wg.Done()
 					for n := 0; ; n++ {
 						start := time.Now()
-						_, err := d.Authenticate(ctx, ldaptest.UserName(1+(g+n)%100), dir.UserPassword)
+						_, err := d.Authenticate(ctx, dirserver.UserName(1+(g+n)%100), dir.UserPassword)
 						took := time.Since(start)
 						mu.Lock()
 						switch {
@@ -621,12 +622,12 @@ func TestStoppedMidStorm(t *testing.T) {
 			}
 			switch how {
 			case "stop":
-				s.Stop(t)
+				dirservertest.Stop(t, s)
 			case "kill":
-				s.Kill(t)
+				dirservertest.Kill(t, s)
 			case "pause":
-				s.Pause(t)
-				defer s.Resume(t)
+				dirservertest.Pause(t, s)
+				defer dirservertest.Resume(t, s)
 			}
 			close(stopped)
 			wg.Wait()
@@ -640,7 +641,7 @@ func TestStoppedMidStorm(t *testing.T) {
 				t.Errorf("slowest failed logon took %v, more than %v", slowest, limit)
 			}
 			start := time.Now()
-			if _, err := d.Authenticate(ctx, ldaptest.UserName(1), dir.UserPassword); !errors.Is(err, ErrUnavailable) {
+			if _, err := d.Authenticate(ctx, dirserver.UserName(1), dir.UserPassword); !errors.Is(err, ErrUnavailable) {
 				t.Errorf("after the outage: %v", err)
 			} else if took := time.Since(start); took > 100*time.Millisecond {
 				t.Errorf("a logon while the server is known down took %v", took)
@@ -652,21 +653,21 @@ func TestStoppedMidStorm(t *testing.T) {
 // TestStormUsesThePool logs 50 users on 200 times at once: the server
 // sees no more connections than the pool holds.
 func TestStormUsesThePool(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 100})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 100})
 	s := dir.Servers[0]
 	m := newCounting()
 	cfg := testConfig(dir, s.LDAPS)
 	cfg.PoolSize = 4
 	d := mustNew(t, cfg, m)
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, before := s.Connections(t)
+	_, before := dirservertest.Connections(t, s)
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for g := range 200 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := d.Authenticate(ctx, ldaptest.UserName(1+g%50), dir.UserPassword); err != nil {
+			if _, err := d.Authenticate(ctx, dirserver.UserName(1+g%50), dir.UserPassword); err != nil {
 				errs <- err
 			}
 		}()
@@ -676,7 +677,7 @@ func TestStormUsesThePool(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	current, after := s.Connections(t)
+	current, after := dirservertest.Connections(t, s)
 	opened := after - before - 1 // less this call's own
 	t.Logf("200 logons: %d connections opened, %d open now, %d LDAP operations", opened, current-1, m.ldapOps())
 	if opened > cfg.PoolSize || m.count(OpDial) > cfg.PoolSize {
@@ -688,7 +689,7 @@ func TestStormUsesThePool(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 10})
+	dir := dirservertest.Start(t, dirserver.Options{Users: 10})
 	ctx := ctxTimeout(t, 10*time.Second)
 	if err := mustNew(t, testConfig(dir, dir.Servers[0].LDAPS, dir.Servers[0].StartTLS), nil).Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -715,7 +716,7 @@ func TestCheck(t *testing.T) {
 // group cache holds the user. It reports the LDAP operations and dials
 // per logon.
 func BenchmarkAuthenticate(b *testing.B) {
-	dir := ldaptest.Start(b, ldaptest.Options{})
+	dir := dirservertest.Start(b, dirserver.Options{})
 	url := dir.Servers[0].LDAPS
 	ctx := context.Background()
 	b.Run("cold", func(b *testing.B) {
@@ -727,7 +728,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 				b.Fatal(err)
 			}
 			n++
-			if _, err := d.Authenticate(ctx, ldaptest.UserName(1+n%dir.Users), dir.UserPassword); err != nil {
+			if _, err := d.Authenticate(ctx, dirserver.UserName(1+n%dir.Users), dir.UserPassword); err != nil {
 				b.Fatal(err)
 			}
 			d.Close()
@@ -739,7 +740,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 		m := newCounting()
 		d := mustNew(b, testConfig(dir, url), m)
 		for i := range 10 {
-			if _, err := d.Authenticate(ctx, ldaptest.UserName(1+i), dir.UserPassword); err != nil {
+			if _, err := d.Authenticate(ctx, dirserver.UserName(1+i), dir.UserPassword); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -747,7 +748,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			n++
-			if _, err := d.Authenticate(ctx, ldaptest.UserName(1+n%10), dir.UserPassword); err != nil {
+			if _, err := d.Authenticate(ctx, dirserver.UserName(1+n%10), dir.UserPassword); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -779,9 +780,9 @@ func (b *lockedBuffer) String() string {
 // slapd matches to an entry of another name (a second uid value) is
 // refused, with a log line saying why, rather than counted apart.
 func TestOneKeyPerEntry(t *testing.T) {
-	dir := ldaptest.Start(t, ldaptest.Options{Users: 10})
-	name := ldaptest.UserName(5)
-	dir.Servers[0].Modify(t, "dn: "+ldaptest.UserDN(name)+"\nchangetype: modify\nadd: uid\nuid: robert\n")
+	dir := dirservertest.Start(t, dirserver.Options{Users: 10})
+	name := dirserver.UserName(5)
+	dirservertest.Modify(t, dir.Servers[0], "dn: "+dirserver.UserDN(name)+"\nchangetype: modify\nadd: uid\nuid: robert\n")
 	var logs lockedBuffer
 	d, err := New(testConfig(dir, dir.Servers[0].LDAPS), slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	if err != nil {
@@ -799,7 +800,7 @@ func TestOneKeyPerEntry(t *testing.T) {
 			t.Errorf("Key(%q) = %q, %v; want %q", logon, k, err, key)
 		}
 		id, err := d.Authenticate(ctx, logon, dir.UserPassword)
-		if err != nil || id.DN != ldaptest.UserDN(name) || id.Name != name {
+		if err != nil || id.DN != dirserver.UserDN(name) || id.Name != name {
 			t.Errorf("Authenticate(%q) = %+v, %v; want %s", logon, id, err, name)
 		}
 	}
@@ -809,7 +810,7 @@ func TestOneKeyPerEntry(t *testing.T) {
 	if _, err := d.Lookup(ctx, "ROBERT"); !errors.Is(err, ErrNameMismatch) {
 		t.Errorf("Lookup by the entry's second uid: %v; want ErrNameMismatch", err)
 	}
-	if !strings.Contains(logs.String(), "matching rule differs") || !strings.Contains(logs.String(), ldaptest.UserDN(name)) {
+	if !strings.Contains(logs.String(), "matching rule differs") || !strings.Contains(logs.String(), dirserver.UserDN(name)) {
 		t.Errorf("no log line names the refused entry:\n%s", logs.String())
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/usher-vdi/usher/internal/auth/ldapauth"
 	"github.com/usher-vdi/usher/internal/auth/ldapauth/ldapprom"
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 )
 
 func TestMetrics(t *testing.T) {
@@ -54,7 +55,7 @@ usher_directory_operations_total{op="user_bind",result="refused",server="ldaps:/
 // TestFromARealDirectory counts what a real logon does: a cold logon's
 // operations, then a warm one's group-cache hit.
 func TestFromARealDirectory(t *testing.T) {
-	d := ldaptest.Start(t, ldaptest.Options{Users: 20})
+	d := dirservertest.Start(t, dirserver.Options{Users: 20})
 	m := ldapprom.New()
 	reg := prometheus.NewPedanticRegistry()
 	if err := m.Register(reg); err != nil {
@@ -62,7 +63,7 @@ func TestFromARealDirectory(t *testing.T) {
 	}
 	srv := d.Servers[0]
 	dir, err := ldapauth.New(ldapauth.Config{Servers: []string{srv.LDAPS}, CAPEM: d.CAPEM, BindDN: d.BindDN, BindPassword: d.BindPassword,
-		BaseDNs: []string{ldaptest.BaseDN}, UserAttr: "uid"}, nil, m)
+		BaseDNs: []string{dirserver.BaseDN}, UserAttr: "uid"}, nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
-// Package ldaptest gives tests a real directory: Debian's OpenLDAP slapd,
-// started in a temporary directory with a generated configuration, a
-// generated CA and server certificate, and an LDIF of numbered users in
-// nested groups (teams in departments in all-staff, and a cycle), loaded
-// offline with slapadd before the server starts.
+// Package dirserver is a directory server for the benches and the tests:
+// Debian's OpenLDAP slapd, started in a temporary directory with a
+// generated configuration, a generated CA and server certificate, and an
+// LDIF of numbered users in nested groups (teams in departments in
+// all-staff, and a cycle), loaded offline with slapadd before the server
+// starts; or a Samba Active Directory domain controller provisioned with
+// the same users and groups (LaunchSamba).
 //
-// Each server serves ldaps:// on one port and ldap:// (with StartTLS
-// offered, not required) on another, both on 127.0.0.1. Start can start
-// several independent servers holding the same data, for failover tests,
-// and a test can stop, start, pause and resume each of them.
+// Each slapd serves ldaps:// on one port and ldap:// (with StartTLS
+// offered, not required) on another, both on 127.0.0.1. Launch can start
+// several independent servers holding the same data, for failover, and
+// each of them can be stopped, started, paused and resumed.
 //
 // Account states are modelled both ways a directory does it: AD's
 // attributes (userAccountControl, lockoutTime, pwdLastSet), which slapd
@@ -15,16 +17,16 @@
 // locks an account after MaxFailures wrong passwords and refuses the
 // binds of an account whose pwdAccountLockedTime is set.
 //
-// Without slapd (or slapadd, or ldapsearch) Start skips the test, saying
-// why; with CI=true in the environment it fails it instead. Launch and
-// Close do the same without a test, for the bench (usher bench
-// logon-storm --directory): Launch returns ErrNotInstalled instead.
+// Without slapd (or slapadd, or ldapsearch) Launch returns an error
+// wrapping ErrNotInstalled; the caller must Close what it started.
 //
-// Tests and the bench import this package; it imports neither the LDAP
-// library (it drives slapd, slapadd, ldapsearch and ldapmodify as
-// processes) nor package testing (TB is the part of testing.TB it uses),
-// so that the usher binary does not link them.
-package ldaptest
+// Only commands, internal/bench (usher bench logon-storm --directory) and
+// tests import this package; it takes no testing.TB, and it imports no
+// LDAP library (it drives slapd, slapadd, ldapsearch and ldapmodify as
+// processes). The helpers that skip a test without slapd and stop the
+// directory when the test ends are internal/dirserver/dirservertest's,
+// which only tests import.
+package dirserver
 
 import (
 	"bytes"
@@ -47,9 +49,9 @@ import (
 // EnvDebug names the environment variable whose value, when set, is
 // slapd's debug level (-d: "stats", "conns,trace", "-1"); Logs returns
 // what slapd writes.
-const EnvDebug = "USHER_LDAPTEST_DEBUG"
+const EnvDebug = "USHER_DIRSERVER_DEBUG"
 
-// Options say what Start starts. The zero value is one server with 1,000
+// Options say what Launch starts. The zero value is one server with 1,000
 // users.
 type Options struct {
 	// Users is the number of numbered users (user0001...); 0 means 1,000.
@@ -59,7 +61,7 @@ type Options struct {
 	Servers int
 }
 
-// Directory is what Start or Launch started.
+// Directory is what Launch or LaunchSamba started.
 type Directory struct {
 	// Servers are the servers, in the order a client should try them.
 	Servers []*Server
@@ -77,19 +79,9 @@ type Directory struct {
 	unlock func() // releases the machine's Samba lock (StartSamba)
 }
 
-// TB is the part of testing.TB that the harness uses; a *testing.T, a
-// *testing.B or any testing.TB is one.
-type TB interface {
-	Helper()
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
-	Skip(args ...any)
-	Cleanup(func())
-}
-
 // ErrNotInstalled is Launch's error when slapd or one of its tools is
 // missing.
-var ErrNotInstalled = errors.New("ldaptest: slapd or ldap-utils is not installed (Debian: apt-get install slapd ldap-utils)")
+var ErrNotInstalled = errors.New("dirserver: slapd or ldap-utils is not installed (Debian: apt-get install slapd ldap-utils)")
 
 // Server is one running slapd.
 type Server struct {
@@ -127,35 +119,6 @@ func (b *logBuffer) String() string {
 // tools are the programs the harness runs.
 var tools = []string{"slapd", "slapadd", "ldapsearch", "ldapmodify"}
 
-// Start starts opts.Servers slapd servers with the same data (Launch)
-// and stops them when tb ends (Close). It skips tb (fails it with
-// CI=true) when slapd or its tools are missing.
-func Start(tb TB, opts Options) *Directory {
-	tb.Helper()
-	return start(tb, Launch, opts)
-}
-
-// start launches a directory for tb and closes it when tb ends. It skips
-// tb when the directory's programs are missing (fails it with CI=true),
-// or when its ports are taken (ErrPortsTaken: even under CI, another
-// server holds them).
-func start(tb TB, launch func(Options) (*Directory, error), opts Options) *Directory {
-	tb.Helper()
-	d, err := launch(opts)
-	switch {
-	case errors.Is(err, ErrPortsTaken):
-		tb.Skip(err)
-	case errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "true":
-		tb.Fatal(err)
-	case errors.Is(err, ErrNotInstalled):
-		tb.Skip(err)
-	case err != nil:
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() { d.Close() })
-	return d
-}
-
 // Launch starts opts.Servers slapd servers with the same data, in a
 // temporary directory, and returns once each accepts connections on both
 // of its ports. It returns an error wrapping ErrNotInstalled when slapd
@@ -170,9 +133,9 @@ func Launch(opts Options) (*Directory, error) {
 	if opts.Servers <= 0 {
 		opts.Servers = 1
 	}
-	ca, err := NewCA("usher ldaptest CA")
+	ca, err := NewCA("usher dirserver CA")
 	if err != nil {
-		return nil, fmt.Errorf("ldaptest: %w", err)
+		return nil, fmt.Errorf("dirserver: %w", err)
 	}
 	d := &Directory{
 		CAPEM:        ca.PEM,
@@ -183,10 +146,10 @@ func Launch(opts Options) (*Directory, error) {
 	}
 	var ldif bytes.Buffer
 	if err := writeLDIF(&ldif, opts.Users, d.BindPassword, d.UserPassword); err != nil {
-		return nil, fmt.Errorf("ldaptest: ldif: %w", err)
+		return nil, fmt.Errorf("dirserver: ldif: %w", err)
 	}
-	if d.root, err = os.MkdirTemp("", "usher-ldaptest-*"); err != nil {
-		return nil, fmt.Errorf("ldaptest: %w", err)
+	if d.root, err = os.MkdirTemp("", "usher-dirserver-*"); err != nil {
+		return nil, fmt.Errorf("dirserver: %w", err)
 	}
 	adminPW := "admin-" + randomHex(8)
 	for i := range opts.Servers {
@@ -197,7 +160,7 @@ func Launch(opts Options) (*Directory, error) {
 		}
 		if err != nil {
 			d.Close()
-			return nil, fmt.Errorf("ldaptest: server %d: %w", i, err)
+			return nil, fmt.Errorf("dirserver: server %d: %w", i, err)
 		}
 	}
 	return d, nil
@@ -342,47 +305,37 @@ func freePorts(n int) ([]int, error) {
 }
 
 // Start starts the server again after Stop, on the same ports.
-func (s *Server) Start(tb TB) {
-	tb.Helper()
+func (s *Server) Start() error {
 	if err := s.start(); err != nil {
-		tb.Fatalf("ldaptest: %v", err)
+		return fmt.Errorf("dirserver: %w", err)
 	}
+	return nil
 }
 
 // Stop stops the server (SIGTERM) and waits for it to exit; its clients'
 // connections close.
-func (s *Server) Stop(tb TB) {
-	tb.Helper()
-	if err := s.stop(syscall.SIGTERM); err != nil {
-		tb.Fatalf("ldaptest: %v", err)
-	}
-}
+func (s *Server) Stop() error { return s.stop(syscall.SIGTERM) }
 
 // Kill kills the server (SIGKILL) and waits for it to exit.
-func (s *Server) Kill(tb TB) {
-	tb.Helper()
-	if err := s.stop(syscall.SIGKILL); err != nil {
-		tb.Fatalf("ldaptest: %v", err)
-	}
-}
+func (s *Server) Kill() error { return s.stop(syscall.SIGKILL) }
 
 // Pause stops the server's process (SIGSTOP) without closing anything: its
 // ports accept connections that nothing answers, as a hung server does.
-func (s *Server) Pause(tb TB) { tb.Helper(); s.signal(tb, syscall.SIGSTOP) }
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume(tb TB) { tb.Helper(); s.signal(tb, syscall.SIGCONT) }
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
-func (s *Server) signal(tb TB, sig syscall.Signal) {
-	tb.Helper()
+func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
-		tb.Fatalf("ldaptest: %s is not running", s.LDAPS)
+		return fmt.Errorf("dirserver: %s is not running", s.LDAPS)
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		tb.Fatalf("ldaptest: signal %s: %v", s.LDAPS, err)
+		return fmt.Errorf("dirserver: signal %s: %w", s.LDAPS, err)
 	}
+	return nil
 }
 
 func (s *Server) start() error {
@@ -489,10 +442,12 @@ func (s *Server) Logs() string {
 // Connections returns the number of connections the server has open now
 // and the number it has accepted since it started, from its cn=Monitor,
 // each counting the one this call opens to ask.
-func (s *Server) Connections(tb TB) (current, total int) {
-	tb.Helper()
-	out := s.ldap(tb, "ldapsearch", nil, "-LLL", "-b", "cn=Connections,cn=Monitor", "-s", "one",
+func (s *Server) Connections(ctx context.Context) (current, total int, err error) {
+	out, err := s.ldap(ctx, "ldapsearch", nil, "-LLL", "-b", "cn=Connections,cn=Monitor", "-s", "one",
 		"(|(cn=Current)(cn=Total))", "monitorCounter")
+	if err != nil {
+		return 0, 0, err
+	}
 	var cn string
 	for _, line := range strings.Split(out, "\n") {
 		switch {
@@ -501,7 +456,7 @@ func (s *Server) Connections(tb TB) (current, total int) {
 		case strings.HasPrefix(line, "monitorCounter: "):
 			n, err := strconv.Atoi(strings.TrimPrefix(line, "monitorCounter: "))
 			if err != nil {
-				tb.Fatalf("ldaptest: monitor: %q", line)
+				return 0, 0, fmt.Errorf("dirserver: monitor: %q", line)
 			}
 			switch cn {
 			case "Current":
@@ -512,25 +467,25 @@ func (s *Server) Connections(tb TB) (current, total int) {
 		}
 	}
 	if total == 0 {
-		tb.Fatalf("ldaptest: no connection counters in cn=Monitor:\n%s", out)
+		return 0, 0, fmt.Errorf("dirserver: no connection counters in cn=Monitor:\n%s", out)
 	}
-	return current, total
+	return current, total, nil
 }
 
 // Modify applies an LDIF of changes (ldapmodify's input) as the root DN.
-func (s *Server) Modify(tb TB, ldif string) {
-	tb.Helper()
-	s.ldap(tb, "ldapmodify", strings.NewReader(ldif))
+func (s *Server) Modify(ctx context.Context, ldif string) error {
+	_, err := s.ldap(ctx, "ldapmodify", strings.NewReader(ldif))
+	return err
 }
 
-// ldap runs an ldap-utils tool as the root DN over the plain port.
-func (s *Server) ldap(tb TB, tool string, stdin *strings.Reader, args ...string) string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// ldap runs an ldap-utils tool as the root DN over the plain port, for at
+// most 10 seconds, and returns its output.
+func (s *Server) ldap(ctx context.Context, tool string, stdin *strings.Reader, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	path, err := lookPath(tool)
 	if err != nil {
-		tb.Fatalf("ldaptest: %v", err)
+		return "", fmt.Errorf("dirserver: %w", err)
 	}
 	args = append([]string{"-x", "-H", s.StartTLS, "-D", AdminDN, "-w", s.adminPW}, args...)
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -540,9 +495,9 @@ func (s *Server) ldap(tb TB, tool string, stdin *strings.Reader, args ...string)
 	cmd.Env = append(os.Environ(), "LDAPNOINIT=1") // the plain port: no TLS, no ldap.conf
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		tb.Fatalf("ldaptest: %s on %s: %v\n%s", tool, s.StartTLS, err, out)
+		return "", fmt.Errorf("dirserver: %s on %s: %v\n%s", tool, s.StartTLS, err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 func randomHex(n int) string {

@@ -1,4 +1,4 @@
-package ldaptest
+package dirserver
 
 import (
 	"crypto/ecdsa"

@@ -1,4 +1,4 @@
-package ldaptest
+package dirserver
 
 import (
 	"bytes"
@@ -39,22 +39,14 @@ var sambaTools = []string{"samba", "samba-tool", "ldapadd", "ldapmodify", "ldapw
 
 // ErrPortsTaken is LaunchSamba's error when something listens on
 // 127.0.0.1:389 or :636 already: Samba's LDAP ports cannot be moved.
-var ErrPortsTaken = errors.New("ldaptest: Samba's LDAP ports are taken")
+var ErrPortsTaken = errors.New("dirserver: Samba's LDAP ports are taken")
 
-// StartSamba provisions a Samba Active Directory domain controller in a
+// LaunchSamba provisions a Samba Active Directory domain controller in a
 // temporary directory, with opts.Users users (default 100) in the same
-// nested groups as slapd's (Options; Servers must be 0 or 1), and stops
-// it when tb ends. It skips tb when Samba is not installed (under CI=true
-// it fails instead), and when 127.0.0.1:389 or :636 is taken (a system
-// directory, or another test's Samba). Provisioning and loading take
-// about ten seconds.
-func StartSamba(tb TB, opts Options) *Directory {
-	tb.Helper()
-	return start(tb, LaunchSamba, opts)
-}
-
-// LaunchSamba is StartSamba without a test: the caller must Close the
-// directory. It returns an error wrapping ErrNotInstalled when Samba or
+// nested groups as slapd's (Options; Servers must be 0 or 1). The caller
+// must Close the directory. Provisioning and loading take about ten
+// seconds; one Samba at a time runs on the machine (a file lock), since
+// its LDAP ports are 389 and 636. It returns an error wrapping ErrNotInstalled when Samba or
 // the LDAP tools are missing, ErrPortsTaken when the ports are.
 func LaunchSamba(opts Options) (*Directory, error) {
 	if err := installed(sambaTools); err != nil {
@@ -64,11 +56,11 @@ func LaunchSamba(opts Options) (*Directory, error) {
 		opts.Users = 100
 	}
 	if opts.Servers > 1 {
-		return nil, errors.New("ldaptest: one Samba server at most")
+		return nil, errors.New("dirserver: one Samba server at most")
 	}
-	ca, err := NewCA("usher ldaptest Samba CA")
+	ca, err := NewCA("usher dirserver Samba CA")
 	if err != nil {
-		return nil, fmt.Errorf("ldaptest: %w", err)
+		return nil, fmt.Errorf("dirserver: %w", err)
 	}
 	d := &Directory{
 		CAPEM:        ca.PEM,
@@ -91,11 +83,11 @@ func LaunchSamba(opts Options) (*Directory, error) {
 	}
 	if d.root, err = os.MkdirTemp("", "usher-sambatest-*"); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("ldaptest: %w", err)
+		return nil, fmt.Errorf("dirserver: %w", err)
 	}
 	if err := d.provisionSamba(ca, opts.Users); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("ldaptest: samba: %w", err)
+		return nil, fmt.Errorf("dirserver: samba: %w", err)
 	}
 	return d, nil
 }
@@ -263,12 +255,13 @@ func unicodePwd(password string) string {
 }
 
 // lockSamba takes the machine's Samba lock (a file lock in the temporary
-// directory), waiting up to five minutes for another test's Samba to
+// directory, under the name it had when this package was ldaptest, so
+// that test binaries of older trees share it), waiting up to five minutes for another test's Samba to
 // end, and returns what releases it.
 func lockSamba() (func(), error) {
 	f, err := os.OpenFile(filepath.Join(os.TempDir(), "usher-ldaptest-samba.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("ldaptest: samba lock: %w", err)
+		return nil, fmt.Errorf("dirserver: samba lock: %w", err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -278,7 +271,7 @@ func lockSamba() (func(), error) {
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("ldaptest: samba lock: %w", err)
+			return nil, fmt.Errorf("dirserver: samba lock: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

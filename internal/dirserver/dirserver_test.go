@@ -1,4 +1,4 @@
-package ldaptest_test
+package dirserver_test
 
 import (
 	"net"
@@ -10,18 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/ldaptest"
+	"github.com/usher-vdi/usher/internal/dirserver"
+	"github.com/usher-vdi/usher/internal/dirserver/dirservertest"
 )
 
 func TestStartLoadsUsersAndRestarts(t *testing.T) {
 	begin := time.Now()
-	d := ldaptest.Start(t, ldaptest.Options{Servers: 2})
+	d := dirservertest.Start(t, dirserver.Options{Servers: 2})
 	t.Logf("two servers with %d users each started in %v", d.Users, time.Since(begin))
 	for _, s := range d.Servers {
 		if !strings.HasPrefix(s.LDAPS, "ldaps://127.0.0.1:") || !strings.HasPrefix(s.StartTLS, "ldap://127.0.0.1:") {
 			t.Fatalf("urls %q %q", s.LDAPS, s.StartTLS)
 		}
-		_, total := s.Connections(t)
+		_, total := dirservertest.Connections(t, s)
 		if total < 1 {
 			t.Fatalf("total connections %d", total)
 		}
@@ -33,7 +34,7 @@ func TestStartLoadsUsersAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"-H", d.Servers[0].LDAPS}, {"-ZZ", "-H", d.Servers[0].StartTLS}} {
-		args = append(args, "-x", "-LLL", "-D", d.BindDN, "-w", d.BindPassword, "-b", ldaptest.BaseDN,
+		args = append(args, "-x", "-LLL", "-D", d.BindDN, "-w", d.BindPassword, "-b", dirserver.BaseDN,
 			"(objectClass=inetOrgPerson)", "1.1")
 		cmd := exec.Command("ldapsearch", args...)
 		cmd.Env = append(os.Environ(), "LDAPTLS_CACERT="+ca)
@@ -47,26 +48,26 @@ func TestStartLoadsUsersAndRestarts(t *testing.T) {
 	}
 
 	s := d.Servers[0]
-	s.Stop(t)
+	dirservertest.Stop(t, s)
 	begin = time.Now()
-	s.Start(t)
+	dirservertest.StartServer(t, s)
 	t.Logf("restarted in %v", time.Since(begin))
-	if current, _ := s.Connections(t); current < 1 {
+	if current, _ := dirservertest.Connections(t, s); current < 1 {
 		t.Fatalf("current connections %d after restart", current)
 	}
-	s.Modify(t, "dn: "+ldaptest.UserDN(ldaptest.UserName(7))+"\nchangetype: modify\nreplace: displayName\ndisplayName: Seven\n")
+	dirservertest.Modify(t, s, "dn: "+dirserver.UserDN(dirserver.UserName(7))+"\nchangetype: modify\nreplace: displayName\ndisplayName: Seven\n")
 }
 
 // TestLaunchAndClose starts a server without a test, as the bench does:
 // it runs as its PID says, and Close stops it and removes its files.
 func TestLaunchAndClose(t *testing.T) {
-	if err := ldaptest.Installed(); err != nil {
+	if err := dirserver.Installed(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}
 		t.Skip(err)
 	}
-	d, err := ldaptest.Launch(ldaptest.Options{Users: 10})
+	d, err := dirserver.Launch(dirserver.Options{Users: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
