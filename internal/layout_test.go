@@ -125,6 +125,10 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
 			case imp == "internal/dirserver/dirservertest":
 				t.Errorf("%s imports %s outside its tests", name, imp)
+			case imp == "internal/pgcluster" && name != "internal/bench" && name != "internal/pgtest" && !strings.HasPrefix(name, "cmd/"):
+				// The throwaway PostgreSQL cluster: usher bench lhc's crash
+				// cuts, and pgtest when there is no other server.
+				t.Errorf("%s imports %s; only commands, internal/bench, internal/pgtest and tests may", name, imp)
 			case imp == "internal/vmrun" && name != "internal/bench" && name != "cmd/usher" && name != "internal/vmrun/vmruntest":
 				// The VM runner: the benches boot VMs for their experiments
 				// (usher bench boot, whose command sets the VM slots), the

@@ -20,6 +20,7 @@ import (
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/pgadmin"
+	"github.com/usher-vdi/usher/internal/pgcluster"
 	"github.com/usher-vdi/usher/internal/site/pgstore"
 )
 
@@ -136,10 +137,10 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 	// The site DB: a throwaway cluster a cut may crash, or a schema of
 	// the run's own.
 	var direct, where string
-	var cluster *pgadmin.Cluster
+	var cluster *pgcluster.Cluster
 	if crash {
 		fmt.Fprintln(out, "Site DB: a throwaway PostgreSQL cluster (initdb), which the crash cuts stop with pg_ctl stop -m immediate...")
-		if cluster, err = pgadmin.StartCluster(); err != nil {
+		if cluster, err = pgcluster.Start(); err != nil {
 			return nil, fmt.Errorf("a throwaway cluster for the crash cuts (or --cuts-of close,silent): %w", err)
 		}
 		defer func() {
@@ -315,7 +316,7 @@ func LHC(ctx context.Context, env Env, cfg LHCConfig) (_ *loadgen.Report, err er
 type lhcRun struct {
 	s                         LHCSite
 	wan                       *WAN
-	cluster                   *pgadmin.Cluster // crash cuts only
+	cluster                   *pgcluster.Cluster // crash cuts only
 	cfg                       LHCConfig
 	outageAfter, recoverAfter time.Duration
 	out                       io.Writer

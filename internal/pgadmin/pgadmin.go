@@ -2,8 +2,9 @@
 // the site DB itself (internal/site/pgstore), talk to a PostgreSQL server:
 // a schema of its own per run, one statement on a connection of its own,
 // DSNs edited in their own form (URL or key=value), and a sampler of what
-// the server says the backends of one application are doing; and a
-// throwaway cluster of its own that a test or a bench may crash.
+// the server says the backends of one application are doing. (A
+// throwaway cluster that a bench or a test may crash is
+// internal/pgcluster's.)
 package pgadmin
 
 import (

@@ -33,7 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/usher-vdi/usher/internal/pgadmin"
+	"github.com/usher-vdi/usher/internal/pgcluster"
 )
 
 // EnvDSN names the environment variable that points the tests at a
@@ -54,9 +54,9 @@ var (
 	inMain atomic.Bool
 
 	once    sync.Once
-	admin   string           // the DSN schemas are created with
-	reason  string           // why there is no server, when admin is ""
-	started *pgadmin.Cluster // the cluster this package started, if any
+	admin   string             // the DSN schemas are created with
+	reason  string             // why there is no server, when admin is ""
+	started *pgcluster.Cluster // the cluster this package started, if any
 )
 
 // Main runs m's tests, then stops the cluster that DSN started for them, if
@@ -146,7 +146,7 @@ func find() {
 			"), and the package's TestMain does not run pgtest.Main, which would stop a throwaway cluster"
 		return
 	}
-	c, err := pgadmin.StartCluster()
+	c, err := pgcluster.Start()
 	if err != nil {
 		reason = "the local server does not answer (" + strings.Join(errs, "; ") + "), and no throwaway cluster: " + err.Error()
 		return
@@ -194,14 +194,14 @@ func randomHex(n int) string {
 
 // Cluster is a throwaway PostgreSQL cluster of one test's own, which the
 // test may crash and start again.
-type Cluster struct{ c *pgadmin.Cluster }
+type Cluster struct{ c *pgcluster.Cluster }
 
 // Throwaway creates and starts a cluster for tb alone, stopped and removed
 // when tb ends. It skips tb when PostgreSQL's programs are missing (fails
 // it when CI=true).
 func Throwaway(tb testing.TB) *Cluster {
 	tb.Helper()
-	c, err := pgadmin.StartCluster()
+	c, err := pgcluster.Start()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("pgtest: a throwaway cluster: %v", err)

@@ -1,10 +1,12 @@
-package pgadmin
+package pgcluster
 
 import (
 	"context"
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/usher-vdi/usher/internal/pgadmin"
 )
 
 // TestCluster starts a throwaway cluster, crashes it, starts it again
@@ -20,12 +22,12 @@ func TestCluster(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	c, err := StartCluster()
+	c, err := Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := Exec(ctx, c.DSN(), "CREATE TABLE t (x int); INSERT INTO t VALUES (1)"); err != nil {
+	if err := pgadmin.Exec(ctx, c.DSN(), "CREATE TABLE t (x int); INSERT INTO t VALUES (1)"); err != nil {
 		c.Stop()
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func TestCluster(t *testing.T) {
 		c.Stop()
 		t.Fatal(err)
 	}
-	if err := Exec(ctx, c.DSN(), "SELECT 1"); err == nil {
+	if err := pgadmin.Exec(ctx, c.DSN(), "SELECT 1"); err == nil {
 		c.Stop()
 		t.Fatal("a crashed cluster answered")
 	}
@@ -41,7 +43,7 @@ func TestCluster(t *testing.T) {
 		c.Stop()
 		t.Fatal(err)
 	}
-	if err := Exec(ctx, c.DSN(), "DO $$ BEGIN IF (SELECT count(*) FROM t) <> 1 THEN RAISE 'lost'; END IF; END $$"); err != nil {
+	if err := pgadmin.Exec(ctx, c.DSN(), "DO $$ BEGIN IF (SELECT count(*) FROM t) <> 1 THEN RAISE 'lost'; END IF; END $$"); err != nil {
 		c.Stop()
 		t.Fatalf("after the crash: %v", err)
 	}

@@ -1,4 +1,13 @@
-package pgadmin
+// Package pgcluster is a throwaway PostgreSQL cluster: initdb and pg_ctl
+// (from /usr/lib/postgresql/*/bin or PATH) start one in a temporary
+// directory, listening on a unix socket there only, as the postgres user
+// when root runs it, for a bench or a test that may crash the server and
+// start it again (usher bench lhc's crash cuts; internal/pgtest when there
+// is no other server).
+//
+// Only commands, internal/bench, internal/pgtest and tests import this
+// package; it takes no testing.TB.
+package pgcluster
 
 import (
 	"context"
@@ -11,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/pgadmin"
 )
 
 // Cluster is a throwaway PostgreSQL cluster in a temporary directory,
@@ -22,10 +33,10 @@ type Cluster struct {
 	dsn      string
 }
 
-// StartCluster creates and starts a cluster that listens on a unix socket
+// Start creates and starts a cluster that listens on a unix socket
 // in its directory only, as the postgres user when root runs it
 // (PostgreSQL refuses to run as root).
-func StartCluster() (*Cluster, error) {
+func Start() (*Cluster, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -145,5 +156,5 @@ func (c *Cluster) Crash() error {
 func ping(dsn string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return Exec(ctx, dsn, "SELECT 1")
+	return pgadmin.Exec(ctx, dsn, "SELECT 1")
 }
