@@ -86,6 +86,8 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "cmd/usher"},
 		"github.com/go-ldap/ldap":                        {"internal/auth/ldapauth"},
 		"github.com/diskfs/go-diskfs":                    {"internal/boot/ext4boot"},
+		"github.com/Shopify/toxiproxy":                   {"internal/wan"},
+		"github.com/rs/zerolog":                          {"internal/wan"},
 	}
 	for name, p := range list(t) {
 		for _, imp := range p.Imports {
@@ -125,6 +127,10 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
 			case imp == "internal/dirserver/dirservertest":
 				t.Errorf("%s imports %s outside its tests", name, imp)
+			case imp == "internal/wan" && name != "internal/bench" && !strings.HasPrefix(name, "cmd/"):
+				// The latency injector (toxiproxy, with its zerolog and
+				// gorilla/mux): the benches' WAN.
+				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
 			case imp == "internal/pgcluster" && name != "internal/bench" && name != "internal/pgtest" && !strings.HasPrefix(name, "cmd/"):
 				// The throwaway PostgreSQL cluster: usher bench lhc's crash
 				// cuts, and pgtest when there is no other server.

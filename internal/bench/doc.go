@@ -5,7 +5,8 @@
 //   - Launch: the zones-and-latency test, launches through the REST API at fixed concurrency
 //     onto 57 simulated VDAs of one delivery group;
 //   - LaunchOverLatency: the same with the site DB on PostgreSQL across a
-//     WAN of each RTT, simulated by toxiproxy run in process (WAN), with
+//     WAN of each RTT, simulated by the latency injector internal/wan
+//     (toxiproxy run in process; WAN), with
 //     the site DB's round trips counted on the wire (DBTap);
 //   - LogonStorm: users logging on and launching at a fixed arrival rate
 //     (Citrix's 20/s sizing test), and the highest rate held with bounded
@@ -25,9 +26,12 @@
 // internal/loadgen; starting the site is the caller's (cmd/usher starts an
 // internal/server site), through a StartFunc. It only ever loads the URL
 // of the site it was given. It imports the domain (site, demo, auth) and
-// loadgen, and, for the WAN experiment, pgadmin (a schema per run), pgstore
-// (its pool size) and toxiproxy, and for the directory storm ldaptest and
-// ldapauth (its operations' names), and for the boot experiment boottest
-// and blockbench (disk counters, seed 001's table); only cmd/usher
-// imports it.
+// loadgen, and the runners its experiments start, never a test helper:
+// for the WAN experiment pgadmin (a schema per run), pgstore (its pool
+// size) and the latency injector internal/wan (toxiproxy), for the LHC
+// cuts internal/pgcluster (a throwaway cluster to crash), for the
+// directory storm the directory server internal/dirserver and ldapauth
+// (its operations' names), and for the boot experiment the VM runner
+// internal/vmrun and blockbench (disk counters, seed 001's table); only
+// cmd/usher and tests import it.
 package bench

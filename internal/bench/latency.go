@@ -344,9 +344,6 @@ func latencyReport(cells []latencyCell, cfg LatencyConfig, run latencyRun) *load
 	return rep
 }
 
-// toxiproxyVersion is the toxiproxy module the WAN runs (go.mod pins it).
-const toxiproxyVersion = "v2.12.0"
-
 // rtt0At returns the RTT-0 cell at concurrency c.
 func rtt0At(cells []latencyCell, c int) (loadgen.Step, bool) {
 	for _, x := range cells {

@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,83 +11,6 @@ import (
 	"github.com/usher-vdi/usher/internal/pgadmin"
 	"github.com/usher-vdi/usher/internal/pgtest"
 )
-
-// echo serves connections that send back what they get, until the test
-// ends.
-func echo(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func roundTrip(t *testing.T, c net.Conn) time.Duration {
-	t.Helper()
-	start := time.Now()
-	if _, err := c.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
-		t.Fatal(err)
-	}
-	return time.Since(start)
-}
-
-// TestWANAddsTheRTT: a round trip through the WAN takes the RTT set, on a
-// connection made before it was set; the RTT changes under traffic
-// (go test -race checks that the change does not race with the pipes).
-func TestWANAddsTheRTT(t *testing.T) {
-	w, err := StartWAN(echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	c, err := net.Dial("tcp", w.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if d := roundTrip(t, c); d > 15*time.Millisecond {
-		t.Errorf("no latency: a round trip took %v", d)
-	}
-	if err := w.SetRTT(30 * time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if d := roundTrip(t, c); d < 30*time.Millisecond || d > 200*time.Millisecond {
-		t.Errorf("RTT 30 ms: a round trip took %v", d)
-	}
-	for i := range 20 {
-		if err := w.SetRTT(time.Duration(1+i%3) * time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		roundTrip(t, c)
-	}
-	if err := w.SetRTT(0); err != nil {
-		t.Fatal(err)
-	}
-	if d := roundTrip(t, c); d > 15*time.Millisecond {
-		t.Errorf("back to RTT 0: a round trip took %v", d)
-	}
-	if err := w.SetRTT(1500 * time.Microsecond); err == nil {
-		t.Error("an RTT of 1.5 ms was taken")
-	}
-}
 
 // TestDBTapCountsRoundTrips: pgx through the tap, with its default
 // statement cache: connecting is a round trip, a statement's first use
