@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -101,8 +102,9 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 }
 
 // TestNothingImportsTheAssembly checks that internal/server (which
-// imports every adapter) and the test-only helpers are leaves: only
-// commands and tests import them (and the benches the directory harness).
+// imports every adapter), the test-only helpers and the runners are
+// leaves: only commands and tests import the first two, and the benches
+// the runners too.
 func TestNothingImportsTheAssembly(t *testing.T) {
 	for name, p := range list(t) {
 		for _, imp := range p.Imports {
@@ -116,35 +118,62 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 			case imp == "internal/lhc/peer" && name != "internal/server":
 				// The brokers' protocol: the server assembles it.
 				t.Errorf("%s imports internal/lhc/peer; only internal/server may", name)
-			case imp == "internal/memnet":
-				t.Errorf("%s imports internal/memnet outside its tests", name)
-			case imp == "internal/pgtest":
+			case testHelper(imp) && !testHelper(name):
 				t.Errorf("%s imports %s outside its tests", name, imp)
-			case imp == "internal/dirserver" && name != "internal/bench" && !strings.HasPrefix(name, "cmd/") && name != "internal/dirserver/dirservertest":
-				// The directory server: the benches start one for their
-				// experiments as they start nginx or nbdkit
-				// (dirserver.Launch), the tests through dirservertest.
+			case slices.Contains(runners, imp) && !strings.HasPrefix(name, "cmd/") && name != "internal/bench" && !testHelper(name):
+				// A runner (a directory server, a VM, a PostgreSQL cluster,
+				// a WAN): the benches start them for their experiments as
+				// they start nginx or nbdkit, the tests through their
+				// ...test packages.
 				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
-			case imp == "internal/dirserver/dirservertest":
-				t.Errorf("%s imports %s outside its tests", name, imp)
-			case imp == "internal/wan" && name != "internal/bench" && !strings.HasPrefix(name, "cmd/"):
-				// The latency injector (toxiproxy, with its zerolog and
-				// gorilla/mux): the benches' WAN.
-				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
-			case imp == "internal/pgcluster" && name != "internal/bench" && name != "internal/pgtest" && !strings.HasPrefix(name, "cmd/"):
-				// The throwaway PostgreSQL cluster: usher bench lhc's crash
-				// cuts, and pgtest when there is no other server.
-				t.Errorf("%s imports %s; only commands, internal/bench, internal/pgtest and tests may", name, imp)
-			case imp == "internal/vmrun" && name != "internal/bench" && name != "cmd/usher" && name != "internal/vmrun/vmruntest":
-				// The VM runner: the benches boot VMs for their experiments
-				// (usher bench boot, whose command sets the VM slots), the
-				// tests through vmruntest.
-				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
-			case imp == "internal/vmrun/vmruntest":
-				t.Errorf("%s imports %s outside its tests", name, imp)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)
 			}
+		}
+	}
+}
+
+// runners are the packages that start something real for a bench or a
+// test (a directory server, a VM, a PostgreSQL cluster, a WAN): the
+// benches may import them, the rest of the product may not.
+var runners = []string{"internal/dirserver", "internal/vmrun", "internal/pgcluster", "internal/wan"}
+
+// testHelper says whether a package of the module (path relative to it)
+// is a test helper: one whose name ends in "test" (pgtest, sitetest,
+// storetest, vmruntest, dirservertest, ...), or internal/memnet, an
+// in-memory network for synctest bubbles.
+func testHelper(name string) bool {
+	return strings.HasSuffix(path.Base(name), "test") || name == "internal/memnet"
+}
+
+// TestBinaryHasNoTestHarness checks that no command links a test helper
+// of the module (testHelper), the standard library's testing package, or
+// a test library: the benches of the binary start runners
+// (internal/vmrun, internal/dirserver, internal/pgcluster, internal/wan),
+// which take no testing.TB.
+func TestBinaryHasNoTestHarness(t *testing.T) {
+	pkgs := list(t)
+	commands := 0
+	for name, p := range pkgs {
+		if !strings.HasPrefix(name, "cmd/") {
+			continue
+		}
+		commands++
+		for _, d := range p.Deps {
+			switch {
+			case strings.HasPrefix(d, module) && testHelper(strings.TrimPrefix(d, module)):
+				t.Errorf("%s depends on the test helper %s", name, d)
+			case d == "testing" || strings.HasPrefix(d, "testing/") || strings.HasPrefix(d, "go.uber.org/goleak"):
+				t.Errorf("%s depends on %s", name, d)
+			}
+		}
+	}
+	if commands == 0 {
+		t.Fatal("no command in the module: update this test")
+	}
+	for _, r := range runners {
+		if _, ok := pkgs[r]; !ok {
+			t.Errorf("runner %s is gone: update this test", r)
 		}
 	}
 }
