@@ -89,15 +89,8 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 			return usageError{fmt.Sprintf("%s %q is not a size of at least 1MiB", b.flag, b.v)}
 		}
 	}
-	// The VMs boot at once: at least as many VM slots as targets (vmrun's
-	// default is one per CPU).
-	switch n, _ := strconv.Atoi(os.Getenv(vmrun.EnvVMs)); {
-	case n <= 0:
-		cfg.VMSlots = max(runtime.NumCPU(), cfg.Targets)
-	case n < cfg.Targets:
-		return usageError{fmt.Sprintf("%s=%d allows fewer VMs at once than --targets %d", vmrun.EnvVMs, n, cfg.Targets)}
-	default:
-		cfg.VMSlots = n
+	if cfg.VMSlots, err = bootSlots(os.Getenv(vmrun.EnvVMs), runtime.NumCPU(), cfg.Targets); err != nil {
+		return err
 	}
 	cfg.Dir = *dir
 	if cfg.Dir == "" {
@@ -135,4 +128,18 @@ func (m *Main) benchBoot(ctx context.Context, args []string) error {
 		return fmt.Errorf("figures missed: %s", strings.Join(missed, "; "))
 	}
 	return nil
+}
+
+// bootSlots returns the VM slots of usher bench boot: the VMs boot at
+// once, so at least as many slots as targets (vmrun's default is one per
+// CPU), or the number $USHER_BOOT_VMS (env) sets, which must allow them.
+func bootSlots(env string, cpus, targets int) (int, error) {
+	switch n, _ := strconv.Atoi(env); {
+	case n <= 0:
+		return max(cpus, targets), nil
+	case n < targets:
+		return 0, usageError{fmt.Sprintf("%s=%d allows fewer VMs at once than --targets %d", vmrun.EnvVMs, n, targets)}
+	default:
+		return n, nil
+	}
 }

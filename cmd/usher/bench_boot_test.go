@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,5 +120,35 @@ func TestBenchBootWriteMode(t *testing.T) {
 	code, _, stderr := run(t, "", "bench", "boot", "--write-mode", "huge")
 	if code != 2 || !strings.Contains(stderr, `--write-mode "huge" is not large or small`) {
 		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+// TestBootSlots: usher bench boot gives its VMs as many slots as they
+// need to boot at once, without touching the environment, and refuses a
+// $USHER_BOOT_VMS that would hold some back.
+func TestBootSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name, env      string
+		cpus, targets  int
+		want           int
+		wantUsageError bool
+	}{
+		{"unset, more CPUs than targets", "", 8, 4, 8, false},
+		{"unset, fewer CPUs than targets", "", 2, 4, 4, false},
+		{"not a number", "many", 2, 4, 4, false},
+		{"set, enough", "6", 2, 4, 6, false},
+		{"set, exactly", "4", 2, 4, 4, false},
+		{"set, too few", "3", 8, 4, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := bootSlots(tc.env, tc.cpus, tc.targets)
+			var ue usageError
+			if gotUE := errors.As(err, &ue); gotUE != tc.wantUsageError || (err != nil) != tc.wantUsageError {
+				t.Fatalf("bootSlots(%q, %d, %d): error %v, want a usage error: %v", tc.env, tc.cpus, tc.targets, err, tc.wantUsageError)
+			}
+			if got != tc.want {
+				t.Errorf("bootSlots(%q, %d, %d) = %d, want %d", tc.env, tc.cpus, tc.targets, got, tc.want)
+			}
+		})
 	}
 }

@@ -1,9 +1,13 @@
 package vmrun
 
 import (
+	"context"
+	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMirrorIn(t *testing.T) {
@@ -74,5 +78,45 @@ func TestQemuArgs(t *testing.T) {
 				t.Fatalf("qemuArgs:\n%q\nwant among them\n%q", args, tc.want)
 			}
 		})
+	}
+}
+
+// TestVMSlots: a VM slot is a file lock that the next taker waits for,
+// n slots let n VMs run at once, a released slot is taken again, and
+// DefaultSlots reads $USHER_BOOT_VMS.
+func TestVMSlots(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // the slots' lock files: this test's alone
+	ctx := context.Background()
+	release, err := vmSlot(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if r, err := vmSlot(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		if r != nil {
+			r()
+		}
+		t.Fatalf("a second VM in one slot: %v, want it to wait until its context ends", err)
+	}
+	second, err := vmSlot(ctx, 2)
+	if err != nil {
+		t.Fatalf("a second VM in two slots: %v", err)
+	}
+	second()
+	release()
+	again, err := vmSlot(ctx, 1)
+	if err != nil {
+		t.Fatalf("the released slot: %v", err)
+	}
+	again()
+
+	t.Setenv(EnvVMs, "3")
+	if got := DefaultSlots(); got != 3 {
+		t.Errorf("DefaultSlots with %s=3: %d", EnvVMs, got)
+	}
+	t.Setenv(EnvVMs, "")
+	if got, want := DefaultSlots(), runtime.NumCPU(); got != want {
+		t.Errorf("DefaultSlots without %s: %d, want one per CPU (%d)", EnvVMs, got, want)
 	}
 }
