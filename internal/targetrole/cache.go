@@ -158,6 +158,13 @@ func NewCache(upstream block.Device, cfg CacheConfig, meters *meter.Registry) (*
 	return c, nil
 }
 
+var _ block.Wrapper = (*Cache)(nil)
+
+// Unwrap returns the top layer: a Cache only adds a close hook, so the
+// layers' optional interfaces (block status, inline reads) stay
+// reachable through block.As.
+func (c *Cache) Unwrap() block.Device { return c.Device }
+
 // Close closes the cache's layers and removes its overflow file.
 func (c *Cache) Close() error {
 	err := c.Device.Close()

@@ -203,3 +203,18 @@ func TestNewCacheMetersEachLayer(t *testing.T) {
 		t.Fatalf("the overflow file outlives its cache: %v", err)
 	}
 }
+
+// TestCacheKeepsBlockStatus: the Cache that NewCache returns (what the
+// target serves) answers block status through its layers, so the
+// upstream's holes stay holes under it.
+func TestCacheKeepsBlockStatus(t *testing.T) {
+	up := block.NewMemory(1 << 20)
+	c, err := targetrole.NewCache(up, targetrole.CacheConfig{Mode: targetrole.ModeRAM}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := block.As[block.Extenter](c); !ok {
+		t.Fatal("the cache hides its layers' block status")
+	}
+}
