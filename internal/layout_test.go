@@ -83,7 +83,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
 		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest", "internal/pgadmin"},
-		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "cmd/usher"},
+		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "internal/nbdserve", "internal/streamrole", "internal/targetrole", "internal/hostcacherole"},
 		"github.com/go-ldap/ldap":                        {"internal/auth/ldapauth"},
 		"github.com/diskfs/go-diskfs":                    {"internal/boot/ext4boot"},
 	}
@@ -98,9 +98,14 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	}
 }
 
+// roles are the packages that assemble the block roles (Config, Open,
+// Run, Close), as internal/server assembles the site.
+var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole"}
+
 // TestNothingImportsTheAssembly checks that internal/server (which
-// imports every adapter) and the test-only helpers are leaves: only
-// commands and tests import them (and the benches the directory harness).
+// imports every adapter), the block roles' assemblies and the test-only
+// helpers are leaves: only commands and tests import them (and the
+// benches the directory harness and the roles).
 func TestNothingImportsTheAssembly(t *testing.T) {
 	for name, p := range list(t) {
 		for _, imp := range p.Imports {
@@ -126,9 +131,41 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				// The benches boot VMs for their experiments (usher bench
 				// boot, whose command sets the VM slots) as the tests do.
 				t.Errorf("%s imports %s outside its tests", name, imp)
+			case slices.Contains(roles, imp) && !strings.HasPrefix(name, "cmd/") && name != "internal/blockbench" && name != "internal/bench":
+				// A role's assembly, as internal/server is the site's: the
+				// binary, the benches and tests open it.
+				t.Errorf("%s imports %s; only commands, benches and tests may", name, imp)
+			case imp == "internal/nbdserve" && !slices.Contains(roles, name):
+				// What the block roles share: they assemble it.
+				t.Errorf("%s imports internal/nbdserve; only the role packages %v may", name, roles)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)
 			}
+		}
+	}
+}
+
+// TestCommandAssemblesNothing checks that cmd/usher only turns flags into
+// the Configs of internal/server and the role packages: it imports none
+// of the adapters and layers they assemble (stores, caches, meters, the
+// host's exports, the roles' shared server).
+func TestCommandAssemblesNothing(t *testing.T) {
+	pkgs := list(t)
+	p, ok := pkgs["cmd/usher"]
+	if !ok {
+		t.Fatal("package cmd/usher is gone: update this test")
+	}
+	assembled := []string{
+		"internal/site/sqlitestore", "internal/site/pgstore",
+		"internal/block/writecache", "internal/block/ramcache", "internal/block/hostcache",
+		"internal/block/hostexport", "internal/block/meter", "internal/nbdserve",
+	}
+	for _, a := range assembled {
+		if _, ok := pkgs[a]; !ok {
+			t.Errorf("package %s is gone: update this test", a)
+		}
+		if slices.Contains(p.Imports, module+a) {
+			t.Errorf("cmd/usher imports %s: its assembly belongs to internal/server or a role package %v", a, roles)
 		}
 	}
 }

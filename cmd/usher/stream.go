@@ -11,7 +11,6 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
-	"github.com/usher-vdi/usher/internal/nbdserve"
 	"github.com/usher-vdi/usher/internal/streamrole"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 )
@@ -222,7 +221,7 @@ func (m *Main) runNBDRole(ctx context.Context, log *slog.Logger, r nbdRole, relo
 // roleFlagError names the flag of a role's Config field in err (flags maps
 // the fields to their flags).
 func roleFlagError(err error, flags map[string]string) error {
-	var fe *nbdserve.FieldError
+	var fe *streamrole.FieldError // every role's
 	if errors.As(err, &fe) {
 		if flag, ok := flags[fe.Field]; ok {
 			return fmt.Errorf("%s: %w", flag, fe.Err)

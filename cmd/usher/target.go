@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/bytesize"
-	"github.com/usher-vdi/usher/internal/nbdserve"
 	"github.com/usher-vdi/usher/internal/targetrole"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 )
@@ -84,7 +83,7 @@ func (m *Main) target(ctx context.Context, args []string) error {
 			Persist: *mode == "disk" && persist != "", Strict: persist == "strict"},
 		Listen: *listen, MetricsListen: *metricsListen, MetricsCert: metricsTLSCert, Ready: *ready,
 		ReconnectWait: *reconnectWait, Logger: log})
-	var fe *nbdserve.FieldError
+	var fe *targetrole.FieldError
 	if errors.As(err, &fe) && fe.Field == "Cache.Persist" {
 		return fmt.Errorf("--persist=strict: the cache %s does not belong to this upstream: %w", *overflow, fe.Err)
 	}

@@ -225,3 +225,7 @@ func (h *HostCache) ReloadTLS() error {
 	}
 	return h.cfg.MetricsCert.Reload()
 }
+
+// FieldError is an error of one Config field (Field, as Go spells it),
+// for a command to name its flag.
+type FieldError = nbdserve.FieldError

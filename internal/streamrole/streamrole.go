@@ -238,3 +238,7 @@ func (s *Stream) ReloadTLS() error {
 	}
 	return s.cfg.Cert.Reload()
 }
+
+// FieldError is an error of one Config field (Field, as Go spells it),
+// for a command to name its flag.
+type FieldError = nbdserve.FieldError

@@ -236,3 +236,7 @@ func loopbackUp(listen string, log *slog.Logger) error {
 	log.Info("the loopback interface was down: brought it up", "listen", listen)
 	return nil
 }
+
+// FieldError is an error of one Config field (Field, as Go spells it),
+// for a command to name its flag.
+type FieldError = nbdserve.FieldError
