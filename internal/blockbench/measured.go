@@ -217,7 +217,7 @@ func runMeasuredMode(ctx context.Context, cfg MeasuredConfig, plan benchkit.Plan
 		if mode == ModeRAMOverflowSmall {
 			budget = cfg.SmallBudget
 		}
-		t, err := newTarget(mode, shared, dir, i, budget)
+		t, err := newTarget(mode, exports, shared, dir, i, budget)
 		if err != nil {
 			shared.Close()
 			return m, err

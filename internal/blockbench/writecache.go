@@ -198,14 +198,14 @@ type target struct {
 // its disk file (t.disk). Closing the target closes shared.
 //
 // The device-side modes are the stack usher target builds
-// (targetrole.NewCache); the server-disk mode is the overlay
-// export.Images makes per connection when usher stream has
-// --write-cache.
-func newTarget(mode string, shared block.Device, dir string, i int, budget int64) (*target, error) {
+// (targetrole.NewCache); the server-disk mode is the write cache
+// exports give a connection when usher stream has --write-cache
+// (export.Images.WriteCache, with its bounds).
+func newTarget(mode string, exports *export.Images, shared block.Device, dir string, i int, budget int64) (*target, error) {
 	t := &target{}
 	var wc block.Device
 	if mode == ModeServerDisk {
-		o, err := writecache.OpenOverlay(shared, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)), false)
+		o, err := exports.WriteCache(shared, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)))
 		if err != nil {
 			return nil, err
 		}
@@ -273,7 +273,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 		if mode == ModeRAMOverflowSmall {
 			budget = w.scaled(w.RAMDoesNotHold)
 		}
-		t, err := newTarget(mode, shared, dir, i, budget)
+		t, err := newTarget(mode, exports, shared, dir, i, budget)
 		if err != nil {
 			shared.Close()
 			return mr, err
