@@ -84,7 +84,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
 		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest", "internal/pgadmin"},
-		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "cmd/usher"},
+		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "internal/nbdserve", "internal/streamrole", "internal/targetrole", "internal/hostcacherole"},
 		"github.com/go-ldap/ldap":                        {"internal/auth/ldapauth"},
 		"github.com/diskfs/go-diskfs":                    {"internal/boot/ext4boot"},
 		"github.com/Shopify/toxiproxy":                   {"internal/wan"},
@@ -101,10 +101,14 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	}
 }
 
+// roles are the packages that assemble the block roles (Config, Open,
+// Run, Close), as internal/server assembles the site.
+var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole"}
+
 // TestNothingImportsTheAssembly checks that internal/server (which
-// imports every adapter), the test-only helpers and the runners are
-// leaves: only commands and tests import the first two, and the benches
-// the runners too.
+// imports every adapter), the block roles' assemblies, the test-only
+// helpers and the runners are leaves: only commands and tests import
+// the first three, and the benches the roles and the runners too.
 func TestNothingImportsTheAssembly(t *testing.T) {
 	for name, p := range list(t) {
 		for _, imp := range p.Imports {
@@ -126,6 +130,13 @@ func TestNothingImportsTheAssembly(t *testing.T) {
 				// they start nginx or nbdkit, the tests through their
 				// ...test packages.
 				t.Errorf("%s imports %s; only commands, internal/bench and tests may", name, imp)
+			case slices.Contains(roles, imp) && !strings.HasPrefix(name, "cmd/") && name != "internal/blockbench" && name != "internal/bench":
+				// A role's assembly, as internal/server is the site's: the
+				// binary, the benches and tests open it.
+				t.Errorf("%s imports %s; only commands, benches and tests may", name, imp)
+			case imp == "internal/nbdserve" && !slices.Contains(roles, name):
+				// What the block roles share: they assemble it.
+				t.Errorf("%s imports internal/nbdserve; only the role packages %v may", name, roles)
 			case strings.HasPrefix(imp, "cmd/"):
 				t.Errorf("%s imports the command %s", name, imp)
 			}
@@ -174,6 +185,31 @@ func TestBinaryHasNoTestHarness(t *testing.T) {
 	for _, r := range runners {
 		if _, ok := pkgs[r]; !ok {
 			t.Errorf("runner %s is gone: update this test", r)
+		}
+	}
+}
+
+// TestCommandAssemblesNothing checks that cmd/usher only turns flags into
+// the Configs of internal/server and the role packages: it imports none
+// of the adapters and layers they assemble (stores, caches, meters, the
+// host's exports, the roles' shared server).
+func TestCommandAssemblesNothing(t *testing.T) {
+	pkgs := list(t)
+	p, ok := pkgs["cmd/usher"]
+	if !ok {
+		t.Fatal("package cmd/usher is gone: update this test")
+	}
+	assembled := []string{
+		"internal/site/sqlitestore", "internal/site/pgstore",
+		"internal/block/writecache", "internal/block/ramcache", "internal/block/hostcache",
+		"internal/block/hostexport", "internal/block/meter", "internal/nbdserve",
+	}
+	for _, a := range assembled {
+		if _, ok := pkgs[a]; !ok {
+			t.Errorf("package %s is gone: update this test", a)
+		}
+		if slices.Contains(p.Imports, module+a) {
+			t.Errorf("cmd/usher imports %s: its assembly belongs to internal/server or a role package %v", a, roles)
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/siteyaml"
 )
 
@@ -162,7 +161,7 @@ func (m *Main) openSiteDB(ctx context.Context, data, db string, mode siteDBMode)
 		if err := server.CheckDB(db); err != nil {
 			return nil, usageError{err.Error()}
 		}
-		st, where, err := server.OpenSiteDB(ctx, db, nil, nil)
+		st, where, err := server.OpenStore(ctx, server.StoreConfig{DB: db})
 		if err != nil {
 			return nil, err
 		}
@@ -191,18 +190,14 @@ func (m *Main) openSiteDB(ctx context.Context, data, db string, mode siteDBMode)
 		if err != nil {
 			return nil, err
 		}
-		st, err := sqlitestore.Open(ctx, filepath.Join(tmp, datadir.SiteDBFile), sqlitestore.Options{})
+		st, _, err := server.OpenStore(ctx, server.StoreConfig{SQLite: filepath.Join(tmp, datadir.SiteDBFile)})
 		if err != nil {
 			os.RemoveAll(tmp)
 			return nil, fmt.Errorf("open an empty site: %w", err)
 		}
 		return &siteDB{st, func() { os.RemoveAll(tmp) }}, nil
 	}
-	dir, err := datadir.Open(data, false)
-	if err != nil {
-		return nil, err
-	}
-	st, err := dir.OpenStore(ctx, sqlitestore.Options{})
+	st, _, err := server.OpenStore(ctx, server.StoreConfig{DataDir: data})
 	if err != nil {
 		return nil, err
 	}

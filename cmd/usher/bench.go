@@ -17,12 +17,9 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/bench"
-	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
-	"github.com/usher-vdi/usher/internal/site/pgstore"
-	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
 
 const benchUsage = `EXPERIMENT [flags]
@@ -440,17 +437,7 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 	var n atomic.Int64
 	return func(ctx context.Context, cfg *site.Config) (bench.Site, error) {
 		data := filepath.Join(root, fmt.Sprintf("site-%d", n.Add(1)))
-		dir, err := datadir.Open(data, false)
-		if err != nil {
-			return nil, err
-		}
-		store, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		err = store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err })
-		store.Close()
-		if err != nil {
+		if err := server.ApplySite(ctx, server.StoreConfig{DataDir: data, Logger: log}, cfg); err != nil {
 			return nil, fmt.Errorf("apply the bench site: %w", err)
 		}
 		// Simulated users log on at once, so that a launch's cost is the
@@ -477,13 +464,7 @@ func (m *Main) benchStarter(root string, log *slog.Logger) bench.StartFunc {
 func (m *Main) benchDBStarter(root string, log *slog.Logger) bench.DBStartFunc {
 	var n atomic.Int64
 	return func(ctx context.Context, cfg *site.Config, load, serve string) (bench.Site, error) {
-		store, err := pgstore.Open(ctx, load, pgstore.Options{Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		err = store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err })
-		store.Close()
-		if err != nil {
+		if err := server.ApplySite(ctx, server.StoreConfig{DB: load, Logger: log}, cfg); err != nil {
 			return nil, fmt.Errorf("apply the bench site: %w", err)
 		}
 		data := filepath.Join(root, fmt.Sprintf("pg-site-%d", n.Add(1)))

@@ -6,16 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/block/hostcache"
-	"github.com/usher-vdi/usher/internal/block/hostexport"
-	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/hostcacherole"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
@@ -108,7 +104,7 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	blockSize := fs.String("block-size", "64KiB", "the unit fetched from upstream and kept; digests are used only when it is the stream's (64KiB)")
 	vms := vmFlag{}
 	fs.Var(vms, "vm", "NAME=IMAGE: export NAME serves IMAGE (IMAGE, its production version at each boot, or IMAGE@VERSION); repeat for each VM")
-	writes := fs.String("writes", hostexport.WritesLocal, "where VM writes go: local (an overlay under --dir, discarded at each boot) or upstream (the stream's server-side write cache: usher stream --write-cache)")
+	writes := fs.String("writes", hostcacherole.WritesLocal, "where VM writes go: local (an overlay under --dir, discarded at each boot) or upstream (the stream's server-side write cache: usher stream --write-cache)")
 	timeout := fs.Duration("upstream-timeout", 30*time.Second, "give up an upstream read after this long and dial again")
 	record := fs.String("record-boots", "", "record each VM boot's reads of its image (its first --record-for) in DIR/VM.trace, for 'usher hostcache warm --trace' on other hosts")
 	recordFor := fs.Duration("record-for", 2*time.Minute, "how long of each boot --record-boots records")
@@ -127,7 +123,7 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 		return usageError{"--dir is required"}
 	case len(vms) == 0:
 		return usageError{"--vm NAME=IMAGE is required, once per VM"}
-	case *writes != hostexport.WritesLocal && *writes != hostexport.WritesUpstream:
+	case *writes != hostcacherole.WritesLocal && *writes != hostcacherole.WritesUpstream:
 		return usageError{fmt.Sprintf("--writes %q is not local or upstream", *writes)}
 	case *timeout <= 0:
 		return usageError{"--upstream-timeout must be positive"}
@@ -160,47 +156,12 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	} else if *metricsCert != "" || *metricsKey != "" {
 		return usageError{"--metrics-tls-cert and --metrics-tls-key need --metrics-listen"}
 	}
-	cache, err := hostcache.Open(filepath.Join(*dir, "blocks"), hostcache.Options{Size: capacity, BlockSize: int(bs), Logger: log})
+	h, err := hostcacherole.Open(ctx, hostcacherole.Config{Upstream: *upstream, Dialer: dialer, Dir: *dir, Size: capacity, BlockSize: bs,
+		VMs: vms, Writes: *writes, UpstreamTimeout: *timeout, RecordDir: *record, RecordFor: *recordFor,
+		Listen: *listen, MetricsListen: *metricsListen, MetricsCert: metricsTLSCert, Logger: log})
 	if err != nil {
-		return fmt.Errorf("--dir: %w", err)
+		return roleFlagError(err, map[string]string{"Dir": "--dir", "RecordDir": "--record-boots", "Listen": "--listen"})
 	}
-	defer cache.Close()
-	stateDir := filepath.Join(*dir, "versions")
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return fmt.Errorf("--dir: %w", err)
-	}
-	writesDir := filepath.Join(*dir, "writes")
-	if *writes == hostexport.WritesLocal {
-		if err := os.MkdirAll(writesDir, 0o700); err != nil {
-			return fmt.Errorf("--dir: %w", err)
-		}
-	}
-	if *record != "" {
-		if err := os.MkdirAll(*record, 0o700); err != nil {
-			return fmt.Errorf("--record-boots: %w", err)
-		}
-	}
-	var reg meter.Registry
-	hx, err := hostexport.New(hostexport.Config{
-		Dial: func(ctx context.Context, export string) (*nbd.Client, error) {
-			eu := *u
-			eu.Path = "/" + export
-			return dialer.DialURI(ctx, eu.String())
-		},
-		Cache: cache, VMs: vms, Writes: *writes, WritesDir: writesDir,
-		Upstream: hostcache.UpstreamOptions{Timeout: *timeout}, RecordDir: *record, RecordFor: *recordFor, StateDir: stateDir, Meters: &reg, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	defer hx.Close()
-	// Each image is reached before serving: a wrong image name fails
-	// now, not at a VM's boot.
-	if err := hx.Prepare(ctx); err != nil {
-		return err
-	}
-	st := cache.Stats()
-	log.Info("host cache ready", "dir", *dir, "blocks", st.Slots, "block_size", cache.BlockSize(), "recovered", st.Recovered,
-		"vms", len(vms), "writes", *writes)
-	return m.serveNBD(ctx, log, *listen, *metricsListen, metricsTLSCert, &nbd.Server{Exports: hx, Logger: log}, &reg, hx)
+	defer h.Close()
+	return m.runNBDRole(ctx, log, h, metricsTLSCert != nil)
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/hostcacherole"
 )
 
 // hostcacheWarm reads an image through a running host cache, so that the
@@ -47,7 +47,7 @@ func (m *Main) hostcacheWarm(ctx context.Context, args []string) error {
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
 		network, addr = "unix", p
 	}
-	c, err := nbd.Dial(ctx, network, addr, hostexport.WarmPrefix+img)
+	c, err := nbd.Dial(ctx, network, addr, hostcacherole.WarmPrefix+img)
 	if err != nil {
 		return fmt.Errorf("host cache at %s: %w", *connect, err)
 	}

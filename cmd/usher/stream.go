@@ -7,21 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/usher-vdi/usher/internal/block/export"
-	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
-	"github.com/usher-vdi/usher/internal/block/ramcache"
-	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/bytesize"
+	"github.com/usher-vdi/usher/internal/streamrole"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 )
 
@@ -139,25 +129,23 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 		return err
 	}
 	st.Logger = log
-	if *writeCache != "" {
-		if err := os.MkdirAll(*writeCache, 0o700); err != nil {
-			return fmt.Errorf("--write-cache: %w", err)
-		}
+	if cacheSize == 0 {
+		cacheSize = -1 // streamrole: none
 	}
-	var reg meter.Registry
-	exports := &export.Images{Store: st, WriteCacheDir: *writeCache, Meters: &reg, Logger: log,
-		WriteCacheMax: wcTarget, WriteCacheQuota: writecache.NewQuota(wcTotal),
-		AllowAnonymousWrites: *auth == "none", RequireAuth: *auth == "all"}
-	if *auth == "writes" && *clientCA == "" {
-		log.Info("maintenance versions cannot be opened: they need a client certificate and there is no --tls-client-ca")
+	maxConnections := *maxConns
+	if maxConnections == 0 {
+		maxConnections = -1 // streamrole: no bound
 	}
-	if cacheSize > 0 {
-		exports.Cache = ramcache.New(cacheSize, 0)
+	authMode := map[string]string{"writes": streamrole.AuthWrites, "all": streamrole.AuthAll, "none": streamrole.AuthNone}[*auth]
+	s, err := streamrole.Open(ctx, streamrole.Config{Store: st, Listen: *listen, MetricsListen: *metricsListen, InsecureListen: *insecure,
+		RAMCache: cacheSize, WriteCacheDir: *writeCache, WriteCacheMax: wcTotal, WriteCacheMaxTarget: wcTarget,
+		TLS: tlsConfig, RequireTLS: requireTLS, Cert: cert, Auth: authMode, Workers: *workers,
+		MaxConnections: maxConnections, MaxInFlight: perConn, MaxTotalInFlight: total, WriteTimeout: *writeTimeout, Logger: log})
+	if err != nil {
+		return roleFlagError(err, map[string]string{"Listen": "--listen", "WriteCacheDir": "--write-cache"})
 	}
-	defer exports.Close()
-	srv := &nbd.Server{Exports: exports, Logger: log, Workers: *workers, TLS: tlsConfig, RequireTLS: requireTLS,
-		MaxConnections: *maxConns, MaxInFlight: perConn, MaxTotalInFlight: total, WriteTimeout: *writeTimeout}
-	return m.serveNBD(ctx, log, *listen, *metricsListen, cert, srv, &reg)
+	defer s.Close()
+	return m.runNBDRole(ctx, log, s, cert != nil)
 }
 
 // loadCAs reads a PEM file of CA certificates for flag.
@@ -205,65 +193,39 @@ func serverTLS(cert, key, mode string, log *slog.Logger) (*tls.Config, *tlsconf.
 	return cfg, r, mode == "require", nil
 }
 
-// serveNBD runs srv on listen (and /metrics on metricsListen, over TLS
-// with cert when set) until ctx is done. With cert, SIGHUP reads its files
-// again.
-func (m *Main) serveNBD(ctx context.Context, log *slog.Logger, listen, metricsListen string, cert *tlsconf.Reloader, srv *nbd.Server, reg *meter.Registry, extra ...prometheus.Collector) error {
-	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
-		// A socket in a missing directory (/run/usher): make it, open to
-		// the local NBD clients (QEMU) that connect as other users.
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fmt.Errorf("--listen: %w", err)
+// nbdRole is a block role opened from its Config (streamrole,
+// targetrole, hostcacherole).
+type nbdRole interface {
+	Addr() string
+	MetricsAddr() string // "": none
+	Run(ctx context.Context) error
+	ReloadTLS() error
+}
+
+// runNBDRole announces r's listeners (Main.Listening) and runs it until
+// ctx is done; with reload, SIGHUP reads its certificate files again.
+func (m *Main) runNBDRole(ctx context.Context, log *slog.Logger, r nbdRole, reload bool) error {
+	if m.Listening != nil {
+		m.Listening("nbd", r.Addr())
+		if a := r.MetricsAddr(); a != "" {
+			m.Listening("metrics", a)
 		}
 	}
-	ln, err := nbd.Listen(listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	if m.Listening != nil {
-		m.Listening("nbd", ln.Addr().String())
-	}
-	log.Info("nbd server listening", "addr", ln.Addr().String(), "tls", srv.TLS != nil, "require_tls", srv.RequireTLS,
-		"client_certs", srv.TLS != nil && srv.TLS.ClientCAs != nil)
-	if cert != nil {
-		stop := m.hangups(ctx, log, cert.Reload)
+	if reload {
+		stop := m.hangups(ctx, log, r.ReloadTLS)
 		defer stop()
 	}
-	stopMetrics := func() {}
-	if metricsListen != "" {
-		mln, err := net.Listen("tcp", metricsListen)
-		if err != nil {
-			ln.Close()
-			return err
+	return r.Run(ctx)
+}
+
+// roleFlagError names the flag of a role's Config field in err (flags maps
+// the fields to their flags).
+func roleFlagError(err error, flags map[string]string) error {
+	var fe *streamrole.FieldError // every role's
+	if errors.As(err, &fe) {
+		if flag, ok := flags[fe.Field]; ok {
+			return fmt.Errorf("%s: %w", flag, fe.Err)
 		}
-		pr := prometheus.NewRegistry()
-		pr.MustRegister(reg,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_nbd_bytes_in_flight", Help: "Bytes of NBD requests and replies the server holds."},
-				func() float64 { return float64(srv.InFlight()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_nbd_connections", Help: "NBD connections being served."},
-				func() float64 { return float64(srv.Conns()) }))
-		pr.MustRegister(extra...)
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(pr, promhttp.HandlerOpts{}))
-		if m.Listening != nil {
-			m.Listening("metrics", mln.Addr().String())
-		}
-		stopMetrics = serveMetrics(mln, mux, cert, log)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	srv.Close()
-	stopMetrics()
-	if err == nil {
-		err = <-errc
-	}
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	log.Info("nbd server stopped")
 	return err
 }

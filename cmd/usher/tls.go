@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/usher-vdi/usher/internal/tlsconf"
 )
@@ -87,17 +83,4 @@ func metricsTLS(addr, cert, key string, insecure bool, log *slog.Logger, what st
 		return nil, nil
 	}
 	return tlsconf.NewReloader(cert, key, log.With("component", "tls"))
-}
-
-// serveMetrics serves h on ln, over TLS with r's certificate when r is
-// set, until the returned function stops it.
-func serveMetrics(ln net.Listener, h http.Handler, r *tlsconf.Reloader, log *slog.Logger) (stop func()) {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	if r != nil {
-		hs.Handler = tlsconf.WithHSTS(h)
-		ln = tls.NewListener(ln, r.ServerConfig())
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); hs.Serve(ln) }()
-	return func() { hs.Close(); <-done }
 }

@@ -14,9 +14,11 @@
 //	ram-overflow-small   device RAM with overflow, budget a quarter of the working set
 //	device-disk          a sparse overlay on the device's disk (usher target --cache disk)
 //
-// The layers are the real ones, stacked in process as `usher stream` and
-// `usher target` stack them, without the NBD hop between them (the
-// `nbd` experiment measures that hop): image store → meter ("image") →
+// The layers are the real ones, built in process by the constructors
+// `usher stream` and `usher target` build them with (streamrole.Images;
+// targetrole.NewCache for the device modes), without the NBD hop between
+// them (the `nbd` experiment measures that hop, serving the exports
+// through streamrole.NBDServer): image store → meter ("image") →
 // server RAM cache → meter ("ramcache") → write cache, where the device
 // modes see the stream read-only as `usher target` does. The operations
 // that reach disk are those the meter counts on the write cache's own

@@ -20,8 +20,8 @@ import (
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
-	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/streamrole"
 )
 
 // Phase is one part of a target's life as fio job options: every target
@@ -196,7 +196,10 @@ func runMeasuredMode(ctx context.Context, cfg MeasuredConfig, plan benchkit.Plan
 	}
 	defer os.RemoveAll(dir)
 	var reg meter.Registry
-	exports := &export.Images{Store: st, Cache: ramcache.New(cfg.ServerCache, 0), Meters: &reg}
+	exports, err := streamrole.Images(streamrole.Config{Store: st, Logger: quiet, RAMCache: cfg.ServerCache}, &reg)
+	if err != nil {
+		return m, err
+	}
 	defer exports.Close()
 	devs := nbd.Devices{}
 	var targets []*target
@@ -214,7 +217,7 @@ func runMeasuredMode(ctx context.Context, cfg MeasuredConfig, plan benchkit.Plan
 		if mode == ModeRAMOverflowSmall {
 			budget = cfg.SmallBudget
 		}
-		t, err := newTarget(mode, shared, dir, i, budget)
+		t, err := newTarget(mode, exports, shared, dir, i, budget)
 		if err != nil {
 			shared.Close()
 			return m, err

@@ -22,10 +22,9 @@ import (
 	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
-	"github.com/usher-vdi/usher/internal/block/nbd"
-	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/streamrole"
 )
 
 // NBDConfig configures RunNBD.
@@ -198,12 +197,16 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 		// stream: its RAM cache starts cold in round 1 and stays, as
 		// the kernel's page cache does for nbdkit. Each connection
 		// still gets a new write cache.
-		exports := &export.Images{Store: st}
-		if cfg.RAMCache > 0 {
-			exports.Cache = ramcache.New(cfg.RAMCache, 0)
+		sc := streamrole.Config{Store: st, Logger: quiet, RAMCache: cfg.RAMCache, Workers: cfg.Workers, Listen: "127.0.0.1:0"}
+		if cfg.RAMCache <= 0 {
+			sc.RAMCache = -1 // none
 		}
 		if cow {
-			exports.WriteCacheDir = wcDir
+			sc.WriteCacheDir = wcDir
+		}
+		exports, err := streamrole.Images(sc, nil)
+		if err != nil {
+			return nil, err
 		}
 		if !cfg.Cold {
 			if err := warm(ctx, exports, raw); err != nil {
@@ -220,7 +223,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 				exports.Close()
 				return nil, err
 			}
-			r, err := runUsher(ctx, cfg, exports, args)
+			r, err := runUsher(ctx, cfg, sc, exports, args)
 			if err != nil {
 				exports.Close()
 				return nil, fmt.Errorf("%s usher round %d: %w", test, round, err)
@@ -355,12 +358,16 @@ func writeRandomFile(path string, size int64) error {
 }
 
 // runUsher serves exports as usher stream does and runs fio once.
-func runUsher(ctx context.Context, cfg NBDConfig, exports *export.Images, args []string) (NBDRun, error) {
+func runUsher(ctx context.Context, cfg NBDConfig, sc streamrole.Config, exports *export.Images, args []string) (NBDRun, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return NBDRun{}, err
 	}
-	srv := &nbd.Server{Exports: exports, Workers: cfg.Workers}
+	srv, err := streamrole.NBDServer(sc, exports)
+	if err != nil {
+		ln.Close()
+		return NBDRun{}, err
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,8 +17,9 @@ import (
 	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/meter"
-	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
+	"github.com/usher-vdi/usher/internal/streamrole"
+	"github.com/usher-vdi/usher/internal/targetrole"
 )
 
 // Write-cache modes, in the order they are reported.
@@ -183,8 +185,8 @@ func makeImage(ctx context.Context, dir string, w Workload, seed uint64) (*image
 
 // target is one target's stack in one mode.
 type target struct {
-	dev   block.Device // what the target reads and writes
-	cache meter.Counters
+	dev   block.Device    // what the target reads and writes
+	cache *meter.Counters // operations the write cache receives
 	disk  *meter.Counters // operations reaching the cache's disk; nil: none
 	ram   *writecache.RAM
 	close func() error
@@ -194,46 +196,47 @@ type target struct {
 // the image, with its files in dir and budget bytes of RAM for the RAM
 // modes, and meters what the target sends it (t.cache) and what reaches
 // its disk file (t.disk). Closing the target closes shared.
-func newTarget(mode string, shared block.Device, dir string, i int, budget int64) (*target, error) {
+//
+// The device-side modes are the stack usher target builds
+// (targetrole.NewCache); the server-disk mode is the write cache
+// exports give a connection when usher stream has --write-cache
+// (export.Images.WriteCache, with its bounds).
+func newTarget(mode string, exports *export.Images, shared block.Device, dir string, i int, budget int64) (*target, error) {
 	t := &target{}
 	var wc block.Device
-	switch mode {
-	case ModeServerDisk, ModeDeviceDisk:
-		// Server disk: the overlay export.Images makes per connection
-		// when usher stream has --write-cache. Device disk: the one
-		// usher target --cache disk makes over the upstream.
-		base := shared
-		if mode == ModeDeviceDisk {
-			base = upstream(shared)
-		}
-		o, err := writecache.OpenOverlay(base, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)), false)
+	if mode == ModeServerDisk {
+		o, err := exports.WriteCache(shared, filepath.Join(dir, fmt.Sprintf("t%d.wc", i)))
 		if err != nil {
 			return nil, err
 		}
-		t.disk = &o.Disk
-		wc = o
-	case ModeDeviceRAM:
-		t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: budget})
-		wc = t.ram
-	case ModeRAMOverflow, ModeRAMOverflowSmall:
-		of, err := block.CreateFile(filepath.Join(dir, fmt.Sprintf("t%d.overflow", i)), shared.Size())
+		t.cache, t.disk = new(meter.Counters), &o.Disk
+		wc = meter.Wrap(o, t.cache)
+	} else {
+		cc := targetrole.CacheConfig{RAM: budget}
+		top := targetrole.LayerCacheRAM
+		switch mode {
+		case ModeDeviceRAM:
+			cc.Mode = targetrole.ModeRAM
+		case ModeRAMOverflow, ModeRAMOverflowSmall:
+			cc.Mode, cc.Path = targetrole.ModeRAMOverflow, filepath.Join(dir, fmt.Sprintf("t%d.overflow", i))
+		case ModeDeviceDisk:
+			cc.Mode, cc.Path = targetrole.ModeDisk, filepath.Join(dir, fmt.Sprintf("t%d.wc", i))
+			top = targetrole.LayerDeviceDisk
+		default:
+			return nil, fmt.Errorf("unknown mode %q", mode)
+		}
+		var reg meter.Registry
+		c, err := targetrole.NewCache(shared, cc, &reg)
 		if err != nil {
 			return nil, err
 		}
-		t.disk = new(meter.Counters)
-		t.ram = writecache.NewRAM(upstream(shared), writecache.RAMOptions{Budget: budget, Overflow: meter.Wrap(of, t.disk)})
-		wc = t.ram
-	default:
-		return nil, fmt.Errorf("unknown mode %q", mode)
+		t.cache, t.disk, t.ram = reg.Layer(top), c.Disk, c.RAM
+		wc = c
 	}
-	t.dev = meter.Wrap(wc, &t.cache)
+	t.dev = wc
 	t.close = func() error { return errors.Join(wc.Close(), shared.Close()) }
 	return t, nil
 }
-
-// upstream is the stream as a device-side cache sees it, as usher target
-// does: read-only; the target closes the shared export itself.
-func upstream(shared block.Device) block.Device { return block.NopCloser(block.ReadOnly(shared)) }
 
 func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, mode string, ops [][]op) (ModeResult, error) {
 	w := cfg.Workload
@@ -245,9 +248,12 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	// The stream server's side: the production version, shared and read
 	// only, through the server RAM cache, metered as usher stream does.
 	var reg meter.Registry
-	cache := ramcache.New(w.scaled(w.ServerCache), 0)
-	exports := &export.Images{Store: st, Cache: cache, Meters: &reg}
+	exports, err := streamrole.Images(streamrole.Config{Store: st, Logger: quiet, RAMCache: max(w.scaled(w.ServerCache), 1)}, &reg)
+	if err != nil {
+		return ModeResult{}, err
+	}
 	defer exports.Close()
+	cache := exports.Cache
 
 	mr := ModeResult{Mode: mode}
 	targets := make([]*target, len(ops))
@@ -267,7 +273,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 		if mode == ModeRAMOverflowSmall {
 			budget = w.scaled(w.RAMDoesNotHold)
 		}
-		t, err := newTarget(mode, shared, dir, i, budget)
+		t, err := newTarget(mode, exports, shared, dir, i, budget)
 		if err != nil {
 			shared.Close()
 			return mr, err
@@ -405,3 +411,7 @@ func percentile(v []float64, p float64) float64 {
 	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
 }
+
+// quiet is the logger of the stream stacks the benches build in
+// process: their progress is the report's, not the servers' logs.
+var quiet = slog.New(slog.DiscardHandler)

@@ -18,7 +18,7 @@ import (
 func openLHC(ctx context.Context, cfg Config, dir *datadir.Dir, log *slog.Logger) (*lhc.Store, string, error) {
 	lh, err := lhc.Open(ctx, lhc.Options{
 		Open: func(ctx context.Context) (site.Store, error) {
-			st, _, err := OpenSiteDB(ctx, cfg.DB, dir, log)
+			st, _, err := OpenStore(ctx, StoreConfig{DB: cfg.DB, Dir: dir, Logger: log})
 			return st, err
 		},
 		Dir: dir.Path(), OutageAfter: cfg.OutageAfter, RecoverAfter: cfg.RecoverAfter,

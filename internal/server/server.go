@@ -367,7 +367,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.lhc, where, err = openLHC(ctx, cfg, dir, log)
 		store = s.lhc
 	} else {
-		store, where, err = OpenSiteDB(ctx, cfg.DB, dir, log)
+		store, where, err = OpenStore(ctx, StoreConfig{DB: cfg.DB, Dir: dir, Logger: log})
 	}
 	if err != nil {
 		return nil, err

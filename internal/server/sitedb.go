@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -36,23 +37,67 @@ func CheckDB(db string) error {
 	return nil
 }
 
-// OpenSiteDB opens a site DB: the PostgreSQL database db names, or, when
-// db is empty, the embedded SQLite file of dir. where names it for logs
-// and messages, never with a password.
-func OpenSiteDB(ctx context.Context, db string, dir *datadir.Dir, log *slog.Logger) (store site.Store, where string, err error) {
-	if err := CheckDB(db); err != nil {
-		return nil, "", err
-	}
-	if db == "" {
-		st, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: log})
+// StoreConfig says which site DB OpenStore opens: the PostgreSQL
+// database DB names; else the SQLite file SQLite (a site outside any
+// data directory, as a throwaway empty one); else the embedded SQLite
+// file of the data directory Dir, or of the one at DataDir (made when
+// missing).
+type StoreConfig struct {
+	DB      string
+	SQLite  string
+	Dir     *datadir.Dir
+	DataDir string
+	Logger  *slog.Logger // nil: the stores' default
+}
+
+// OpenStore opens the site DB cfg names, for usher serve (through
+// Open), the one-shot commands (apply, export, admin) and the benches.
+// where names it for logs and messages, never with a password. A DB
+// that is no PostgreSQL URL or DSN is an error that says what --db
+// takes (CheckDB).
+func OpenStore(ctx context.Context, cfg StoreConfig) (store site.Store, where string, err error) {
+	switch {
+	case cfg.DB != "":
+		if err := CheckDB(cfg.DB); err != nil {
+			return nil, "", err
+		}
+		st, err := pgstore.Open(ctx, cfg.DB, pgstore.Options{Logger: cfg.Logger})
+		if err != nil {
+			return nil, "", err // pgstore's errors name the database without its password
+		}
+		return st, st.Target(), nil
+	case cfg.SQLite != "":
+		st, err := sqlitestore.Open(ctx, cfg.SQLite, sqlitestore.Options{Logger: cfg.Logger})
 		if err != nil {
 			return nil, "", err
 		}
-		return st, dir.SiteDB(), nil
+		return st, cfg.SQLite, nil
 	}
-	st, err := pgstore.Open(ctx, db, pgstore.Options{Logger: log})
+	dir := cfg.Dir
+	if dir == nil {
+		if cfg.DataDir == "" {
+			return nil, "", fmt.Errorf("open the site DB: no data directory")
+		}
+		if dir, err = datadir.Open(cfg.DataDir, false); err != nil {
+			return nil, "", err
+		}
+	}
+	st, err := dir.OpenStore(ctx, sqlitestore.Options{Logger: cfg.Logger})
 	if err != nil {
-		return nil, "", err // pgstore's errors name the database without its password
+		return nil, "", err
 	}
-	return st, st.Target(), nil
+	return st, dir.SiteDB(), nil
+}
+
+// ApplySite applies a site configuration to the site DB cfg names, as
+// `usher apply` does (without pruning what it does not name), and
+// closes it: how the benches give a new site its configuration before
+// they Open it.
+func ApplySite(ctx context.Context, cfg StoreConfig, sc *site.Config) error {
+	st, _, err := OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	err = st.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, sc, false); return err })
+	return errors.Join(err, st.Close())
 }

@@ -225,7 +225,7 @@ func (e *Images) Open(ctx context.Context, name, remote string) (block.Device, n
 		return block.NopCloser(shared), info, nil
 	}
 	path := filepath.Join(e.WriteCacheDir, fmt.Sprintf("%s.%d.%d.wc", key, os.Getpid(), e.seq.Add(1)))
-	o, err := writecache.OpenOverlayWith(shared, path, writecache.OverlayOptions{Max: e.WriteCacheMax, Quota: e.WriteCacheQuota})
+	o, err := e.WriteCache(shared, path)
 	if err != nil {
 		return nil, info, err
 	}
@@ -233,6 +233,14 @@ func (e *Images) Open(ctx context.Context, name, remote string) (block.Device, n
 		e.Logger.Debug("server-disk write cache", "export", name, "remote", remote, "path", path)
 	}
 	return meter.Wrap(o, e.counters(LayerWriteDisk)), info, nil
+}
+
+// WriteCache opens the server-disk write cache of one connection over
+// shared, a version's shared chain, at path, bounded by WriteCacheMax
+// and WriteCacheQuota: the one Open gives a connection with
+// WriteCacheDir, for a bench that meters its file.
+func (e *Images) WriteCache(shared block.Device, path string) (*writecache.Overlay, error) {
+	return writecache.OpenOverlayWith(shared, path, writecache.OverlayOptions{Max: e.WriteCacheMax, Quota: e.WriteCacheQuota})
 }
 
 // sharedVersion returns the read-only, cached chain of a version,

@@ -2,7 +2,6 @@ package hostexport
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -294,19 +293,26 @@ func (e *Exports) open(ctx context.Context, im *image, c *nbd.Client, pinned str
 			v.table = t
 		}
 	}
+	// Dialled again, the export must serve this version: its identity
+	// when its blocks are keyed by position, else (the digests name
+	// the blocks) the version the stream describes.
+	fp := Version
 	if v.table == nil {
-		id, err := Identity(ctx, pinned, c)
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("upstream %s: %w", pinned, err)
-		}
-		v.ident = id
+		fp = Identity
+	}
+	want, err := fp(ctx, pinned, c)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream %s: %w", pinned, err)
+	}
+	if v.table == nil {
+		v.ident = want
 	}
 	opt := e.cfg.Upstream
 	opt.Name = pinned
-	v.up = hostcache.NewUpstream(c, func(ctx context.Context) (hostcache.Conn, error) {
+	v.up = hostcache.NewUpstream(c, Redial(pinned, want, fp, func(ctx context.Context) (*nbd.Client, error) {
 		return e.cfg.Dial(ctx, pinned)
-	}, opt)
+	}), opt)
 	v.dev = meter.Wrap(v.up, e.upLayer)
 	e.log.Info("host cache: image reached", "image", im.export, "version", v.desc, "export", pinned, "size", c.Size(),
 		"keyed_by", map[bool]string{true: "content", false: "position"}[v.table != nil])
@@ -634,28 +640,4 @@ func (w *warmDevice) Close() error {
 func add(a, b hostcache.DeviceStats) hostcache.DeviceStats {
 	return hostcache.DeviceStats{Hits: a.Hits + b.Hits, Misses: a.Misses + b.Misses, Fetches: a.Fetches + b.Fetches,
 		FetchedBytes: a.FetchedBytes + b.FetchedBytes, Zero: a.Zero + b.Zero, Mismatches: a.Mismatches + b.Mismatches}
-}
-
-// Identity names what a cache keyed by position holds: the export, its
-// size, the image version the stream describes (NBD_INFO_DESCRIPTION
-// "IMAGE version N (STATE)", without the state, which changes at
-// promotion) and a hash of blocks sampled across it, so that another
-// upstream content under the same name is not taken for the same.
-func Identity(ctx context.Context, export string, up *nbd.Client) (string, error) {
-	const samples, blockSize = 16, 4096
-	h := sha256.New()
-	buf := make([]byte, blockSize)
-	size := up.Size()
-	nblocks := size / blockSize
-	for i := range int64(samples) {
-		if nblocks == 0 {
-			break
-		}
-		off := i * (nblocks - 1) / (samples - 1) * blockSize
-		if err := up.ReadAt(ctx, buf, off); err != nil {
-			return "", fmt.Errorf("sample block at %d: %w", off, err)
-		}
-		h.Write(buf)
-	}
-	return fmt.Sprintf("export=%q version=%q size=%d sample=%x", export, versionOf(up.Description()), size, h.Sum(nil)[:16]), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/hostcache"
 	"github.com/usher-vdi/usher/internal/block/meter"
+	"github.com/usher-vdi/usher/internal/block/nbd"
 )
 
 // savedVersion is what the host knew of an image's version when it last
@@ -89,9 +90,14 @@ func (e *Exports) load(im *image, why error) (*version, error) {
 	}
 	opt := e.cfg.Upstream
 	opt.Name = sv.Pinned
-	v.up = hostcache.NewUpstreamDown(sv.Size, func(ctx context.Context) (hostcache.Conn, error) {
+	// Reached at last, the export must serve the version saved.
+	fp, want := Version, versionName(sv.Pinned, sv.Desc, sv.Size)
+	if v.table == nil {
+		fp, want = Identity, sv.Identity
+	}
+	v.up = hostcache.NewUpstreamDown(sv.Size, Redial(sv.Pinned, want, fp, func(ctx context.Context) (*nbd.Client, error) {
 		return e.cfg.Dial(ctx, sv.Pinned)
-	}, opt, why)
+	}), opt, why)
 	v.dev = meter.Wrap(v.up, e.upLayer)
 	return v, nil
 }
