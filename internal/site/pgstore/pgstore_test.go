@@ -497,7 +497,9 @@ func TestMachineDeleteWaitsForSessionsBeingCreated(t *testing.T) {
 	deleter := MustOpen(t, setting(t, dsn, "application_name", "usher-delete-waits"))
 	release := holdUpdate(t, s, func(ctx context.Context, tx site.Tx) error { return claim(ctx, tx, "m1", "late") })
 	deleted := make(chan error, 1)
-	go func() { deleted <- deleter.Update(ctx, func(tx site.Tx) error { return tx.Machines().Delete(ctx, "m1") }) }()
+	go func() {
+		deleted <- deleter.Update(ctx, func(tx site.Tx) error { return tx.Machines().Delete(ctx, "m1") })
+	}()
 	waitForLockWait(t, dsn, "usher-delete-waits") // the delete started, and waits for the session's transaction
 	if err := release(); err != nil {
 		t.Fatal(err)
