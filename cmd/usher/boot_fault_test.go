@@ -35,7 +35,7 @@ func TestBootStreamRestart(t *testing.T) {
 			t.Fatal("the guest did not read its disk")
 		}
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // time passing is the test: the stream stays down a while under the guest's waiting read
 	startRoleAddrs(t, streamArgs...)
 	r, err := vm.Result(context.Background())
 	if err != nil {

@@ -82,3 +82,30 @@ func TestServeConnectionBounds(t *testing.T) {
 		t.Errorf("the debug log does not name the open files limit:\n%s", log)
 	}
 }
+
+// TestServeHTTPServerFlag: usher serve --http-server net/http reaches
+// the site, which says so, and serves the API and NFuse on net/http; an
+// unknown server is a usage error.
+func TestServeHTTPServerFlag(t *testing.T) {
+	s := startServe(t, "--data", t.TempDir(), "--http-server", "net/http")
+	if log := s.stderr.String(); !strings.Contains(log, "http_server=net/http") {
+		t.Fatalf("the log does not say net/http serves:\n%s", log)
+	}
+	farm := `<?xml version="1.0"?><NFuseProtocol version="4.6"><RequestServerFarmData><Nil/></RequestServerFarmData></NFuseProtocol>`
+	resp, err := http.Post(s.url+"/scripts/wpnbr.dll", "text/xml", strings.NewReader(farm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "<ServerFarmName>") {
+		t.Fatalf("NFuse: %d %.300s", resp.StatusCode, b)
+	}
+	if code, _ := get(t, s.url+"/healthz", "", ""); code != http.StatusOK {
+		t.Fatalf("GET /healthz: %d", code)
+	}
+	code, _, stderr := run(t, "", "serve", "--data", t.TempDir(), "--http-server", "nginx")
+	if want := `--http-server "nginx": want hotpath or net/http`; code != 2 || !strings.Contains(stderr, want) {
+		t.Fatalf("--http-server nginx: exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+}

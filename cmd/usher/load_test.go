@@ -23,7 +23,7 @@ import (
 func loadServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // the server's latency, as the doc says
 		b, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/scripts/wpnbr.dll" {
 			w.Header().Set("Content-Type", "text/xml")

@@ -66,6 +66,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	sendBuffer := fs.String("send-buffer", fmt.Sprintf("%dKiB", server.DefaultSendBuffer>>10), "socket send buffer of each HTTP connection, so that a whole enumeration is written at once (0: the kernel's autotuning)")
 	fs.IntVar(&cfg.MaxConns, "max-conns", 0, "HTTP connections held at once, the listeners together; at the bound the one idle longest is closed for a new one, and with none idle the new one is refused (0: the open files limit, raised to its hard limit, less a reserve for the site DB, VDAs and peers of 512 or a tenth of the limit, whichever is more; negative: no bound)")
 	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient, "HTTP connections one client address may hold; more are refused with a 503 (0 or negative: no bound; raise it for a proxy or load balancer in front of the broker, whose clients share its address)")
+	fs.StringVar(&cfg.HTTPServer, "http-server", server.HTTPServerHotpath, "what serves the HTTP listeners: hotpath (enumerations on lean event loops, the rest on Go's net/http) or net/http (everything on net/http, should the loops misbehave); limits, timeouts and TLS are the same")
 	fs.StringVar(&cfg.NFuseListen, "nfuse-listen", "", "also serve the NFuse XML service (POST /scripts/wpnbr.dll) on its own listener, e.g. :8080 or :80")
 	fs.StringVar(&cfg.BootListen, "boot-listen", "", "serve network boot on this address (off by default): iPXE scripts of the site's targets, and the kernel and initramfs of the image version each boots; unauthenticated, so loopback only unless --insecure-boot-listen")
 	fs.BoolVar(&cfg.InsecureBootListen, "insecure-boot-listen", false, "allow a non-loopback --boot-listen (whoever reaches it reads every bound image's kernel and initramfs)")
@@ -115,6 +116,9 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	}
 	if cfg.SimLogonDelay == 0 {
 		cfg.SimLogonDelay = -1 // the flag's 0 is at once
+	}
+	if cfg.HTTPServer != server.HTTPServerHotpath && cfg.HTTPServer != server.HTTPServerNetHTTP {
+		return usageError{fmt.Sprintf("--http-server %q: want %s or %s", cfg.HTTPServer, server.HTTPServerHotpath, server.HTTPServerNetHTTP)}
 	}
 	if cfg.DemoPassword != "" && !cfg.Demo {
 		return usageError{"--demo-password needs --demo"}

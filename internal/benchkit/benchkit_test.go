@@ -82,12 +82,22 @@ func TestTreeCPU(t *testing.T) {
 		cmd.Wait()
 	}()
 	m := TreeCPU(cmd.Process.Pid)
-	time.Sleep(100 * time.Millisecond)
-	a, err := m()
+	start, err := m()
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	// The child spins once the tree's CPU time grows.
+	a := start
+	for deadline := time.Now().Add(20 * time.Second); a.Sub(start).CPU() < 20*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree used %v of CPU in 20s: the child does not spin", a.Sub(start).CPU())
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval
+		if a, err = m(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second) // the window the tree's use is measured over
 	b, err := m()
 	if err != nil {
 		t.Fatal(err)

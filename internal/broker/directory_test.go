@@ -1053,7 +1053,7 @@ func TestDirectoryDefaultTTL(t *testing.T) {
 		h.mustLogon("alice", alicePassword)
 		h.b.EntitlementsOf(h.b.Snapshot(), "alice")
 	}
-	time.Sleep(100 * time.Millisecond) // reads run in the background
+	h.waitRefreshed("alice") // a read the logons started has ended, and is counted
 	if _, lookups := d.calls("alice"); lookups != 0 {
 		t.Fatalf("%d reads of the entry within the default TTL, want 0", lookups)
 	}

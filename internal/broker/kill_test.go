@@ -202,6 +202,6 @@ func launchUntilKilled(dsn string) {
 			}
 		}()
 	}
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // the parent kills this child long before: a bound on its life, not a wait
 	os.Exit(0)
 }

@@ -232,7 +232,7 @@ func TestLockoutIsSiteWide(t *testing.T) {
 		wg.Go(func() {
 			_, err := brokers[i%3].CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool {
 				checked.Add(1)
-				time.Sleep(5 * time.Millisecond) // a hash takes a while
+				time.Sleep(5 * time.Millisecond) // a hash takes a while: the burst overlaps, not a condition
 				return false
 			})
 			if err != nil && !errors.Is(err, auth.ErrLocked) {
@@ -324,7 +324,7 @@ func TestVerifiedLogonsSpareTheSiteDB(t *testing.T) {
 	for range 3 {
 		b.CheckPassword(ctx, broker.AccountUser, "u0001", "", func() bool { return false })
 	}
-	time.Sleep(recheck + 100*time.Millisecond)
+	time.Sleep(recheck + 100*time.Millisecond) // time passing is the test: the verified password is rechecked after recheck
 	if err := logon(); !errors.Is(err, broker.ErrAccountLocked) {
 		t.Fatalf("the right password %s after another broker locked the account out: %v; want it locked out", recheck, err)
 	}

@@ -38,6 +38,11 @@
 // is the connection's, cancelled when the server closes, not when the peer
 // goes away: hot handlers must do bounded work.
 //
+// With Config.NetHTTP, a Server runs no loop and reads no request: every
+// connection goes to the net/http server as it is accepted, with the
+// Limiter, the send buffer and TLS as in the other modes. It is the
+// switch for the day the loop misbehaves.
+//
 // With Config.Limiter, a Server bounds its connections per client
 // address and in total, in both modes and with other Servers sharing the
 // Limiter: each connection takes a slot as it is accepted, before any of

@@ -328,7 +328,7 @@ func testBodyTimeout(t *testing.T, goroutines bool) {
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		io.WriteString(c, head+"ab")
-		time.Sleep(3 * headTimeout)
+		time.Sleep(3 * headTimeout) // time passing is the test: a body slower than the head's timeout
 		io.WriteString(c, "cd")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
@@ -538,7 +538,7 @@ func testBlobsGoOutWhole(t *testing.T, goroutines bool) {
 			// answer is read, so that the server meets a full socket.
 			n, err := io.CopyN(&got, resp.Body, 64<<10)
 			if i == 0 && n > 0 {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // pacing, not a condition: a slow reader
 			}
 			if err == io.EOF {
 				break

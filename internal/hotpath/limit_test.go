@@ -18,6 +18,17 @@ import (
 	"github.com/usher-vdi/usher/internal/hotpath"
 )
 
+// serveMode sets how a Server serves its connections.
+type serveMode func(*hotpath.Config)
+
+// allModes runs test on the event loop, on a goroutine per connection,
+// and with net/http alone (Config.NetHTTP).
+func allModes(t *testing.T, test func(t *testing.T, mode serveMode)) {
+	t.Run("loop", func(t *testing.T) { test(t, func(*hotpath.Config) {}) })
+	t.Run("goroutines", func(t *testing.T) { test(t, func(c *hotpath.Config) { c.Goroutines = true }) })
+	t.Run("net/http", func(t *testing.T) { test(t, func(c *hotpath.Config) { c.NetHTTP = true }) })
+}
+
 // limited is a hotpath server with a Limiter, whose handler answers
 // /hot/fixed on the loop, /cold on net/http, and /cold/slow on net/http
 // once it receives from release (telling entered first).
@@ -29,12 +40,12 @@ type limited struct {
 	release chan struct{}
 }
 
-func startLimited(t *testing.T, goroutines bool, cfg hotpath.LimitConfig) *limited {
+func startLimited(t *testing.T, mode serveMode, cfg hotpath.LimitConfig) *limited {
 	t.Helper()
-	return startLimitedTuned(t, goroutines, cfg, nil)
+	return startLimitedTuned(t, mode, cfg, nil)
 }
 
-func startLimitedTuned(t *testing.T, goroutines bool, cfg hotpath.LimitConfig, tune func(*http.Server)) *limited {
+func startLimitedTuned(t *testing.T, mode serveMode, cfg hotpath.LimitConfig, tune func(*http.Server)) *limited {
 	t.Helper()
 	ls := &limited{lim: hotpath.NewLimiter(cfg), entered: make(chan struct{}, 100), release: make(chan struct{})}
 	mux := http.NewServeMux()
@@ -53,7 +64,9 @@ func startLimitedTuned(t *testing.T, goroutines bool, cfg hotpath.LimitConfig, t
 	if tune != nil {
 		tune(fallback)
 	}
-	srv, err := hotpath.New(hotpath.Config{Goroutines: goroutines, Handler: mux, Hot: isHot, Fallback: fallback, Limiter: ls.lim})
+	hc := hotpath.Config{Handler: mux, Hot: isHot, Fallback: fallback, Limiter: ls.lim}
+	mode(&hc)
+	srv, err := hotpath.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +168,9 @@ func mustBeClosed(t *testing.T, c *client, why string) {
 // broker's descriptors and nobody could log on. The first 256 are served
 // and kept; the others are refused at once; another address (127.0.0.2)
 // is still served, on the loop and by net/http.
-func TestConnsPerClient(t *testing.T) { bothModes(t, testConnsPerClient) }
+func TestConnsPerClient(t *testing.T) { allModes(t, testConnsPerClient) }
 
-func testConnsPerClient(t *testing.T, goroutines bool) {
+func testConnsPerClient(t *testing.T, mode serveMode) {
 	const perClient = 256
 	flood := 5000
 	// The test holds each kept connection's two ends and, for a moment,
@@ -169,7 +182,7 @@ func testConnsPerClient(t *testing.T, goroutines bool) {
 			t.Skipf("open files limit %d is too low for the flood", n)
 		}
 	}
-	ls := startLimited(t, goroutines, hotpath.LimitConfig{MaxConns: 10000, MaxConnsPerClient: perClient})
+	ls := startLimited(t, mode, hotpath.LimitConfig{MaxConns: 10000, MaxConnsPerClient: perClient})
 
 	var kept, refusals atomic.Int64
 	var mu sync.Mutex
@@ -249,10 +262,10 @@ func testConnsPerClient(t *testing.T, goroutines bool) {
 // gets the slot of the connection idle the longest (one in net/http,
 // then one on the loop), never a busy one's; with none idle, it is
 // refused.
-func TestConnsTotalClosesIdleFirst(t *testing.T) { bothModes(t, testConnsTotalClosesIdleFirst) }
+func TestConnsTotalClosesIdleFirst(t *testing.T) { allModes(t, testConnsTotalClosesIdleFirst) }
 
-func testConnsTotalClosesIdleFirst(t *testing.T, goroutines bool) {
-	ls := startLimited(t, goroutines, hotpath.LimitConfig{MaxConns: 3, MaxConnsPerClient: -1})
+func testConnsTotalClosesIdleFirst(t *testing.T, mode serveMode) {
+	ls := startLimited(t, mode, hotpath.LimitConfig{MaxConns: 3, MaxConnsPerClient: -1})
 	idle := func(n int) func(hotpath.LimitStats, int) bool {
 		return func(_ hotpath.LimitStats, idle int) bool { return idle == n }
 	}
@@ -322,11 +335,11 @@ func testConnsTotalClosesIdleFirst(t *testing.T, goroutines bool) {
 // ask (on the loop or net/http) or not, and close, at once and far beyond
 // the bounds; every slot comes back, once (a lost or a double release
 // would leave the count off zero), and the total never went over.
-func TestConnsCountedUnderConcurrency(t *testing.T) { bothModes(t, testConnsCountedUnderConcurrency) }
+func TestConnsCountedUnderConcurrency(t *testing.T) { allModes(t, testConnsCountedUnderConcurrency) }
 
-func testConnsCountedUnderConcurrency(t *testing.T, goroutines bool) {
+func testConnsCountedUnderConcurrency(t *testing.T, mode serveMode) {
 	const total = 12
-	ls := startLimited(t, goroutines, hotpath.LimitConfig{MaxConns: total, MaxConnsPerClient: 5})
+	ls := startLimited(t, mode, hotpath.LimitConfig{MaxConns: total, MaxConnsPerClient: 5})
 	var wg sync.WaitGroup
 	var served atomic.Int64
 	errs := make(chan error, 32)
@@ -381,10 +394,10 @@ func testConnsCountedUnderConcurrency(t *testing.T, goroutines bool) {
 
 // TestConnsReleasedAtShutdown: the slots of idle connections, on the loop
 // and in net/http, come back when the server shuts down.
-func TestConnsReleasedAtShutdown(t *testing.T) { bothModes(t, testConnsReleasedAtShutdown) }
+func TestConnsReleasedAtShutdown(t *testing.T) { allModes(t, testConnsReleasedAtShutdown) }
 
-func testConnsReleasedAtShutdown(t *testing.T, goroutines bool) {
-	ls := startLimited(t, goroutines, hotpath.LimitConfig{MaxConns: 100, MaxConnsPerClient: 100})
+func testConnsReleasedAtShutdown(t *testing.T, mode serveMode) {
+	ls := startLimited(t, mode, hotpath.LimitConfig{MaxConns: 100, MaxConnsPerClient: 100})
 	for i := range 6 {
 		c := mustDial(t, "127.0.0.1", ls.addr)
 		if i%2 == 0 {
@@ -405,10 +418,10 @@ func testConnsReleasedAtShutdown(t *testing.T, goroutines bool) {
 
 // TestConnsReleasedAtTimeout: the slots of connections closed for their
 // idle or head timeout, on the loop and in net/http, come back.
-func TestConnsReleasedAtTimeout(t *testing.T) { bothModes(t, testConnsReleasedAtTimeout) }
+func TestConnsReleasedAtTimeout(t *testing.T) { allModes(t, testConnsReleasedAtTimeout) }
 
-func testConnsReleasedAtTimeout(t *testing.T, goroutines bool) {
-	ls := startLimitedTuned(t, goroutines, hotpath.LimitConfig{MaxConns: 100, MaxConnsPerClient: 100}, func(s *http.Server) {
+func testConnsReleasedAtTimeout(t *testing.T, mode serveMode) {
+	ls := startLimitedTuned(t, mode, hotpath.LimitConfig{MaxConns: 100, MaxConnsPerClient: 100}, func(s *http.Server) {
 		s.ReadHeaderTimeout, s.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
 	})
 	hot, cold, cut, mute := mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr), mustDial(t, "127.0.0.1", ls.addr)

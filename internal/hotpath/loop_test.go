@@ -87,6 +87,28 @@ func startDeferring(t *testing.T, d *deferring, tune func(*hotpath.Config)) (*ho
 	return hs, addr
 }
 
+// waitFor polls cond until it holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // a poll interval
+	}
+}
+
+// waitClosed waits until ch is closed, failing the test after 10 seconds.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
 func readBodies(t *testing.T, br *bufio.Reader, n int) []string {
 	t.Helper()
 	var out []string
@@ -118,9 +140,7 @@ func TestDeferredRequest(t *testing.T) {
 	defer slow.Close()
 	slow.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(slow, "GET /hot/id?n=1 HTTP/1.1\r\nHost: a\r\n\r\nGET /hot/wait?n=2 HTTP/1.1\r\nHost: a\r\n\r\nGET /hot/id?n=3 HTTP/1.1\r\nHost: a\r\n\r\n")
-	for d.waiting.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the deferred request to wait", func() bool { return d.waiting.Load() > 0 })
 
 	// The deferred handler waits; another connection is answered.
 	other, err := net.Dial("tcp", addr)
@@ -191,6 +211,7 @@ func TestLoopUnderConcurrency(t *testing.T) {
 func TestLoopWriteTimeout(t *testing.T) {
 	data := make([]byte, 8<<20)
 	b := blob.New(data)
+	written := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hot/small" {
 			w.Write([]byte("small"))
@@ -198,6 +219,7 @@ func TestLoopWriteTimeout(t *testing.T) {
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 		blob.Write(w, b)
+		close(written)
 	})
 	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, SendBuffer: 16 << 10,
 		Fallback: &http.Server{Handler: h, WriteTimeout: 300 * time.Millisecond}})
@@ -213,11 +235,11 @@ func TestLoopWriteTimeout(t *testing.T) {
 	defer stuck.Close()
 	stuck.(*net.TCPConn).SetReadBuffer(16 << 10)
 	io.WriteString(stuck, "GET /hot/blob HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(50 * time.Millisecond)
+	waitClosed(t, written, "the blob's answer to be under way")
 
 	servesSmall(t, addr)
 
-	time.Sleep(time.Second) // past the write timeout, with the loop's sweep
+	time.Sleep(time.Second) // time passing, not a condition: past the write timeout, with the loop's sweep
 	stuck.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, err := io.Copy(io.Discard, stuck)
 	if err == nil && n >= int64(len(data)) {
@@ -233,6 +255,7 @@ func TestLoopWriteTimeout(t *testing.T) {
 // the connection is closed rather than the server holding the rest.
 func TestLoopBoundsQueuedCopies(t *testing.T) {
 	big := make([]byte, 8<<20)
+	written := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hot/small" {
 			w.Write([]byte("small"))
@@ -240,6 +263,7 @@ func TestLoopBoundsQueuedCopies(t *testing.T) {
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
 		w.Write(big)
+		close(written)
 	})
 	hs, err := hotpath.New(hotpath.Config{Handler: h, Hot: isHot, SendBuffer: 16 << 10, Fallback: &http.Server{Handler: h}})
 	if err != nil {
@@ -254,7 +278,7 @@ func TestLoopBoundsQueuedCopies(t *testing.T) {
 	defer c.Close()
 	c.(*net.TCPConn).SetReadBuffer(16 << 10)
 	io.WriteString(c, "GET /hot/big HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(100 * time.Millisecond) // the handler has run: the rest is queued or refused
+	waitClosed(t, written, "the handler to write the answer") // the rest is queued or refused
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, err := io.Copy(io.Discard, c)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -295,7 +319,7 @@ func TestLoopSharedBlobs(t *testing.T) {
 	// Earlier tests' garbage blobs may still hold files: a collection
 	// and their finalizers' turn close most, and the rest are counted.
 	runtime.GC()
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // the finalizers' turn, not a condition: what stays open is counted in before
 	before := openMemFiles(t)
 	// No collection meanwhile: it would close files that something
 	// forgot to close, and hide the leak.
@@ -452,7 +476,7 @@ func TestLoopSplitRequests(t *testing.T) {
 			}
 			s.rest, s.pieces = s.rest[n:], s.pieces+1
 			left++
-			time.Sleep(200 * time.Microsecond) // the loop reads each piece on its own
+			time.Sleep(200 * time.Microsecond) // pacing, not a condition: the loop reads each piece on its own
 		}
 	}
 	for c, s := range streams {
@@ -494,13 +518,13 @@ func TestLoopTrickledRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			req = req[n:]
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing, not a condition: a trickle is what is tested
 		}
 		for j := range len(req) {
 			if _, err := io.WriteString(nc, req[j:j+1]); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing, as above
 		}
 		if got := readBodies(t, br, 1); got[0] != strconv.Itoa(i) {
 			t.Fatalf("request %d (%s): answer %q", i, path, got[0])
@@ -522,7 +546,7 @@ func TestLoopIdleConnectionMemory(t *testing.T) {
 	send := func(t *testing.T, nc net.Conn, parts ...string) {
 		for i, p := range parts {
 			if i > 0 {
-				time.Sleep(5 * time.Millisecond) // the loop reads each part on its own
+				time.Sleep(5 * time.Millisecond) // pacing, not a condition: the loop reads each part on its own
 			}
 			if _, err := io.WriteString(nc, p); err != nil {
 				t.Fatal(err)
@@ -556,7 +580,7 @@ func TestLoopIdleConnectionMemory(t *testing.T) {
 		}},
 		{"answer the socket did not take", 3, func(t *testing.T, nc net.Conn) {
 			send(t, nc, "GET /hot/big?n=60000 HTTP/1.1\r\nHost: a\r\n\r\n")
-			time.Sleep(5 * time.Millisecond) // the loop finds the socket full
+			time.Sleep(5 * time.Millisecond) // pacing, not a condition: the loop finds the socket full
 			readUntil(t, nc, "END")
 		}},
 	} {
@@ -581,7 +605,8 @@ func TestLoopIdleConnectionMemory(t *testing.T) {
 			}
 			heap := func() uint64 {
 				// Idle connections give their buffers back at the loop's
-				// next sweep, a quarter of a second at most.
+				// next sweep, a quarter of a second at most: time passing,
+				// the sweep's period, not a condition.
 				time.Sleep(600 * time.Millisecond)
 				runtime.GC()
 				var ms runtime.MemStats

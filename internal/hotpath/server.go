@@ -48,6 +48,12 @@ type Config struct {
 	// platforms without the event loop and for listeners that are not
 	// TCP listeners (TLS ones, say), instead of on event loops.
 	Goroutines bool
+	// NetHTTP serves every connection with Fallback alone, as a plain
+	// http.Server would, for the day the loop misbehaves: no event loop,
+	// no request read here, Hot and LoopContext unused. The Limiter, the
+	// send buffer and Fallback's timeouts apply as in the other modes;
+	// Defer reports false to every request.
+	NetHTTP bool
 	// Limiter, when set, bounds the connections per client address and
 	// in total (see Limiter); Servers may share one. Nil: no bound.
 	Limiter *Limiter
@@ -115,7 +121,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.Limiter != nil {
 		s.cfg.Fallback.ConnState = trackState(s.cfg.Fallback.ConnState)
 	}
-	if s.cfg.Goroutines {
+	if s.cfg.Goroutines || s.cfg.NetHTTP {
 		withTLSState(s.cfg.Fallback)
 	}
 	// Started under the lock, so that Shutdown and Close, which take it
@@ -128,8 +134,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer ln.Close()
 
-	if handled, err := s.serveLoops(ln); handled {
-		return err
+	if !s.cfg.NetHTTP {
+		if handled, err := s.serveLoops(ln); handled {
+			return err
+		}
 	}
 	var backoff time.Duration
 	for {
@@ -157,6 +165,19 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		if tc, ok := tcpConn(rwc); ok && s.cfg.SendBuffer > 0 {
 			tc.SetWriteBuffer(s.cfg.SendBuffer)
+		}
+		if s.cfg.NetHTTP {
+			// net/http reads it from its first byte; until a request
+			// comes it is idle, and then its ConnState (trackState) marks
+			// the slot busy and idle and gives it back.
+			sl.idle()
+			s.handed.Add(1)
+			if !s.handoff.give(&bufferedConn{Conn: rwc, r: rwc, slot: sl}) {
+				rwc.Close()
+				sl.release()
+				return http.ErrServerClosed
+			}
+			continue
 		}
 		c := &conn{s: s, rwc: rwc, remote: rwc.RemoteAddr().String(), slot: sl}
 		if sc, ok := rwc.(syscall.Conn); ok {
@@ -469,12 +490,14 @@ func tlsState(c net.Conn) *tls.ConnectionState {
 	return nil
 }
 
-// tlsStateKey keys a handed-over connection's TLS state in its context.
-type tlsStateKey struct{}
+// tlsConnKey keys a handed-over TLS connection in its context.
+type tlsConnKey struct{}
 
 // withTLSState gives the requests of connections handed to f over TLS
 // their r.TLS, which net/http sets only for a *tls.Conn of its own
-// listener, not for the bufferedConn that wraps one here.
+// listener, not for the bufferedConn that wraps one here. The state is
+// read at each request, once the handshake is done (with Config.NetHTTP,
+// net/http's first read does it).
 func withTLSState(f *http.Server) {
 	connContext, h := f.ConnContext, f.Handler
 	if h == nil {
@@ -484,15 +507,17 @@ func withTLSState(f *http.Server) {
 		if connContext != nil {
 			ctx = connContext(ctx, c)
 		}
-		if cs := tlsState(c); cs != nil {
-			ctx = context.WithValue(ctx, tlsStateKey{}, cs)
+		if b, ok := c.(*bufferedConn); ok {
+			if _, ok := b.Conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+				ctx = context.WithValue(ctx, tlsConnKey{}, c)
+			}
 		}
 		return ctx
 	}
 	f.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cs, ok := r.Context().Value(tlsStateKey{}).(*tls.ConnectionState); ok && r.TLS == nil {
+		if c, ok := r.Context().Value(tlsConnKey{}).(net.Conn); ok && r.TLS == nil {
 			r2 := *r
-			r2.TLS = cs
+			r2.TLS = tlsState(c)
 			r = &r2
 		}
 		h.ServeHTTP(w, r)

@@ -35,7 +35,7 @@ func newDelayServer(t *testing.T, delay func(n int64) time.Duration) *delayServe
 		s.arrivals = append(s.arrivals, time.Now())
 		s.mu.Unlock()
 		if d := delay(n); d > 0 {
-			time.Sleep(d)
+			time.Sleep(d) // the target's latency, on the bubble's clock
 		}
 		w.Write([]byte("ok"))
 	}))
@@ -320,7 +320,7 @@ func TestInterruptedRunReturnsWhatItMeasured(t *testing.T) {
 			if n.Add(1) == 50 {
 				cancel()
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the target's latency, on the bubble's clock
 			return nil
 		})
 		res, err := Stepped{Start: 2, Step: 2, Max: 4, StepDuration: time.Minute}.Run(ctx, target, Options{})
@@ -336,6 +336,7 @@ func TestInterruptedRunReturnsWhatItMeasured(t *testing.T) {
 func TestProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
+		// The target's latency (the sleep), on the bubble's clock.
 		_, err := FixedWork{Concurrency: []int{2}, Requests: 120}.Run(context.Background(),
 			TargetFunc(func(context.Context, int64) error { time.Sleep(10 * time.Millisecond); return nil }),
 			Options{Progress: func(p Progress) {

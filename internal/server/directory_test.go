@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -431,7 +432,8 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
-	var verifiedFailed, newOK, newRefused int
+	var verifiedFailed, newOK, newRefused, answered, verifiedInOutage int
+	var stopped atomic.Bool
 	var slowest time.Duration
 	var unexpected []string
 	var wg sync.WaitGroup
@@ -440,12 +442,17 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 			for i := 0; ctx.Err() == nil; i++ {
 				if w%2 == 0 {
 					u := verified[(w/2+i)%len(verified)]
-					if id, _ := s.appData(t, cleartextCreds(u, pw, "")); id != "" {
-						mu.Lock()
+					down := stopped.Load()
+					id, _ := s.appData(t, cleartextCreds(u, pw, ""))
+					mu.Lock()
+					answered++
+					if id != "" {
 						verifiedFailed++
 						unexpected = append(unexpected, u+": "+id)
-						mu.Unlock()
+					} else if down {
+						verifiedInOutage++
 					}
+					mu.Unlock()
 					continue
 				}
 				u := dirserver.UserName(301 + (100*w+i)%600)
@@ -453,6 +460,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 				id, _ := s.appData(t, cleartextCreds(u, pw, ""))
 				took := time.Since(start)
 				mu.Lock()
+				answered++
 				switch id {
 				case "":
 					newOK++
@@ -466,9 +474,21 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The storm is under way (eight answers), then the directory goes
+	// down under it until new logons have been refused ten times, and
+	// verified users have enumerated in the outage eight times.
+	counts := func() (int, int, int) { // answers, new logons refused, verified ones served in the outage
+		mu.Lock()
+		defer mu.Unlock()
+		return answered, newRefused, verifiedInOutage
+	}
+	poll(t, 30*time.Second, "the storm of logons to be under way", func() bool { n, _, _ := counts(); return n >= 8 })
+	stopped.Store(true)
 	dirservertest.Stop(t, s.dir.Servers[1])
-	time.Sleep(3 * time.Second)
+	poll(t, time.Minute, "new logons refused and verified users served in the outage", func() bool {
+		_, refused, served := counts()
+		return refused >= 10 && served >= 8
+	})
 	cancel()
 	wg.Wait()
 	if verifiedFailed > 0 || len(unexpected) > 0 {
@@ -496,7 +516,7 @@ func TestDirectoryFailoverAndOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the directory came back, logons still answer %d", code)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a poll interval
 	}
 }
 
@@ -569,7 +589,7 @@ func TestDirectoryMisconfiguredAtStart(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no error about the directory in the log:\n%s", logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a poll interval
 	}
 	line := ""
 	for _, l := range strings.Split(logs.String(), "\n") {

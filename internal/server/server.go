@@ -51,6 +51,16 @@ const (
 	MaxSendBuffer = 64 << 20
 )
 
+// What serves the HTTP listeners, as Config.HTTPServer.
+const (
+	// HTTPServerHotpath serves the enumerations on hotpath's lean loops
+	// and the rest on net/http (the default).
+	HTTPServerHotpath = "hotpath"
+	// HTTPServerNetHTTP serves every request with net/http alone, for the
+	// day the loops misbehave.
+	HTTPServerNetHTTP = "net/http"
+)
+
 // HTTP server limits of the listeners.
 const (
 	readHeaderTimeout = 10 * time.Second
@@ -159,6 +169,11 @@ type Config struct {
 	// negative: no bound). MaxConnsPerClient bounds one client address's
 	// (default hotpath.DefaultMaxConnsPerClient; negative: no bound).
 	MaxConns, MaxConnsPerClient int
+	// HTTPServer is what serves the HTTP listeners (the main one and
+	// NFuse's): HTTPServerHotpath (default) or HTTPServerNetHTTP. Either
+	// way the listeners have the same handler, connection limits,
+	// timeouts, send buffer, TLS and HSTS.
+	HTTPServer string
 
 	// HeartbeatInterval and HeartbeatTimeout are the broker's (defaults
 	// broker.DefaultHeartbeatInterval and DefaultHeartbeatTimeout).
@@ -230,6 +245,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SendBuffer > MaxSendBuffer {
 		return c, fmt.Errorf("server: send buffer %d is over %d bytes", c.SendBuffer, MaxSendBuffer)
 	}
+	switch c.HTTPServer {
+	case "", HTTPServerHotpath, HTTPServerNetHTTP:
+	default:
+		return c, fmt.Errorf("server: HTTP server %q: want %q or %q", c.HTTPServer, HTTPServerHotpath, HTTPServerNetHTTP)
+	}
 	if (c.DemoPassword != "" || c.DemoReset) && !c.Demo {
 		return c, errors.New("server: a demo password or reset needs the demo site")
 	}
@@ -250,6 +270,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.HTTPServer = cmp.Or(c.HTTPServer, HTTPServerHotpath)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, api.DefaultMaxBodyBytes)
 	c.SendBuffer = cmp.Or(c.SendBuffer, DefaultSendBuffer)
@@ -589,7 +610,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.srv, err = s.httpServer(ctx, handler); err != nil {
 		return nil, err
 	}
-	log.Info("listening", "addr", s.addr, "advertised", advertised, "broker", s.name, "zone", s.zone)
+	log.Info("listening", "addr", s.addr, "advertised", advertised, "broker", s.name, "zone", s.zone, "http_server", cfg.HTTPServer)
 	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
 
 	if cfg.SimVDAs != 0 {
@@ -638,13 +659,14 @@ func (s *Server) loadDemo(ctx context.Context, params auth.Params) error {
 
 // httpServer serves h with the site's limits: enumerations (the NFuse
 // path and GET /api/v1/resources) on hotpath's lean loop, the rest on
-// net/http. Requests' contexts are not cancelled with ctx: Close drains
-// them.
+// net/http; everything on net/http with Config.HTTPServer
+// HTTPServerNetHTTP. Requests' contexts are not cancelled with ctx:
+// Close drains them.
 func (s *Server) httpServer(ctx context.Context, h http.Handler) (*hotpath.Server, error) {
 	// A TLS listener is no TCP listener: hotpath serves it a goroutine
 	// per connection.
 	return hotpath.New(hotpath.Config{Handler: h, Hot: hot, SendBuffer: int(max(s.cfg.SendBuffer, 0)), Logger: s.log,
-		LoopContext: broker.NoWait, Goroutines: s.tls != nil,
+		LoopContext: broker.NoWait, Goroutines: s.tls != nil, NetHTTP: s.cfg.HTTPServer == HTTPServerNetHTTP,
 		Limiter:  s.conns,
 		Fallback: s.fallbackServer(ctx, h)})
 }

@@ -99,6 +99,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 		"no data directory":        {Listen: "127.0.0.1:0"},
 		"demo password, no demo":   {DataDir: t.TempDir(), Listen: "127.0.0.1:0", DemoPassword: "x"},
 		"send buffer over the cap": {DataDir: t.TempDir(), Listen: "127.0.0.1:0", SendBuffer: server.MaxSendBuffer + 1},
+		"unknown HTTP server":      {DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPServer: "nginx"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if s, err := server.Open(context.Background(), cfg); err == nil {

@@ -223,10 +223,7 @@ func TestUpstreamLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.kill()
-	deadline := time.Now().Add(5 * time.Second)
-	for u.Up() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, "upstream to be marked down", func() bool { return !u.Up() })
 	if err := d.ReadAt(context.Background(), p, 0); err != nil || !bytes.Equal(p, content[:bs]) {
 		t.Fatalf("a cached block while upstream is down: %v", err)
 	}
@@ -235,13 +232,9 @@ func TestUpstreamLost(t *testing.T) {
 	if !errors.Is(err, hostcache.ErrUpstreamDown) || time.Since(start) > time.Second {
 		t.Fatalf("a miss while upstream is down: %v after %v, want ErrUpstreamDown at once", err, time.Since(start))
 	}
-	for dials.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, "3 dials of the lost upstream", func() bool { return dials.Load() >= 3 })
 	reachable.Store(true)
-	for !u.Up() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, "upstream to be up again", u.Up)
 	if err := d.ReadAt(context.Background(), p, bs); err != nil || !bytes.Equal(p, content[bs:2*bs]) {
 		t.Fatalf("a miss after upstream came back: %v", err)
 	}
@@ -261,8 +254,9 @@ func TestUpstreamReadOutlivesCaller(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- u.ReadAt(ctx, make([]byte, 512), 0) }()
+	// The caller goes away while its read is at the upstream.
+	waitFor(t, 5*time.Second, "the read to reach the upstream", func() bool { return mem.reads.Load() == 1 })
 	cancel()
-	time.Sleep(20 * time.Millisecond)
 	close(mem.gate)
 	if err := <-errc; err != nil {
 		t.Fatalf("the read of a caller that went away: %v", err)

@@ -78,7 +78,7 @@ func TestKilledMidFill(t *testing.T) {
 			cmd.Wait()
 			t.Fatalf("child: %q, %v", line, err)
 		}
-		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond) // the kill lands at a random moment of the child's reads, by design
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 

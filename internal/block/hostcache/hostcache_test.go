@@ -34,6 +34,18 @@ func (c *counting) ReadAt(ctx context.Context, p []byte, off int64) error {
 	return c.Device.ReadAt(ctx, p, off)
 }
 
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(time.Millisecond) // a poll interval
+	}
+}
+
 func upstream(t *testing.T, content []byte) *counting {
 	t.Helper()
 	m := block.NewMemory(int64(len(content)))
@@ -159,13 +171,8 @@ func TestSingleFlight(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats().Misses < 64 { // every reader has missed, and waits (one on upstream)
-		if time.Now().After(deadline) {
-			t.Fatalf("%d readers missed; want 64", c.Stats().Misses)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// Every reader has missed, and waits (one on upstream).
+	waitFor(t, 10*time.Second, "64 readers to miss", func() bool { return c.Stats().Misses >= 64 })
 	close(up.gate)
 	wg.Wait()
 	close(errs)

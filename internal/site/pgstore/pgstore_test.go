@@ -493,11 +493,14 @@ func TestConcurrentClaimsCountEveryOne(t *testing.T) {
 // starts while a session is being created on it counts that session.
 func TestMachineDeleteWaitsForSessionsBeingCreated(t *testing.T) {
 	ctx := context.Background()
-	s, _ := openBase(t)
+	s, dsn := openBase(t)
+	deleter := MustOpen(t, setting(t, dsn, "application_name", "usher-delete-waits"))
 	release := holdUpdate(t, s, func(ctx context.Context, tx site.Tx) error { return claim(ctx, tx, "m1", "late") })
 	deleted := make(chan error, 1)
-	go func() { deleted <- s.Update(ctx, func(tx site.Tx) error { return tx.Machines().Delete(ctx, "m1") }) }()
-	time.Sleep(50 * time.Millisecond) // let the delete start: it waits, or it runs after the commit; either way it sees the session
+	go func() {
+		deleted <- deleter.Update(ctx, func(tx site.Tx) error { return tx.Machines().Delete(ctx, "m1") })
+	}()
+	waitForLockWait(t, dsn, "usher-delete-waits") // the delete started, and waits for the session's transaction
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
