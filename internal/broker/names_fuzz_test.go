@@ -81,20 +81,19 @@ func testDN(v1, v2 string, pad uint8) string {
 // escapeDNValue escapes v for an RDN: a backslash before each special
 // character, and before white space at either end.
 func escapeDNValue(v string) string {
+	const space = " \t\n\v\f\r"
+	lead := len(v) - len(strings.TrimLeft(v, space))
+	trail := len(strings.TrimRight(v, space))
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		switch {
-		case strings.IndexByte(`,\=+<>#;"`, c) >= 0,
-			isDNSpace(c) && (strings.TrimLeft(v[:i], " \t\n\v\f\r") == "" || strings.TrimRight(v[i:], " \t\n\v\f\r") == ""):
+		if strings.IndexByte(`,\=+<>#;"`, c) >= 0 || i < lead || i >= trail {
 			b.WriteByte('\\')
 		}
 		b.WriteByte(c)
 	}
 	return b.String()
 }
-
-func isDNSpace(c byte) bool { return strings.IndexByte(" \t\n\v\f\r", c) >= 0 }
 
 // FuzzLogonName checks LogonName on any input: it never panics; a name
 // it returns is its own logon name (so that no layer reading it again
