@@ -1,9 +1,22 @@
-// Package blockbench holds usher's image-streaming experiments: the
-// write-cache experiment of the PVS RAM-cache paper (`usher bench writecache`) and the
-// NBD server comparison against nbdkit (`usher bench nbd`). Only
-// cmd/usher imports it.
+// Package blockbench holds usher's image-streaming experiments, which
+// `usher bench` runs and internal/bench reuses (its disk statistics,
+// DiskOf, and the published figures, Seed001):
 //
-// # The write-cache experiment
+//   - the write-cache experiment of the PVS RAM-cache paper (`usher bench
+//     writecache`): measured by default (RunMeasured: fio jobs, one NBD
+//     connection per target, through each write-cache mode into real
+//     files, the operations counted at the client, at the caches, at their
+//     files and on the disk), or with --model the replay described below
+//     (RunWritecache);
+//   - the NBD server comparison against nbdkit (`usher bench nbd`, RunNBD);
+//   - the host-cache experiment (`usher bench hostcache`, RunHostcache),
+//     which starts usher stream and usher hostcache in their own processes
+//     and drives them with the VM load generator (RunVMs).
+//
+// Only cmd/usher and internal/bench import it; it imports the block
+// layers, block/export, block/hostexport and benchkit.
+//
+// # The write-cache modes
 //
 // N targets (default 8) boot one image and then work, each through its
 // own write cache, in every PVS write-cache mode:
@@ -14,17 +27,20 @@
 //	ram-overflow-small   device RAM with overflow, budget a quarter of the working set
 //	device-disk          a sparse overlay on the device's disk (usher target --cache disk)
 //
-// The layers are the real ones, stacked in process as `usher stream` and
-// `usher target` stack them, without the NBD hop between them (the
-// `nbd` experiment measures that hop): image store → meter ("image") →
-// server RAM cache → meter ("ramcache") → write cache, where the device
-// modes see the stream read-only as `usher target` does. The operations
-// that reach disk are those the meter counts on the write cache's own
-// file: the overlay file (writecache.Overlay.Disk) or the overflow file.
-// Image-store reads are reported apart: they are shared by every
-// target and absorbed by the server RAM cache.
+// The layers are the real ones (the image store served by export.Images,
+// its meters and server RAM cache, then a writecache layer), but the
+// write cache over each export is built here (newTarget), not by the code
+// of usher target: the overlays are opened with writecache.OpenOverlay,
+// without the options and the upstream identity check that usher target
+// gives writecache.OpenOverlayWith, and the device modes see the export
+// read-only, in process, without the NBD hop between them (the `nbd`
+// experiment measures that hop). The operations that reach disk are those
+// the meter counts on the write cache's own file: the overlay file
+// (writecache.Overlay.Disk) or the overflow file. Image-store reads are
+// reported apart: they are shared by every target and absorbed by the
+// server RAM cache.
 //
-// # Workload, at full scale (per target)
+// # The modelled workload (--model), at full scale (per target)
 //
 // Derived from the reference figures (block-streaming.md, the PVS RAM-cache paper):
 //

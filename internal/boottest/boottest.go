@@ -34,9 +34,10 @@
 // the same without a test, for the benches: they return an error wrapping
 // ErrUnavailable.
 //
-// Tests and internal/bench import this package; it does not import package
-// testing (TB is the part of testing.TB it uses), so that the usher binary
-// does not link it.
+// Tests, internal/bench and cmd/usher (`usher bench boot`, through
+// internal/bench and directly) import this package, so the usher binary
+// links it; it does not import package testing (TB is the part of
+// testing.TB it uses), so that the binary does not link that.
 package boottest
 
 import (

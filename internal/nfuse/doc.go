@@ -39,6 +39,6 @@
 //
 // Each answered request is reported through Config.Observe (brokerprom
 // counts them); the brokering it does is observed by the broker itself.
-// It imports broker, site and auth. Only cmd/usher wires it; other
-// packages should not import it.
+// It imports broker, site, ctx1, hotpath, blob and icon. Only
+// internal/server wires it; other packages should not import it.
 package nfuse
