@@ -1,7 +1,15 @@
 // Command usher is an open-source delivery controller for virtual apps and
-// desktops. One binary plays every role: `usher serve` (broker, site DB,
-// portal), `usher apply` and `usher export` (declarative configuration),
-// and more as they land. Run `usher help` for the list.
+// desktops. One binary plays every role: the site (`usher serve`, the
+// all-in-one site; `usher broker`, one broker of a site on PostgreSQL),
+// its configuration (`usher apply`, `usher export`, `usher demo`, `usher
+// admin`, `usher directory`), the session host agent (`usher vda`), image
+// streaming (`usher stream`, `usher target`, `usher hostcache`, `usher
+// image`) and the benches and load generator (`usher bench`, `usher
+// load`). Run `usher help` for the list.
+//
+// It turns flags into the Config of internal/server for the site roles;
+// the block roles are still wired here (stream.go, target.go,
+// hostcache.go). Nothing imports it.
 package main
 
 import (

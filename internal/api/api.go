@@ -72,9 +72,9 @@ type Config struct {
 	MaxBodyReadersPerAddress int
 	AdminTokenTTL            time.Duration
 
-	// Broker serves the user API and the VDA API; without it only the
-	// admin API is served.
-	Broker *broker.Broker
+	// Broker serves the user API and the VDA API; without it (nil, or a
+	// nil *broker.Broker) only the admin API is served.
+	Broker Broker
 	// EnrolmentSecret is what VDAs present to enrol.
 	EnrolmentSecret string
 	// UserTokenTTL is the lifetime of an end user's bearer token.
@@ -157,6 +157,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Verified == nil {
 		cfg.Verified = auth.NewVerifiedCache(5*time.Minute, 10000)
 	}
+	cfg.Broker = noBroker(cfg.Broker)
 	if cfg.Guard == nil && cfg.Broker != nil {
 		cfg.Guard = cfg.Broker.Guard()
 	}

@@ -1,9 +1,22 @@
-// Package blockbench holds usher's image-streaming experiments: the
-// write-cache experiment of the PVS RAM-cache paper (`usher bench writecache`) and the
-// NBD server comparison against nbdkit (`usher bench nbd`). Only
-// cmd/usher imports it.
+// Package blockbench holds usher's image-streaming experiments, which
+// `usher bench` runs and internal/bench reuses (its disk statistics,
+// DiskOf, and the published figures, Seed001):
 //
-// # The write-cache experiment
+//   - the write-cache experiment of the PVS RAM-cache paper (`usher bench
+//     writecache`): measured by default (RunMeasured: fio jobs, one NBD
+//     connection per target, through each write-cache mode into real
+//     files, the operations counted at the client, at the caches, at their
+//     files and on the disk), or with --model the replay described below
+//     (RunWritecache);
+//   - the NBD server comparison against nbdkit (`usher bench nbd`, RunNBD);
+//   - the host-cache experiment (`usher bench hostcache`, RunHostcache),
+//     which starts usher stream and usher hostcache in their own processes
+//     and drives them with the VM load generator (RunVMs).
+//
+// Only cmd/usher and internal/bench import it; it imports the block
+// layers, block/export, block/hostexport and benchkit.
+//
+// # The write-cache modes
 //
 // N targets (default 8) boot one image and then work, each through its
 // own write cache, in every PVS write-cache mode:
@@ -26,7 +39,7 @@
 // Image-store reads are reported apart: they are shared by every
 // target and absorbed by the server RAM cache.
 //
-// # Workload, at full scale (per target)
+// # The modelled workload (--model), at full scale (per target)
 //
 // Derived from the reference figures (block-streaming.md, the PVS RAM-cache paper):
 //

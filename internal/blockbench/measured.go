@@ -149,8 +149,9 @@ type MeasuredResult struct {
 }
 
 // RunMeasured drives real fio jobs, one NBD connection per target,
-// through each write-cache mode's real stack and files (the layers usher
-// stream and usher target build), and counts the operations at the
+// through each write-cache mode's layers and files (the layers usher
+// stream and usher target use, stacked by newTarget: see the package
+// doc), and counts the operations at the
 // client, at the caches, at their files and on the disk.
 func RunMeasured(ctx context.Context, cfg MeasuredConfig) (*MeasuredResult, error) {
 	cfg.defaults()

@@ -28,9 +28,10 @@ type Delegate interface {
 // Call it before the broker serves.
 func (b *Broker) SetDelegate(d Delegate) { b.delegate = d }
 
-// Delegate reports where the broker's brokering goes now: elsewhere, to
-// the named broker, or here.
-func (b *Broker) Delegate() (leader string, elsewhere bool) {
+// Leader reports where the broker's brokering goes now, as its
+// Delegate's Leader has it: elsewhere, to the named broker (the zone's
+// leader), or here ("", false; always so without a Delegate).
+func (b *Broker) Leader() (leader string, elsewhere bool) {
 	if b.delegate == nil {
 		return "", false
 	}
@@ -39,10 +40,13 @@ func (b *Broker) Delegate() (leader string, elsewhere bool) {
 
 type noDelegateKey struct{}
 
-// Here marks ctx as a request that another broker delegated: it is
-// brokered here, whatever this broker's Delegate says, so that a request
-// never goes round between brokers that disagree on their leader.
-func Here(ctx context.Context) context.Context { return context.WithValue(ctx, noDelegateKey{}, true) }
+// DelegatedContext returns ctx marked as the context of a request that
+// another broker delegated to this one: it is brokered here, whatever
+// this broker's Delegate says, so that a request never goes round
+// between brokers that disagree on their leader.
+func DelegatedContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noDelegateKey{}, true)
+}
 
 // delegated returns the Delegate to hand ctx's request to, nil when the
 // broker brokers it.

@@ -463,24 +463,37 @@ func (b *Broker) EntitlementsOf(s *Snapshot, user string) *Entitlements {
 // (Settings.Domain, in any case) names one of the site's users or the
 // directory's by their bare name; any other is kept, in the form
 // DOMAIN\user or user@domain, for the site's directory to take or refuse.
-// It returns "" for a name that names no one: no user, or a DOMAIN\user
-// whose domain disagrees with the one beside it.
+// It returns "" for a name that names no one: no user, a DOMAIN\user
+// whose domain disagrees with the one beside it, and a name qualified
+// twice (a user of DOMAIN\user holding a backslash, a bare user holding
+// a backslash or an "@", a domain beside holding a backslash), which
+// would otherwise be read again as another user. A name it returns is
+// its own logon name: LogonName(siteDomain, name, "") == name.
 func LogonName(siteDomain, typed, domain string) string {
 	user, given, at := typed, "", false
 	if d, u, ok := strings.Cut(typed, `\`); ok {
 		if domain != "" && !strings.EqualFold(domain, d) {
 			return "" // two domains that disagree
 		}
+		if strings.Contains(u, `\`) {
+			return "" // DOMAIN\DOMAIN\user
+		}
 		user, given = u, d
 	} else if i := strings.LastIndexByte(typed, '@'); i >= 0 {
 		user, given, at = typed[:i], typed[i+1:], true
 	} else {
+		if strings.Contains(domain, `\`) {
+			return ""
+		}
 		given = domain
 	}
 	switch {
 	case user == "":
 		return ""
 	case given == "" || strings.EqualFold(given, siteDomain):
+		if strings.ContainsAny(user, `\@`) {
+			return "" // DOMAIN\user@domain, user@domain@DOMAIN
+		}
 		return user
 	case at:
 		return user + "@" + given

@@ -314,27 +314,60 @@ func (s *Snapshot) DirectoryGroups(names, dns []string) []string {
 }
 
 // NormalizeDN returns dn in the form DirectoryGroups compares: lower
-// case, without spaces around its RDNs and around their equals signs
-// ("CN=Staff, OU=Groups" is "cn=staff,ou=groups").
+// case, without the white space around its RDNs and around their equals
+// signs ("CN=Staff, OU=Groups" is "cn=staff,ou=groups"). Escaped
+// characters stay as they are: an escaped comma or equals sign separates
+// nothing, and an escaped space at the end of a value is part of it
+// (`cn=a\ ,ou=x` is not `cn=a\,ou=x`). It is a fixed point:
+// NormalizeDN(NormalizeDN(dn)) == NormalizeDN(dn).
 func NormalizeDN(dn string) string {
 	var rdns []string
-	start, escaped := 0, false
-	for i := 0; i <= len(dn); i++ {
-		switch {
-		case escaped:
-			escaped = false
-		case i < len(dn) && dn[i] == '\\':
-			escaped = true
-		case i == len(dn) || dn[i] == ',':
-			rdn := dn[start:i]
-			if k, v, ok := strings.Cut(rdn, "="); ok {
-				rdn = strings.TrimSpace(k) + "=" + strings.TrimSpace(v)
-			}
-			rdns = append(rdns, strings.TrimSpace(rdn))
-			start = i + 1
+	for {
+		rdn, rest, more := cutUnescaped(dn, ',')
+		if k, v, ok := cutUnescaped(rdn, '='); ok {
+			rdn = trimDNSpace(k) + "=" + trimDNSpace(v)
 		}
+		rdns = append(rdns, trimDNSpace(rdn))
+		if !more {
+			break
+		}
+		dn = rest
 	}
 	return strings.ToLower(strings.Join(rdns, ","))
+}
+
+// cutUnescaped is strings.Cut at the first c in s that no backslash
+// escapes.
+func cutUnescaped(s string, c byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case c:
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// dnSpace is the white space that NormalizeDN removes around separators.
+const dnSpace = " \t\n\v\f\r"
+
+// trimDNSpace trims the white space at either end of s but an escaped
+// one (a space after an odd number of backslashes).
+func trimDNSpace(s string) string {
+	s = strings.TrimLeft(s, dnSpace)
+	t := strings.TrimRight(s, dnSpace)
+	if len(t) < len(s) {
+		n := 0
+		for n < len(t) && t[len(t)-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 1 {
+			t = s[:len(t)+1]
+		}
+	}
+	return t
 }
 
 // entitlementsKey names a user's entitlements: the same for every user

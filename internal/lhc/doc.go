@@ -34,6 +34,6 @@
 //
 // Brokers of one zone choose one leader in an outage (package peer's
 // Leader, which also carries their calls to it); Handover and Learn carry a broker's recent sessions and
-// its machines to the leader, and Rebuild makes a broker that replaces a
-// dead leader wait for the zone's VDAs before it makes new sessions.
+// its machines to the leader, and HoldNewSessions makes a broker that
+// replaces a dead leader wait for the zone's VDAs before it makes new sessions.
 package lhc

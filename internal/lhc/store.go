@@ -136,7 +136,7 @@ type Store struct {
 	// okSince is when the site DB began answering again in outage mode.
 	okSince time.Time
 	// rebuildUntil is when launches stop waiting for a dead leader's VDAs
-	// (Rebuild); expected are the machines registered in the zone when
+	// (HoldNewSessions); expected are the machines registered in the zone when
 	// the outage began, cameChecked when allCame last looked.
 	rebuildUntil time.Time
 	expected     map[string]bool
@@ -617,13 +617,13 @@ func (s *Store) allCame(ctx context.Context, tx site.Tx, now time.Time) bool {
 	return true
 }
 
-// Rebuild makes this broker, which takes over its zone's brokering from a
-// leader that stopped answering, refuse (retry shortly) launches that
-// would make a new session until every machine registered in the zone
+// HoldNewSessions makes this broker, which takes over its zone's
+// brokering from a leader that stopped answering, refuse (retry shortly)
+// launches that would make a new session until every machine registered in the zone
 // when the outage began has registered here, or for TakeoverWindow at
 // most: the dead leader's sessions are known only from their VDAs, which
 // report them as they register.
-func (s *Store) Rebuild() {
+func (s *Store) HoldNewSessions() {
 	s.mu.Lock()
 	s.rebuildUntil = s.opts.Now().Add(s.opts.TakeoverWindow)
 	s.mu.Unlock()

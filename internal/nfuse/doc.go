@@ -3,8 +3,8 @@
 // monitors and load scripts speak to enumerate and launch published
 // resources. It holds a lenient request decoder (ctx1 passwords decoded
 // by internal/ctx1), the response renderer (dialect 5.9, as FMA 7.x
-// brokers answer) and an http.Handler that serves the protocol over a
-// *broker.Broker.
+// brokers answer) and an http.Handler that serves the protocol over the
+// site's broker, through the small Broker interface (a *broker.Broker).
 //
 // Enumeration answers are rendered once per entitlement set, request
 // options and configuration snapshot and then served from memory; every
@@ -39,6 +39,6 @@
 //
 // Each answered request is reported through Config.Observe (brokerprom
 // counts them); the brokering it does is observed by the broker itself.
-// It imports broker, site and auth. Only cmd/usher wires it; other
-// packages should not import it.
+// It imports broker, site, ctx1, hotpath, blob and icon. Only
+// internal/server wires it; other packages should not import it.
 package nfuse

@@ -43,7 +43,8 @@ const (
 // settings of the broker's current snapshot (Name, TrustXMLRequests,
 // AnonymousAppData), so that they follow configuration changes.
 type Config struct {
-	Broker *broker.Broker
+	// Broker is required (a nil *broker.Broker is none).
+	Broker Broker
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Limits bound a request's XML.
@@ -70,7 +71,7 @@ type Config struct {
 // methods other than POST 405. It starts no goroutines and needs no Close.
 type Handler struct {
 	cfg      Config
-	broker   *broker.Broker
+	broker   Broker
 	log      *slog.Logger
 	snaps    atomic.Pointer[snapCache]
 	icons    icons
@@ -83,7 +84,7 @@ var _ http.Handler = (*Handler)(nil)
 
 // New returns a Handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Broker == nil {
+	if b, ok := cfg.Broker.(*broker.Broker); cfg.Broker == nil || ok && b == nil {
 		return nil, errors.New("nfuse: Config.Broker is required")
 	}
 	if cfg.MaxBodyBytes <= 0 {

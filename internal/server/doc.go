@@ -1,8 +1,16 @@
-// Package server assembles an all-in-one usher site from a Config: the
-// data directory and its embedded site DB, the broker, the REST, admin
-// and VDA APIs, the NFuse XML service, Prometheus metrics, the index page
-// and, on request, the demo site and simulated VDAs. It parses no flags:
-// `usher serve`, `usher bench` and tests turn their inputs into a Config
-// and start a site the same way. It is the one package that imports every
-// adapter; nothing imports it but commands and tests.
+// Package server assembles one broker of an usher site from a Config
+// (Open, Run, Close): the site DB (the data directory's embedded SQLite,
+// or PostgreSQL for a site of several brokers) behind the Local Host
+// Cache and its zone leader (lhc, lhc/peer), the broker and its VDA
+// control client, the site's LDAP or AD directory, the REST, admin and
+// VDA APIs, the NFuse XML service (over net/http or the hot path), the
+// portal and console, Prometheus metrics, TLS, network boot (boot,
+// boothttp, the image store) and, on request, the demo site and simulated
+// VDAs. It parses no flags: `usher serve`, `usher broker`, `usher bench`
+// and tests turn their inputs into a Config and start a site the same
+// way.
+//
+// It assembles the site role only: the block roles (usher stream,
+// target and hostcache) are wired in cmd/usher. Only cmd/usher and the
+// package's own tests import it.
 package server

@@ -366,7 +366,7 @@ func (z *zoneOfTwo) load(h *bench.History, urlA func() string) (stop func()) {
 
 // delegating reports whether broker b hands its brokering to a.
 func (z *zoneOfTwo) delegating() bool {
-	leader, elsewhere := z.b.Broker().Delegate()
+	leader, elsewhere := z.b.Broker().Leader()
 	return elsewhere && leader == "lhc-a"
 }
 
@@ -528,7 +528,7 @@ func TestZoneLeaderSilentForAMoment(t *testing.T) {
 	}
 	start := time.Now()
 	waitFor(t, 10*time.Second, "broker b leading once a has been silent", func() bool {
-		_, elsewhere := z.b.Broker().Delegate()
+		_, elsewhere := z.b.Broker().Leader()
 		return !elsewhere
 	})
 	if took := time.Since(start); took < 2*time.Second {
@@ -583,7 +583,7 @@ func TestZoneLeaderKilled(t *testing.T) {
 	mu.Unlock()
 	h.Mark(killedAt)
 	waitFor(t, 10*time.Second, "broker b leading the zone", func() bool {
-		_, elsewhere := z.b.Broker().Delegate()
+		_, elsewhere := z.b.Broker().Leader()
 		return !elsewhere
 	})
 	waitFor(t, 15*time.Second, "a launch at the new leader", func() bool {

@@ -146,7 +146,7 @@ func TestPeerStrangerAtLeadersAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "broker b leading once a stopped", func() bool {
-		_, elsewhere := z.b.Broker().Delegate()
+		_, elsewhere := z.b.Broker().Leader()
 		return !elsewhere
 	})
 
@@ -162,7 +162,7 @@ func TestPeerStrangerAtLeadersAddress(t *testing.T) {
 	var delegated atomic.Bool
 	serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.add(r)
-		if leader, elsewhere := z.b.Broker().Delegate(); elsewhere && leader == "lhc-a" {
+		if leader, elsewhere := z.b.Broker().Leader(); elsewhere && leader == "lhc-a" {
 			delegated.Store(true)
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -346,7 +346,7 @@ func TestPeerStaleRecordNotCandidate(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "broker b handing its zone to a", z.delegating)
 	waitFor(t, 30*time.Second, "broker b handing its sessions to a", z.b.HandedOver)
-	if leader, elsewhere := z.a.Broker().Delegate(); elsewhere {
+	if leader, elsewhere := z.a.Broker().Leader(); elsewhere {
 		t.Errorf("broker a hands its zone to %q", leader)
 	}
 	if n := asked.Load(); n != 0 {

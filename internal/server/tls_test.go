@@ -352,7 +352,7 @@ func TestZoneLeaderOverTLS(t *testing.T) {
 	}
 	cs.wan.Cut()
 	waitFor(t, 30*time.Second, "broker b handing its zone to a over https", func() bool {
-		leader, elsewhere := b.Broker().Delegate()
+		leader, elsewhere := b.Broker().Leader()
 		return elsewhere && leader == "lhc-a"
 	})
 	waitFor(t, 30*time.Second, "broker b handing its sessions to a over https", b.HandedOver)

@@ -24,7 +24,7 @@
 // simulated clients that arrive after a logon delay and simulated users
 // who log off after a session length.
 //
-// It imports vdaproto and tlsconf, and no broker package. Only cmd/usher,
+// It imports vdaproto, tlsconf and atomicfile, and no broker package. Only cmd/usher,
 // internal/server (for simulated VDAs) and tests import it; the broker
 // reaches VDAs through the wire protocol alone (broker/vdacontrol).
 package vda

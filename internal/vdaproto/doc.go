@@ -46,6 +46,7 @@
 // The package holds only the messages, paths, codes and TicketHash; it
 // imports no other usher package. Its users are the adapters on either
 // side of the wire: api (the broker's VDA endpoints), vdacontrol (the
-// broker's client for VDAs) and vda (the agent). The broker does not
+// broker's client for VDAs) and vda (the agent), and cmd/usher (usher vda
+// asks a broker for the site's machine names). The broker does not
 // import it: those adapters convert its messages to the broker's types.
 package vdaproto

@@ -9,7 +9,8 @@
 // to the next server, and caches group memberships for a TTL.
 //
 // It is the only package that imports the LDAP library. The assembly
-// (internal/server) and the commands import it; the domain does not.
+// (internal/server), cmd/usher and internal/bench (the directory storm)
+// import it; the domain does not.
 // Metrics reach the outside through the Metrics interface, so that it
 // imports no instrumentation library.
 package ldapauth

@@ -107,6 +107,9 @@ func TestParseName(t *testing.T) {
 		{"win11@x", "win11", 0, true, false},
 		{"win11@", "win11", 0, true, false},
 		{"", "", 0, false, true},
+		{"win11@03", "win11", 0, true, false},
+		{"win11@+3", "win11", 0, true, false},
+		{"win11@-1", "win11", 0, true, false},
 	} {
 		img, n, has, err := export.ParseName(tt.in)
 		if img != tt.img || n != tt.n || has != tt.hasVersion || (err == nil) != tt.ok {

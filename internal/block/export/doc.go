@@ -7,6 +7,6 @@
 // version, its one private-mode writer; and each version's table of
 // block digests (block/digest) as IMAGE@VERSION/digests, for host caches.
 //
-// export imports block, its layers and block/nbd; cmd/usher and
-// blockbench import it.
+// export imports block, its layers and block/nbd; cmd/usher, blockbench
+// and internal/bench (its layer names) import it.
 package export

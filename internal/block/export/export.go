@@ -96,11 +96,13 @@ func Name(img string, n int) string { return fmt.Sprintf("%s@%d", img, n) }
 
 // ParseName splits an export name into its image and version; a name
 // without "@" (IMAGE) has no version, and means the image's production
-// version. It fails when the version is not a number.
+// version. It fails when the version is not a number as Name writes it
+// (decimal digits, no sign, no leading zero), so that an export has one
+// name: a name it accepts is Name(img, n).
 func ParseName(name string) (img string, n int, hasVersion bool, err error) {
 	img, ver, hasVersion := strings.Cut(name, "@")
 	if hasVersion {
-		if n, err = strconv.Atoi(ver); err != nil {
+		if n, err = strconv.Atoi(ver); err != nil || strconv.Itoa(n) != ver || n < 0 {
 			return img, 0, true, fmt.Errorf("version %q", ver)
 		}
 	}

@@ -16,6 +16,7 @@
 // version N's table of digests (digest.Table's wire form).
 //
 // image imports block, block/digest and block/writecache (deltas are
-// overlays), never nbd or the other layers; cmd/usher, block/export and
-// blockbench import it.
+// overlays), never nbd or the other layers; cmd/usher, block/export,
+// blockbench, internal/bench, the boot server (boot/boothttp) and
+// internal/server import it.
 package image

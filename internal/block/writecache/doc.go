@@ -3,5 +3,7 @@
 // (on the server's disk or the device's disk), device RAM with a fixed
 // budget, and device RAM with overflow to a local file written in large
 // sequential segments. A target only ever sees its own writes. It imports
-// block and meter; the export stack, commands and blockbench import it.
+// block and meter; block/image (a version's delta is an overlay), the
+// exports (block/export, block/hostexport), cmd/usher and blockbench
+// import it.
 package writecache

@@ -6,6 +6,6 @@
 // section; names, labels and meanings are part of usher's interface.
 //
 // It imports the broker and site domain packages and Prometheus. Only the
-// code that assembles a site (cmd/usher) imports it; the broker itself
+// code that assembles a site (internal/server) and tests import it; the broker itself
 // knows only the broker.Observer interface.
 package brokerprom

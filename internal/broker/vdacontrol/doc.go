@@ -4,6 +4,6 @@
 // broker's domain types into wire messages; a Prepare's ticket goes out
 // only as its hash.
 //
-// It imports broker and vdaproto. Only the code that assembles a site
-// (cmd/usher) and tests that run real VDAs import it.
+// It imports broker, vdaproto and tlsconf. Only the code that assembles a
+// site (internal/server) and tests that run real VDAs import it.
 package vdacontrol

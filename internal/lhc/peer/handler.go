@@ -121,7 +121,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refused(w, r, op, t, err)
 		return
 	}
-	out, err := h.serve(broker.Here(r.Context()), t, body)
+	out, err := h.serve(broker.DelegatedContext(r.Context()), t, body)
 	if err != nil {
 		code := site.ErrorCode(err)
 		if code == site.EInternal {

@@ -186,7 +186,7 @@ func (z *Leader) elect(ctx context.Context) {
 		// come here, and a leader found again later is handed this
 		// broker's sessions anew.
 		z.log.Warn("the zone's leader stopped answering", "leader", was, "for", LeaderLost)
-		z.cfg.LHC.Rebuild()
+		z.cfg.LHC.HoldNewSessions()
 		z.mu.Lock()
 		z.told = ""
 		z.mu.Unlock()

@@ -60,5 +60,6 @@
 //
 // Only the assembly (internal/server, cmd/usher) and tests open a Store;
 // everything else sees a site.Store. It imports the domain (site) and pgx,
-// which no other package imports but the test helper internal/pgtest.
+// which no other package imports but internal/pgadmin (the benches' and
+// tests' administration of a PostgreSQL server) and internal/pgtest.
 package pgstore
