@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -219,11 +220,7 @@ func (s *Store) save(im Image) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path(im.Name, "image.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path(im.Name, "image.json"))
+	return atomicfile.WriteFile(s.path(im.Name, "image.json"), b, 0o600)
 }
 
 // Get returns the image name.
