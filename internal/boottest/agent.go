@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/atomicfile"
 )
 
 // agents memoises BuildAgent within a test binary.
@@ -38,7 +40,8 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 		os.Remove(tmp)
 		return "", fmt.Errorf("boottest: build the boot agent: %v\n%s", err, b)
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := atomicfile.Replace(tmp, out); err != nil {
+		os.Remove(tmp)
 		return "", fmt.Errorf("boottest: boot agent: %w", err)
 	}
 	return out, nil
