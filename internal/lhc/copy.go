@@ -60,7 +60,7 @@ func readState(ctx context.Context, db site.Store) (*siteState, error) {
 		if st.statuses, err = tx.MachineStatuses(ctx); err != nil {
 			return err
 		}
-		if cl, ok := tx.(site.CredentialLister); ok {
+		if cl, ok := site.TxAs[site.CredentialLister](tx); ok {
 			if st.credentials, err = cl.MachineCredentials(ctx); err != nil {
 				return err
 			}
@@ -109,7 +109,7 @@ func writeCopy(ctx context.Context, tmp string, st *siteState, log *slog.Logger)
 		}
 	}()
 	return db.Update(ctx, func(tx site.Tx) error {
-		if b, ok := tx.(site.BulkWriter); ok {
+		if b, ok := site.TxAs[site.BulkWriter](tx); ok {
 			b.WriteInBulk()
 		}
 		if _, err := site.ApplyConfig(ctx, tx, st.config, false); err != nil {
