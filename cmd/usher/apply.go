@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"text/tabwriter"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/server"
@@ -139,7 +140,7 @@ func (m *Main) export(ctx context.Context, args []string) error {
 		_, err := m.Stdout.Write(buf.Bytes())
 		return err
 	}
-	return writeFileAtomic(*out, buf.Bytes(), 0o600)
+	return atomicfile.WriteFile(*out, buf.Bytes(), 0o600)
 }
 
 // siteDBMode says what openSiteDB does when the data directory holds no
@@ -217,28 +218,6 @@ func (d *siteDB) Close() error {
 		d.cleanup()
 	}
 	return err
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path, so a reader never sees half a file.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 const adminUsage = `SUBCOMMAND [flags]

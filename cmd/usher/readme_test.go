@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/benchkit"
 )
 
 // TestREADME runs every shell block of README.md, in order, as a new user
@@ -284,14 +286,14 @@ func leaf(pid int) int {
 	}
 }
 
+// freePort is benchkit.FreePort for a test, as a string.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := benchkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(port)
 }
 
 func tail(s string, n int) string {

@@ -18,6 +18,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/metricname"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -135,14 +137,15 @@ type RefusalFigures struct {
 	NoCapacity int64 `json:"no_capacity"`
 }
 
-// The metrics the dashboard reads.
+// The metrics the dashboard reads, named as the packages that register
+// them name them.
 const (
-	metricMachines     = "usher_machines"
-	metricSessions     = "usher_sessions"
-	metricTransactions = "usher_broker_transactions_total"
-	metricDuration     = "usher_broker_transaction_duration_seconds"
-	metricRefused      = "usher_broker_refused_transactions_total"
-	metricOutage       = "usher_lhc_outage"
+	metricMachines     = metricname.Machines
+	metricSessions     = metricname.Sessions
+	metricTransactions = metricname.BrokerTransactions
+	metricDuration     = metricname.BrokerTransactionDuration
+	metricRefused      = metricname.BrokerRefusedTransactions
+	metricOutage       = metricname.LHCOutage
 )
 
 // registerDashboard adds the dashboard's figures, as a document and as a
@@ -451,8 +454,8 @@ func readFigures(all []series) (Dashboard, reading) {
 		n := int(math.Round(s.value))
 		switch s.name {
 		case metricMachines:
-			z := zone(s.labels["zone"])
-			switch s.labels["state"] {
+			z := zone(s.labels[metricname.Zone])
+			switch s.labels[metricname.State] {
 			case "registered":
 				z.Machines.Registered += n
 				fig.Machines.Registered += n
@@ -464,8 +467,8 @@ func readFigures(all []series) (Dashboard, reading) {
 				fig.Machines.Maintenance += n
 			}
 		case metricSessions:
-			z := zone(s.labels["zone"])
-			switch site.SessionState(s.labels["state"]) {
+			z := zone(s.labels[metricname.Zone])
+			switch site.SessionState(s.labels[metricname.State]) {
 			case site.SessionActive:
 				z.Sessions.Active += n
 				fig.Sessions.Active += n
@@ -477,20 +480,20 @@ func readFigures(all []series) (Dashboard, reading) {
 				fig.Sessions.Pending += n
 			}
 		case metricTransactions:
-			switch s.labels["operation"] {
-			case "launch":
+			switch s.labels[metricname.Operation] {
+			case broker.OpLaunch:
 				r.launches += s.value
-				if s.labels["result"] == site.ENoCapacity {
+				if s.labels[metricname.Result] == site.ENoCapacity {
 					r.noCapacity += s.value
 				}
-			case "enumerate":
+			case broker.OpEnumerate:
 				r.enumerations += s.value
 			}
 		case metricDuration:
-			switch s.labels["operation"] {
-			case "launch":
+			switch s.labels[metricname.Operation] {
+			case broker.OpLaunch:
 				r.launchTimes = s.hist
-			case "enumerate":
+			case broker.OpEnumerate:
 				r.enumerationTimes = s.hist
 			}
 		case metricRefused:

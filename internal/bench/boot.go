@@ -385,13 +385,15 @@ func (b *bootBench) progress(format string, args ...any) {
 // its VM.
 type bootVM struct {
 	name   string
-	target *bootProc
-	cpu    benchkit.Meter
-	cpu0   benchkit.Usage
-	disk   string // what QEMU opens
-	qmp    string
-	out    BootTarget
-	err    error
+	target *benchkit.Proc
+	// metrics is its target's /metrics address.
+	metrics string
+	cpu     benchkit.Meter
+	cpu0    benchkit.Usage
+	disk    string // what QEMU opens
+	qmp     string
+	out     BootTarget
+	err     error
 }
 
 // pass boots n targets at once through mode.
@@ -406,13 +408,13 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 	defer os.RemoveAll(dir)
 	b.progress("%s: %d target(s), mode %s", label, n, mode)
 
-	var stream *bootProc
+	var stream *benchkit.Proc
 	var streamCPU benchkit.Meter
 	var streamCPU0 benchkit.Usage
 	var streamAddr, streamMetrics string
 	if mode != BootLocal {
-		if streamAddr, err = freeTCP(); err == nil {
-			streamMetrics, err = freeTCP()
+		if streamAddr, err = benchkit.FreeAddr(); err == nil {
+			streamMetrics, err = benchkit.FreeAddr()
 		}
 		if err != nil {
 			return m, err
@@ -425,15 +427,15 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 		if stream, err = startBootProc(ctx, "usher stream", b.cfg.Self, args, "tcp", streamAddr, streamMetrics); err != nil {
 			return m, err
 		}
-		defer stream.kill()
-		streamCPU = stream.cpu()
+		defer stream.Kill()
+		streamCPU = stream.CPU()
 	}
 
 	vms := make([]*bootVM, n)
 	defer func() {
 		for _, v := range vms {
 			if v != nil && v.target != nil {
-				v.target.kill()
+				v.target.Kill()
 			}
 		}
 	}()
@@ -447,12 +449,11 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 			v.disk = "nbd://" + streamAddr + "/" + bootImage
 		default:
 			sock := filepath.Join(dir, fmt.Sprintf("target-%d.sock", i+1))
-			metrics, err := freeTCP()
-			if err != nil {
+			if v.metrics, err = benchkit.FreeAddr(); err != nil {
 				return m, err
 			}
 			args := []string{"target", "--upstream", "nbd://" + streamAddr + "/" + bootImage, "--listen", "unix:" + sock,
-				"--metrics-listen", metrics, "--log-level", "warn"}
+				"--metrics-listen", v.metrics, "--log-level", "warn"}
 			switch mode {
 			case BootRAM:
 				args = append(args, "--cache", "ram", "--ram", strconv.FormatInt(b.cfg.RAM, 10))
@@ -466,10 +467,10 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 					"--overflow", filepath.Join(dir, fmt.Sprintf("overflow-%d.bin", i+1)))
 				m.Budget = budget
 			}
-			if v.target, err = startBootProc(ctx, "usher target "+v.name, b.cfg.Self, args, "unix", sock, metrics); err != nil {
+			if v.target, err = startBootProc(ctx, "usher target "+v.name, b.cfg.Self, args, "unix", sock, v.metrics); err != nil {
 				return m, err
 			}
-			v.cpu = v.target.cpu()
+			v.cpu = v.target.CPU()
 			v.disk = "nbd+unix:///?socket=" + sock
 		}
 	}
@@ -521,7 +522,7 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 		if v.target == nil {
 			continue
 		}
-		layers, err := scrapeLayers(ctx, v.target.metrics)
+		layers, err := scrapeLayers(ctx, v.metrics)
 		if err != nil {
 			return m, err
 		}
@@ -556,14 +557,14 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 	}
 	for _, v := range vms {
 		if v.target != nil {
-			if err := v.target.stop(); err != nil {
+			if err := v.target.Stop(); err != nil {
 				return m, err
 			}
 		}
 		m.Targets = append(m.Targets, v.out)
 	}
 	if stream != nil {
-		if err := stream.stop(); err != nil {
+		if err := stream.Stop(); err != nil {
 			return m, err
 		}
 	}

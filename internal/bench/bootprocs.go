@@ -10,131 +10,29 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
+	"github.com/usher-vdi/usher/internal/metricname"
 )
 
 // The boot bench's helpers: the usher processes it starts (usher stream,
 // usher target), their meters on /metrics, and the QEMU monitor (QMP)
 // that gives each VM's own disk counters.
 
-// bootProc is an usher process of the boot bench.
-type bootProc struct {
-	name    string
-	metrics string // its /metrics address
-	cmd     *exec.Cmd
-	out     *lastBytes
-	exited  chan struct{}
-}
-
-// lastBytes keeps the last bytes a process wrote, for its errors.
-type lastBytes struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lastBytes) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	if len(l.b) > 8<<10 {
-		l.b = append(l.b[:0], l.b[len(l.b)-8<<10:]...)
-	}
-	return len(p), nil
-}
-
-func (l *lastBytes) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(string(l.b))
-}
-
-// startBootProc starts self with args and waits until it accepts
-// connections at dial ("tcp" or "unix" address) and serves /metrics.
-func startBootProc(ctx context.Context, name string, self, args []string, network, addr, metrics string) (*bootProc, error) {
-	argv := append(append([]string{}, self...), args...)
-	p := &bootProc{name: name, metrics: metrics, out: &lastBytes{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	go func() {
-		p.cmd.Wait()
-		close(p.exited)
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c, err := net.DialTimeout(network, addr, time.Second)
-		if err == nil {
-			c.Close()
-			if _, err := scrapeLayers(ctx, metrics); err == nil {
-				return p, nil
-			}
-		}
-		select {
-		case <-p.exited:
-			return nil, fmt.Errorf("%s exited before listening (%s): %s", name, p.cmd.ProcessState, p.out)
-		case <-ctx.Done():
-			p.kill()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("%s did not listen at %s in a minute: %s", name, addr, p.out)
-		}
-	}
-}
-
-// cpu is a meter of the process's CPU (it and its children).
-func (p *bootProc) cpu() benchkit.Meter { return benchkit.TreeCPU(p.cmd.Process.Pid) }
-
-// stop asks the process to end (SIGTERM) and waits, killing it after
-// 30 s.
-func (p *bootProc) stop() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s had exited (%s): %s", p.name, p.cmd.ProcessState, p.out)
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return fmt.Errorf("%s did not stop in 30 s after SIGTERM; killed", p.name)
-	}
-}
-
-func (p *bootProc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Kill()
-	<-p.exited
-}
-
-// freeTCP returns a loopback address with a port free now.
-func freeTCP() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+// startBootProc starts self with args, an usher process of the boot
+// bench, and waits until it accepts connections at addr (network "tcp"
+// or "unix") and serves /metrics at metrics.
+func startBootProc(ctx context.Context, name string, self, args []string, network, addr, metrics string) (*benchkit.Proc, error) {
+	return benchkit.StartProc(ctx, benchkit.ProcSpec{
+		Name: name, Argv: append(append([]string{}, self...), args...), Network: network, Addr: addr,
+		Ready: func(ctx context.Context) error {
+			_, err := scrapeLayers(ctx, metrics)
+			return err
+		},
+	})
 }
 
 // LayerIO is what a meter counted at one layer: operations and bytes.
@@ -157,77 +55,52 @@ func (l LayerIO) Add(o LayerIO) LayerIO {
 
 var bootMetricsClient = &http.Client{Timeout: 10 * time.Second}
 
-// scrapeLayers reads usher_block_ops_total and usher_block_bytes_total
-// from a /metrics endpoint, by layer.
+// scrapeLayers reads the block meter's counters (metricname.BlockOps
+// and BlockBytes) from a /metrics endpoint, by layer.
 func scrapeLayers(ctx context.Context, addr string) (map[string]LayerIO, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
+	out := map[string]LayerIO{}
+	if err := benchkit.Scrape(ctx, bootMetricsClient, "http://"+addr+"/metrics", func(s benchkit.Sample) { addLayer(out, s) }); err != nil {
 		return nil, err
 	}
-	resp, err := bootMetricsClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
-	}
-	return parseLayers(resp.Body)
+	return out, nil
 }
 
 // parseLayers reads the meter's Prometheus lines into counts by layer.
 func parseLayers(r io.Reader) (map[string]LayerIO, error) {
 	out := map[string]LayerIO{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		var bytes bool
-		var rest string
-		switch {
-		case strings.HasPrefix(line, "usher_block_ops_total{"):
-			rest = line[len("usher_block_ops_total{"):]
-		case strings.HasPrefix(line, "usher_block_bytes_total{"):
-			rest, bytes = line[len("usher_block_bytes_total{"):], true
-		default:
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			return nil, fmt.Errorf("metrics line %q", line)
-		}
-		var layer, op string
-		for _, l := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(l, "=")
-			switch v = strings.Trim(v, `"`); k {
-			case "layer":
-				layer = v
-			case "op":
-				op = v
-			}
-		}
-		f, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		n, c := int64(f), out[layer]
-		switch {
-		case op == "read" && bytes:
-			c.ReadBytes = n
-		case op == "read":
-			c.Reads = n
-		case op == "write" && bytes:
-			c.WriteBytes = n
-		case op == "write":
-			c.Writes = n
-		case op == "zero" && bytes:
-			c.ZeroBytes = n
-		case op == "zero":
-			c.Zeros = n
-		}
-		out[layer] = c
+	if err := benchkit.ParseMetrics(r, func(s benchkit.Sample) { addLayer(out, s) }); err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return out, nil
+}
+
+// addLayer counts s into out when it is one of the block meter's.
+func addLayer(out map[string]LayerIO, s benchkit.Sample) {
+	var bytes bool
+	switch s.Name {
+	case metricname.BlockOps:
+	case metricname.BlockBytes:
+		bytes = true
+	default:
+		return
+	}
+	layer, op := s.Labels[metricname.Layer], s.Labels[metricname.Op]
+	n, c := int64(s.Value), out[layer]
+	switch {
+	case op == "read" && bytes:
+		c.ReadBytes = n
+	case op == "read":
+		c.Reads = n
+	case op == "write" && bytes:
+		c.WriteBytes = n
+	case op == "write":
+		c.Writes = n
+	case op == "zero" && bytes:
+		c.ZeroBytes = n
+	case op == "zero":
+		c.Zeros = n
+	}
+	out[layer] = c
 }
 
 // qmp is a connection to a QEMU monitor (QMP).

@@ -13,6 +13,7 @@ import (
 	"github.com/usher-vdi/usher/internal/benchkit"
 	"github.com/usher-vdi/usher/internal/dirserver"
 	"github.com/usher-vdi/usher/internal/loadgen"
+	"github.com/usher-vdi/usher/internal/metricname"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -270,21 +271,22 @@ func (c directoryCounters) sub(o directoryCounters) (ops, seconds map[ldapauth.O
 // gives counters that are not ok.
 func scrapeDirectory(ctx context.Context, client *http.Client, base string) directoryCounters {
 	c := directoryCounters{ops: map[ldapauth.Op]float64{}, seconds: map[ldapauth.Op]float64{}}
-	c.ok = scrapeMetrics(ctx, client, base, func(name string, v float64) {
-		op := ldapauth.Op(labelValue(name, "op"))
-		switch {
-		case strings.HasPrefix(name, "usher_directory_operations_total{"):
-			c.ops[op] += v
-			if labelValue(name, "result") != string(ldapauth.ResultOK) {
-				c.failed += v
+	err := benchkit.Scrape(ctx, client, base+"/metrics", func(s benchkit.Sample) {
+		op := ldapauth.Op(s.Labels[metricname.Op])
+		switch s.Name {
+		case metricname.DirectoryOperations:
+			c.ops[op] += s.Value
+			if s.Labels[metricname.Result] != string(ldapauth.ResultOK) {
+				c.failed += s.Value
 			}
-		case strings.HasPrefix(name, "usher_directory_operation_duration_seconds_sum{"):
-			c.seconds[op] += v
+		case metricname.DirectoryOperationDuration + "_sum":
+			c.seconds[op] += s.Value
 		}
 	})
-	if !c.ok {
+	if err != nil {
 		return directoryCounters{}
 	}
+	c.ok = true
 	return c
 }
 

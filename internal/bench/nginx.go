@@ -5,15 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/usher-vdi/usher/internal/benchkit"
 )
 
 // DefaultNginx is where Debian installs nginx.
@@ -25,11 +24,9 @@ var ErrNoNginx = errors.New("nginx is not installed")
 // Nginx is an nginx child process serving one file, the yardstick of the
 // enumeration bench: the practical ceiling for answering the same bytes.
 type Nginx struct {
-	URL    string // of the file
-	cmd    *exec.Cmd
-	exited chan error // the result of cmd.Wait
-	dir    string
-	out    bytes.Buffer
+	URL  string // of the file
+	proc *benchkit.Proc
+	dir  string
 }
 
 // NginxTuning sets what an nginx yardstick is given. The zero value is
@@ -95,7 +92,7 @@ func StartTunedNginx(ctx context.Context, binary string, t NginxTuning, urlPath 
 			return nil, err
 		}
 	}
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -103,53 +100,43 @@ func StartTunedNginx(ctx context.Context, binary string, t NginxTuning, urlPath 
 	if err := os.WriteFile(conf, []byte(nginxConfig(binary, dir, www, port, contentType, t)), 0o644); err != nil {
 		return nil, err
 	}
-	n.cmd = exec.Command(binary, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
-	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.out
-	if err := n.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nginx: %w", err)
-	}
-	n.exited = make(chan error, 1)
-	go func() { n.exited <- n.cmd.Wait() }()
 	n.URL = fmt.Sprintf("http://127.0.0.1:%d%s", port, urlPath)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-n.exited:
-			n.cmd = nil
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			return nil, fmt.Errorf("nginx exited (%v): %s%s", err, n.out.String(), log)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		resp, err := http.Get(n.URL)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return n, nil
+	n.proc, err = benchkit.StartProc(ctx, benchkit.ProcSpec{
+		Name: "nginx", Argv: []string{binary, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log")},
+		Addr: fmt.Sprintf("127.0.0.1:%d", port),
+		Ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL, nil)
+			if err != nil {
+				return err
 			}
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("nginx does not answer at %s: %v", n.URL, err)
-		}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET %s: %s", n.URL, resp.Status)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		// nginx tells why in its error log.
+		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		return nil, fmt.Errorf("%w %s", err, bytes.TrimSpace(log))
 	}
+	return n, nil
 }
 
 // Pid is the nginx master's process ID.
-func (n *Nginx) Pid() int { return n.cmd.Process.Pid }
+func (n *Nginx) Pid() int { return n.proc.Pid() }
 
-// Stop ends nginx (SIGTERM, then SIGKILL after 5 s) and removes its
-// directory.
+// Stop ends nginx (SIGTERM, a fast shutdown whose workers go too; then
+// SIGKILL after 30 s) and removes its directory.
 func (n *Nginx) Stop() {
-	if n.cmd != nil {
-		n.cmd.Process.Signal(syscall.SIGTERM) // fast shutdown: workers go too
-		select {
-		case <-n.exited:
-		case <-time.After(5 * time.Second):
-			n.cmd.Process.Kill()
-			<-n.exited
-		}
-		n.cmd = nil
+	if n.proc != nil {
+		n.proc.Stop()
+		n.proc = nil
 	}
 	os.RemoveAll(n.dir)
 }
@@ -195,13 +182,4 @@ func nginxConfig(binary, dir, www string, port int, contentType string, t NginxT
 	fmt.Fprintf(&b, "  server {\n    listen 127.0.0.1:%d%s;\n    root %s;\n", port, sndbuf, www)
 	b.WriteString("    location / { error_page 405 =200 $uri; }\n  }\n}\n")
 	return b.String()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

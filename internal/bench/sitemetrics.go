@@ -1,11 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"github.com/usher-vdi/usher/internal/benchkit"
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/metricname"
 )
 
 // siteCounters are what a site's /metrics say about its VDAs and
@@ -35,66 +36,23 @@ func (c siteCounters) Sub(o siteCounters) siteCounters {
 // gives counters that are not ok.
 func scrapeSite(ctx context.Context, client *http.Client, base string) siteCounters {
 	c := siteCounters{}
-	c.ok = scrapeMetrics(ctx, client, base, func(name string, v float64) {
-		switch {
-		case strings.HasPrefix(name, `usher_broker_transactions_total{`) && strings.Contains(name, `operation="register"`):
-			c.registrations += v
-		case name == "usher_broker_reconnections_total":
-			c.reconnects += v
-		case strings.HasPrefix(name, `usher_machines{`) && strings.Contains(name, `state="registered"`):
-			c.registered += v // summed over zone
+	err := benchkit.Scrape(ctx, client, base+"/metrics", func(s benchkit.Sample) {
+		switch s.Name {
+		case metricname.BrokerTransactions:
+			if s.Labels[metricname.Operation] == broker.OpRegister {
+				c.registrations += s.Value
+			}
+		case metricname.BrokerReconnections:
+			c.reconnects += s.Value
+		case metricname.Machines:
+			if s.Labels[metricname.State] == "registered" {
+				c.registered += s.Value // summed over zone
+			}
 		}
 	})
-	if !c.ok {
+	if err != nil {
 		return siteCounters{}
 	}
+	c.ok = true
 	return c
-}
-
-// scrapeMetrics reads the site's /metrics and gives each sample's
-// name{labels} and value to visit. It reports whether the whole page was
-// read: false when the site does not serve it (visit may have seen part
-// of it then).
-func scrapeMetrics(ctx context.Context, client *http.Client, base string, visit func(sample string, v float64)) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			visit(line[:i], v)
-		}
-	}
-	return sc.Err() == nil
-}
-
-// labelValue returns the value of label key in a Prometheus sample's
-// name{labels}, "" when it has none. Values with escaped quotes are not
-// told apart (the site's labels have none).
-func labelValue(sample, key string) string {
-	_, labels, ok := strings.Cut(sample, "{")
-	if !ok {
-		return ""
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
-		if k, v, ok := strings.Cut(l, "="); ok && k == key {
-			return strings.Trim(v, `"`)
-		}
-	}
-	return ""
 }

@@ -123,8 +123,8 @@ func TestPinServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tid, list := range allowedByTask(t) {
-		if list != cpuList(p.Server) {
-			t.Errorf("thread %s allowed on %s, want %s", tid, list, cpuList(p.Server))
+		if list != CPUList(p.Server) {
+			t.Errorf("thread %s allowed on %s, want %s", tid, list, CPUList(p.Server))
 		}
 	}
 	restore()

@@ -16,8 +16,8 @@ import (
 func Command(p Plan, name string, args ...string) (cmd *exec.Cmd, note string) {
 	if p.Pinned() {
 		if ts, err := exec.LookPath("taskset"); err == nil {
-			return exec.Command(ts, append([]string{"-c", cpuList(p.Client), name}, args...)...),
-				fmt.Sprintf("%s in its own process on CPU %s", filepath.Base(name), cpuList(p.Client))
+			return exec.Command(ts, append([]string{"-c", CPUList(p.Client), name}, args...)...),
+				fmt.Sprintf("%s in its own process on CPU %s", filepath.Base(name), CPUList(p.Client))
 		}
 	}
 	return exec.Command(name, args...), filepath.Base(name) + " in its own process, not pinned"

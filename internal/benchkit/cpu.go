@@ -49,10 +49,11 @@ func (p Plan) String() string {
 	if !p.Pinned() {
 		return "not pinned (one CPU)"
 	}
-	return fmt.Sprintf("client on CPU %s, servers on CPU %s", cpuList(p.Client), cpuList(p.Server))
+	return fmt.Sprintf("client on CPU %s, servers on CPU %s", CPUList(p.Client), CPUList(p.Server))
 }
 
-func cpuList(cpus []int) string {
+// CPUList is cpus as taskset and messages write them: "1,2,3".
+func CPUList(cpus []int) string {
 	s := make([]string, len(cpus))
 	for i, c := range cpus {
 		s[i] = strconv.Itoa(c)
@@ -95,7 +96,7 @@ func (p Plan) PinServer() (restore func(), err error) {
 	}
 	if err := apply(&set); err != nil {
 		apply(&old)
-		return nil, fmt.Errorf("pin to CPU %s: %w", cpuList(cpus), err)
+		return nil, fmt.Errorf("pin to CPU %s: %w", CPUList(cpus), err)
 	}
 	procs := runtime.GOMAXPROCS(len(cpus))
 	return func() {

@@ -10,8 +10,11 @@
 //     operation where a throughput ratio would say nothing;
 //   - the client's ceiling is calibrated in the same run against a server
 //     that does no work, and a figure near that ceiling is client-bound and
-//     gets no ratio (Compare).
+//     gets no ratio (Compare);
+//   - the servers a bench starts (nbdkit, usher) are started, waited
+//     for, stopped and killed one way (StartProc, Proc), on ports found one
+//     way (FreePort, FreeAddr), and their /metrics are read one way
+//     (Scrape, ParseMetrics).
 //
-// It starts no server itself: the benches start theirs (nginx, nbdkit,
-// usher) and hand their figures here.
+// Only the benches and their commands import it.
 package benchkit

@@ -352,7 +352,7 @@ func RunHostcache(ctx context.Context, cfg HostcacheConfig) (*HostcacheResult, e
 	}
 	client := "usher bench hostcache-vms in its own process, not pinned"
 	if b.plan.Pinned() {
-		client = "usher bench hostcache-vms in its own process on CPU " + cpuList(b.plan.Client)
+		client = "usher bench hostcache-vms in its own process on CPU " + benchkit.CPUList(b.plan.Client)
 	}
 	b.res = &HostcacheResult{Hosts: cfg.Hosts, VMs: cfg.VMs, Scale: cfg.Scale, Workload: DefaultWorkload(), Steady: cfg.Steady.String(),
 		BootDepth: cfg.BootDepth, ImageSize: b.l.size, BootSet: b.l.bootSet, CacheSize: b.cfg.CacheSize, Seed003: Seed003,
@@ -384,7 +384,7 @@ func (b *hcBench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer b.stream.kill()
+	defer b.stream.Kill()
 
 	seedBase := b.cfg.Seed * 1000
 	coldSeed, warmSeed, persistSeed := seedBase+1, seedBase+2, seedBase+3
@@ -409,7 +409,7 @@ func (b *hcBench) run(ctx context.Context) error {
 	defer func() {
 		for _, h := range hosts {
 			if h != nil {
-				h.kill()
+				h.Kill()
 			}
 		}
 	}()
@@ -434,7 +434,7 @@ func (b *hcBench) run(ctx context.Context) error {
 	b.progress("restarting the %d host caches on their directories", len(hosts))
 	for h, p := range hosts {
 		hosts[h] = nil
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			return fmt.Errorf("stop host %d: %w", h, err)
 		}
 		if hosts[h], err = b.startHost(ctx, h); err != nil {
@@ -456,11 +456,11 @@ func (b *hcBench) run(ctx context.Context) error {
 	defer func() {
 		for _, vs := range cows {
 			for _, c := range vs {
-				c.kill()
+				c.Kill()
 			}
 		}
 		for _, c := range caches {
-			c.kill()
+			c.Kill()
 		}
 	}()
 	if b.cfg.Nbdkit == "" {
@@ -489,7 +489,7 @@ func (b *hcBench) run(ctx context.Context) error {
 		stopCows := func() {
 			for _, vs := range cows {
 				for _, c := range vs {
-					c.kill()
+					c.Kill()
 				}
 			}
 			cows = nil
@@ -538,11 +538,11 @@ func (b *hcBench) path(name string) string { return filepath.Join(b.cfg.Dir, nam
 
 // twoAddrs returns two free loopback addresses.
 func twoAddrs() (string, string, error) {
-	p1, err := freePort()
+	p1, err := benchkit.FreePort()
 	if err != nil {
 		return "", "", err
 	}
-	p2, err := freePort()
+	p2, err := benchkit.FreePort()
 	if err != nil {
 		return "", "", err
 	}
@@ -599,7 +599,7 @@ func (b *hcBench) startHost(ctx context.Context, h int) (*proc, error) {
 
 // nbdkitArgs starts an nbdkit command line on a free loopback port.
 func (b *hcBench) nbdkitArgs() ([]string, string, error) {
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return nil, "", err
 	}
@@ -746,7 +746,7 @@ func serverMeters(procs ...*proc) func() (benchkit.Usage, error) {
 	return func() (benchkit.Usage, error) {
 		var u benchkit.Usage
 		for _, p := range procs {
-			x, err := benchkit.TreeCPU(p.pid())()
+			x, err := benchkit.TreeCPU(p.Pid())()
 			if err != nil {
 				return u, err
 			}
@@ -787,7 +787,7 @@ func (b *hcBench) pass(ctx context.Context, name, setup string, seed uint64, vms
 	if err != nil {
 		return err
 	}
-	errOut := &tail{max: 8 << 10}
+	errOut := &benchkit.Tail{}
 	cmd.Stderr = errOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -883,7 +883,7 @@ func (b *hcBench) pass(ctx context.Context, name, setup string, seed uint64, vms
 		return fail(err)
 	}
 	for _, s := range servers {
-		if err := s.alive(); err != nil {
+		if err := s.Alive(); err != nil {
 			return fail(err)
 		}
 	}
@@ -924,14 +924,14 @@ func (b *hcBench) compareReads(ctx context.Context, host, cache *proc) (*NBDTest
 		NbdkitServer: fmt.Sprintf("nbdkit --filter=cache nbd (cache-on-read=true, cache-min-block-size=64K, -t %d)", nbdkitThreads)}
 	var u, k, c []NBDRun
 	for round := 1; round <= b.cfg.Rounds; round++ {
-		r, err := runFio(ctx, cfg, "usher", usherURI, args, benchkit.TreeCPU(host.pid()))
+		r, err := runFio(ctx, cfg, "usher", usherURI, args, benchkit.TreeCPU(host.Pid()))
 		if err != nil {
 			return nil, fmt.Errorf("usher round %d: %w", round, err)
 		}
 		r.Round = round
 		u, t.Runs = append(u, r), append(t.Runs, r)
 		b.progress("4 KiB reads round %d: usher  %8.0f IOPS", round, r.IOPS)
-		if r, err = runFio(ctx, cfg, "nbdkit", nbdkitURI, args, benchkit.TreeCPU(cache.pid())); err != nil {
+		if r, err = runFio(ctx, cfg, "nbdkit", nbdkitURI, args, benchkit.TreeCPU(cache.Pid())); err != nil {
 			return nil, fmt.Errorf("nbdkit round %d: %w", round, err)
 		}
 		r.Round = round

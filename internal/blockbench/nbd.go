@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -403,69 +402,22 @@ func runNbdkit(ctx context.Context, cfg NBDConfig, raw string, cow bool, cowArgs
 // servers' CPUs, and fio once against it, metering nbdkit's CPU when
 // meter is set.
 func startNbdkit(ctx context.Context, cfg NBDConfig, server string, a, args []string, meter bool) (NBDRun, error) {
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return NBDRun{}, err
 	}
-	a = append([]string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}, a...)
-	name := cfg.Nbdkit
-	if len(cfg.plan.Server) > 0 {
-		if ts, err := exec.LookPath("taskset"); err == nil {
-			name, a = ts, append([]string{"-c", cpuList(cfg.plan.Server), cfg.Nbdkit}, a...)
-		}
-	}
-	cmd := exec.CommandContext(ctx, name, a...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	a = append([]string{cfg.Nbdkit, "-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", strconv.Itoa(port)}, a...)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := benchkit.StartProc(ctx, benchkit.ProcSpec{Name: "nbdkit", Argv: a, CPUs: cfg.plan.Server, Addr: addr})
+	if err != nil {
 		return NBDRun{}, err
 	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
-		return NBDRun{}, fmt.Errorf("nbdkit did not listen: %w: %s", err, stderr.String())
-	}
+	defer p.Kill()
 	var m benchkit.Meter
 	if meter {
-		m = benchkit.TreeCPU(cmd.Process.Pid)
+		m = p.CPU()
 	}
 	return runFio(ctx, cfg, server, "nbd://"+addr+"/", args, m)
-}
-
-func cpuList(cpus []int) string {
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitListening(ctx context.Context, addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type fioOutput struct {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
@@ -169,19 +170,7 @@ func (d *Dir) SetEnrolmentSecret(secret string) (path string, err error) {
 	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == secret {
 		return path, nil
 	}
-	tmp, err := os.CreateTemp(d.path, "."+EnrolmentSecretFile+".*")
-	if err != nil {
-		return path, fmt.Errorf("write enrolment secret: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(secret + "\n")
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		return path, fmt.Errorf("write enrolment secret: %w", err)
 	}
 	return path, nil

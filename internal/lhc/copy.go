@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 )
@@ -60,7 +60,7 @@ func readState(ctx context.Context, db site.Store) (*siteState, error) {
 		if st.statuses, err = tx.MachineStatuses(ctx); err != nil {
 			return err
 		}
-		if cl, ok := tx.(site.CredentialLister); ok {
+		if cl, ok := site.TxAs[site.CredentialLister](tx); ok {
 			if st.credentials, err = cl.MachineCredentials(ctx); err != nil {
 				return err
 			}
@@ -87,8 +87,8 @@ func readState(ctx context.Context, db site.Store) (*siteState, error) {
 	return st, nil
 }
 
-// writeCopy writes st into a new copy at tmp, synced: renamed over the
-// last copy (replace) once whole, it leaves the last good one in place
+// writeCopy writes st into a new copy at tmp: put over the last copy
+// (replace, which syncs it) once whole, it leaves the last good one in place
 // until then, wherever it is cut off. It takes seconds on a large site or
 // a loaded machine, so it runs without holding back outage mode, which
 // opens the last copy meanwhile; one runs at a time.
@@ -104,17 +104,12 @@ func writeCopy(ctx context.Context, tmp string, st *siteState, log *slog.Logger)
 		if cerr := db.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("local copy: %w", cerr)
 		}
-		if err == nil {
-			if err = syncFile(tmp); err != nil {
-				err = fmt.Errorf("local copy: %w", err)
-			}
-		}
 		if err != nil {
 			removeCopy(tmp)
 		}
 	}()
 	return db.Update(ctx, func(tx site.Tx) error {
-		if b, ok := tx.(site.BulkWriter); ok {
+		if b, ok := site.TxAs[site.BulkWriter](tx); ok {
 			b.WriteInBulk()
 		}
 		if _, err := site.ApplyConfig(ctx, tx, st.config, false); err != nil {
@@ -168,25 +163,13 @@ func removeCopy(path string) error {
 	return nil
 }
 
-// replace renames tmp, a synced copy, over path and syncs their
-// directory.
+// replace puts tmp, a whole copy that writeCopy wrote, in path's place,
+// durably (atomicfile.Replace).
 func replace(tmp, path string) error {
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("local copy: %w", err)
-	}
-	if err := syncFile(filepath.Dir(path)); err != nil {
+	if err := atomicfile.Replace(tmp, path); err != nil {
 		return fmt.Errorf("local copy: %w", err)
 	}
 	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // copyInfo is what a usable copy holds, read when it is opened.

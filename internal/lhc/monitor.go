@@ -462,7 +462,7 @@ func (s *Store) writeBackFrom(ctx context.Context, db site.Store, local *sqlites
 // tx can (site.SessionUpserter): the sessions it refuses, whose user,
 // resource or machine no longer exists, are logged and left out.
 func (s *Store) upsertSessions(ctx context.Context, tx site.Tx, sessions []site.Session) error {
-	if u, ok := tx.(site.SessionUpserter); ok {
+	if u, ok := site.TxAs[site.SessionUpserter](tx); ok {
 		refused, err := u.UpsertSessions(ctx, sessions)
 		for _, id := range refused {
 			s.log.Error("a session of the outage cannot be written back (its user, resource or machine is gone); left out", "session", id)

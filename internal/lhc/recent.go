@@ -217,12 +217,14 @@ func (t *recordingTx) SetMachineCredential(ctx context.Context, machine string, 
 
 func (t *recordingTx) Sessions() site.Sessions { return recording{t.Tx.Sessions(), t} }
 
-// WriteInBulk passes site.BulkWriter on.
-func (t *recordingTx) WriteInBulk() {
-	if b, ok := t.Tx.(site.BulkWriter); ok {
-		b.WriteInBulk()
-	}
-}
+// Unwrap returns the site DB's transaction, whose optional interfaces
+// (site.BulkWriter, site.CredentialLister) callers find with site.TxAs.
+// Of them, only site.SessionUpserter writes sessions, which the record
+// would miss: nothing upserts through the Store (the write-back upserts
+// on the site DB itself).
+func (t *recordingTx) Unwrap() site.Tx { return t.Tx }
+
+var _ site.TxWrapper = (*recordingTx)(nil)
 
 type recording struct {
 	site.Sessions

@@ -8,6 +8,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/lhc"
+	"github.com/usher-vdi/usher/internal/metricname"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/site/pgstore"
 )
@@ -39,7 +40,7 @@ func registerLHCMetrics(reg prometheus.Registerer, lh *lhc.Store) error {
 		return 0
 	}
 	collectors := []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_lhc_outage",
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricname.LHCOutage,
 			Help: "1 while this broker brokers from its local copy of the site (outage mode), 0 while from the site DB."},
 			func() float64 { return b2f(lh.InOutage()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_lhc_outage_forced",

@@ -472,7 +472,7 @@ func ApplyConfig(ctx context.Context, tx Tx, desired *Config, dryRun bool) (*Pla
 	if dryRun {
 		return plan, nil
 	}
-	if b, ok := tx.(BulkWriter); ok {
+	if b, ok := TxAs[BulkWriter](tx); ok {
 		b.WriteInBulk()
 	}
 	return plan, plan.carryOut(ctx, tx, desired)

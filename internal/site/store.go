@@ -274,6 +274,43 @@ func (a Admin) Validate() error {
 	return nil
 }
 
+// TxWrapper is implemented by a Tx that wraps another to watch or change
+// some of its methods (the Local Host Cache's recording of what a
+// transaction wrote, say) and adds no optional interface of its own.
+// Unwrap returns the wrapped Tx, and TxAs looks through it for the
+// optional interfaces (BulkWriter, CredentialLister, SessionUpserter,
+// LocalCopy) that the wrapper does not implement itself, so that a
+// wrapper keeps every capability of its Tx without forwarding each one by
+// hand, and claims none the Tx lacks.
+//
+// A wrapper that must refuse or see what an optional interface does
+// implements that interface itself, which stops TxAs there; one that
+// refuses writes wholesale (a Tx of the local copy in outage mode) does
+// not implement TxWrapper at all.
+type TxWrapper interface {
+	Tx
+	Unwrap() Tx
+}
+
+// TxAs returns the first Tx in tx's chain (tx, then what each TxWrapper's
+// Unwrap returns) that implements T, as errors.As does for errors. It is
+// how callers ask a Tx for an optional interface; a plain type assertion
+// would miss one under a wrapper.
+func TxAs[T any](tx Tx) (T, bool) {
+	for tx != nil {
+		if t, ok := tx.(T); ok {
+			return t, true
+		}
+		w, ok := tx.(TxWrapper)
+		if !ok {
+			break
+		}
+		tx = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // BulkWriter is a Tx that can pipeline the writes of a large change: from
 // WriteInBulk on, its Creates may go to the database with later
 // statements (thousands to a round trip), their errors returned by a

@@ -88,13 +88,13 @@ func (m *Machine) save() {
 		st.Sessions = append(st.Sessions, ss)
 	}
 	m.mu.Unlock()
-	if err := writeFileAtomic(m.cfg.StateFile, st); err != nil {
+	if err := saveJSON(m.cfg.StateFile, st); err != nil {
 		m.log.Error("save sessions", keyErr, err)
 	}
 }
 
-// writeFileAtomic replaces path with v in JSON.
-func writeFileAtomic(path string, v any) error {
+// saveJSON replaces path with v in JSON (atomicfile).
+func saveJSON(path string, v any) error {
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/usher-vdi/usher/internal/atomicfile"
 )
 
 // BuildAgent builds usher statically linked (CGO_ENABLED=0, stripped)
@@ -29,7 +31,8 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 		os.Remove(tmp)
 		return "", fmt.Errorf("vmrun: build the boot agent: %v\n%s", err, b)
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := atomicfile.Replace(tmp, out); err != nil {
+		os.Remove(tmp)
 		return "", fmt.Errorf("vmrun: boot agent: %w", err)
 	}
 	return out, nil

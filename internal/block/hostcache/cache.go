@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/usher-vdi/usher/internal/atomicfile"
 )
 
 // DefaultBlockSize is the unit a Cache fetches and keeps.
@@ -274,33 +276,25 @@ func (c *Cache) freeSlots() {
 // the caller holds mu or is Open.
 func (c *Cache) compact() error {
 	path := filepath.Join(c.dir, IndexFile)
-	tmp := path + ".new"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("hostcache: %w", err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.Write(header(c.blockSize))
 	n := 0
-	for i, s := range c.slots {
-		if s.state == valid {
-			w.Write(record(i, s))
-			n++
+	// The blocks it names were written before: once durable, it names
+	// only blocks that are.
+	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		if _, err := w.Write(header(c.blockSize)); err != nil {
+			return err
 		}
-	}
-	err = w.Flush()
-	if err == nil {
-		err = f.Sync() // the blocks it names were written before
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
+		for i, s := range c.slots {
+			if s.state == valid {
+				if _, err := w.Write(record(i, s)); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("hostcache: write the index: %w", err)
+		return fmt.Errorf("hostcache: index: %w", err)
 	}
 	if c.index != nil {
 		c.index.Close()

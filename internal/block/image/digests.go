@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -184,39 +184,17 @@ func (s *Store) readTable(im Image, n int) (*digest.Table, string) {
 	return t, ""
 }
 
-// writeTable saves t as version n's table: written to a temporary file,
-// synced, renamed over the real name and the directory synced, so that
-// a crash leaves the old file or the new one, never a part.
+// writeTable saves t as version n's table, atomically (atomicfile): a
+// crash leaves the old file or the new one, never a part.
 func (s *Store) writeTable(name string, n int, t *digest.Table) error {
 	b, err := t.MarshalBinary()
 	if err != nil {
 		return err
 	}
-	path := s.path(name, digestFile(n))
-	f, err := os.CreateTemp(filepath.Dir(path), digestFile(n)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(s.path(name, digestFile(n)), b, 0o600); err != nil {
 		return fmt.Errorf("save digests of version %d: %w", n, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 func clone(t *digest.Table) *digest.Table {

@@ -117,7 +117,8 @@ func TestImportComputesDigests(t *testing.T) {
 	if !digest.IsZero(want.Sums[2], digest.BlockSize) {
 		t.Fatal("the zero block's digest is not the zero digest")
 	}
-	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp*")); len(tmp) > 0 {
+	// atomicfile's temporary files are hidden ones beside the file.
+	if tmp, _ := filepath.Glob(filepath.Join(dir, ".*")); len(tmp) > 0 {
 		t.Fatalf("temporary files left: %v", tmp)
 	}
 }

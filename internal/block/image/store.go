@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/digest"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -219,11 +220,7 @@ func (s *Store) save(im Image) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path(im.Name, "image.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path(im.Name, "image.json"))
+	return atomicfile.WriteFile(s.path(im.Name, "image.json"), b, 0o600)
 }
 
 // Get returns the image name.
@@ -345,7 +342,16 @@ func (s *Store) NewVersion(_ context.Context, name, note string) (Version, error
 		}
 	}
 	v := Version{Number: last.Number + 1, Kind: "delta", Parent: last.Number, State: Maintenance, Created: time.Now().UTC(), Note: note}
-	f, err := os.OpenFile(s.path(name, deltaFile(v.Number)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	// A delta (and its map) left by a NewVersion that crashed before
+	// saving the image is of no version: it goes, else the version
+	// could never be added again.
+	delta := s.path(name, deltaFile(v.Number))
+	for _, f := range []string{delta, delta + ".map"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Version{}, fmt.Errorf("image %q: %w", name, err)
+		}
+	}
+	f, err := os.OpenFile(delta, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return Version{}, err
 	}

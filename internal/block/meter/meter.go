@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-vdi/usher/internal/block"
+	"github.com/usher-vdi/usher/internal/metricname"
 )
 
 // Counters count the I/O at one layer. The zero value is ready; all
@@ -167,8 +168,8 @@ func (r *Registry) Snapshot() map[string]Snapshot {
 }
 
 var (
-	opsDesc   = prometheus.NewDesc("usher_block_ops_total", "Block operations by layer and operation.", []string{"layer", "op"}, nil)
-	bytesDesc = prometheus.NewDesc("usher_block_bytes_total", "Block bytes by layer and operation.", []string{"layer", "op"}, nil)
+	opsDesc   = prometheus.NewDesc(metricname.BlockOps, "Block operations by layer and operation.", []string{metricname.Layer, metricname.Op}, nil)
+	bytesDesc = prometheus.NewDesc(metricname.BlockBytes, "Block bytes by layer and operation.", []string{metricname.Layer, metricname.Op}, nil)
 )
 
 // Describe implements prometheus.Collector.

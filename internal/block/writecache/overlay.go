@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/usher-vdi/usher/internal/atomicfile"
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/meter"
 )
@@ -455,40 +455,12 @@ func (o *Overlay) Flush(context.Context) error {
 		o.dirty.Store(true)
 		return err
 	}
-	if err := writeFileSync(o.path+".map", b); err != nil {
+	if err := atomicfile.WriteFile(o.path+".map", b, 0o600); err != nil {
+		err = mapNoSpace(err)
 		o.dirty.Store(true)
 		return err
 	}
 	return nil
-}
-
-// writeFileSync replaces path with b atomically and durably.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return mapNoSpace(err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Close closes the overlay file (not the base). A non-persistent overlay

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/metricname"
 	"github.com/usher-vdi/usher/internal/site"
 )
 
@@ -84,22 +85,22 @@ func newMetrics() *Metrics {
 		concurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "usher_broker_concurrent_transactions",
 			Help: "Brokering transactions in progress (Citrix: Concurrent Transactions).",
-		}, []string{"operation"}),
+		}, []string{metricname.Operation}),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "usher_broker_transactions_total",
+			Name: metricname.BrokerTransactions,
 			Help: "Brokering transactions completed, by operation and result; rate() gives Citrix's Transactions/sec.",
-		}, []string{"operation", "result"}),
+		}, []string{metricname.Operation, metricname.Result}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "usher_broker_transaction_duration_seconds",
+			Name:    metricname.BrokerTransactionDuration,
 			Help:    "Time to complete a brokering transaction (Citrix: Avg. Transaction Time is sum/count).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"operation"}),
+		}, []string{metricname.Operation}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "usher_broker_reconnections_total",
+			Name: metricname.BrokerReconnections,
 			Help: "Launches that returned a user to an existing session.",
 		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "usher_broker_refused_transactions_total",
+			Name: metricname.BrokerRefusedTransactions,
 			Help: "Transactions refused at once because the broker was at its concurrency bound (answered retry-required).",
 		}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
@@ -116,10 +117,10 @@ func newMetrics() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"request"}),
 		state: &stateCollector{
-			machines: prometheus.NewDesc("usher_machines", "Machines by registration state (registered, unregistered, maintenance) and zone (their catalog's).", []string{"state", "zone"}, nil),
+			machines: prometheus.NewDesc(metricname.Machines, "Machines by registration state (registered, unregistered, maintenance) and zone (their catalog's).", []string{metricname.State, metricname.Zone}, nil),
 			load:     prometheus.NewDesc("usher_machine_load_index", "A machine's load index, 0 idle to 10000 full.", []string{"machine", "delivery_group"}, nil),
 			sessions: prometheus.NewDesc("usher_machine_sessions", "Sessions on a machine, pending ones included.", []string{"machine", "delivery_group"}, nil),
-			byState:  prometheus.NewDesc("usher_sessions", "Live sessions by state (pending, active, disconnected) and zone (their machine's).", []string{"state", "zone"}, nil),
+			byState:  prometheus.NewDesc(metricname.Sessions, "Live sessions by state (pending, active, disconnected) and zone (their machine's).", []string{metricname.State, metricname.Zone}, nil),
 		},
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/atomicfile"
 )
 
 // CA is a certificate authority of a test, whose certificate is in
@@ -118,11 +120,7 @@ func (p Pair) Install(tb testing.TB, certFile, keyFile string) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tmp := c[1] + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.Rename(tmp, c[1]); err != nil {
+		if err := atomicfile.WriteFile(c[1], b, 0o600); err != nil {
 			tb.Fatal(err)
 		}
 	}

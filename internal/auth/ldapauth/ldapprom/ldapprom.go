@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-vdi/usher/internal/auth/ldapauth"
+	"github.com/usher-vdi/usher/internal/metricname"
 )
 
 // Metrics is a directory's metrics. The zero value is not usable: use New.
@@ -31,11 +32,11 @@ var _ ldapauth.Metrics = (*Metrics)(nil)
 func New() *Metrics {
 	return &Metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "usher_directory_operations_total",
+			Name: metricname.DirectoryOperations,
 			Help: "Directory operations by server, kind (dial, service_bind, user_bind, user_search, group_search, root_dse) and result (ok, refused, unavailable, canceled).",
 		}, []string{"server", "op", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "usher_directory_operation_duration_seconds",
+			Name:    metricname.DirectoryOperationDuration,
 			Help:    "How long directory operations took, by server and kind, whatever their result.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"server", "op"}),
