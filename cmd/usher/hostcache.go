@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
@@ -105,10 +104,10 @@ func (m *Main) hostcacheCmd(ctx context.Context, args []string) error {
 	vms := vmFlag{}
 	fs.Var(vms, "vm", "NAME=IMAGE: export NAME serves IMAGE (IMAGE, its production version at each boot, or IMAGE@VERSION); repeat for each VM")
 	writes := fs.String("writes", hostcacherole.WritesLocal, "where VM writes go: local (an overlay under --dir, discarded at each boot) or upstream (the stream's server-side write cache: usher stream --write-cache)")
-	timeout := fs.Duration("upstream-timeout", 30*time.Second, "give up an upstream read after this long and dial again")
+	timeout := fs.Duration("upstream-timeout", hostcacherole.DefaultUpstreamTimeout, "give up an upstream read after this long and dial again")
 	record := fs.String("record-boots", "", "record each VM boot's reads of its image (its first --record-for) in DIR/VM.trace, for 'usher hostcache warm --trace' on other hosts")
-	recordFor := fs.Duration("record-for", 2*time.Minute, "how long of each boot --record-boots records")
-	listen := fs.String("listen", "unix:/run/usher/hostcache.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
+	recordFor := fs.Duration("record-for", hostcacherole.DefaultRecordFor, "how long of each boot --record-boots records")
+	listen := fs.String("listen", hostcacherole.DefaultListen, "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --metrics-tls-cert)")
 	metricsCert := fs.String("metrics-tls-cert", "", "PEM certificate (chain) that --metrics-listen serves TLS with, read again when it changes or on SIGHUP; with --metrics-tls-key")
 	metricsKey := fs.String("metrics-tls-key", "", "PEM private key of --metrics-tls-cert")

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/bytesize"
 	"github.com/usher-vdi/usher/internal/streamrole"
 	"github.com/usher-vdi/usher/internal/tlsconf"
@@ -40,23 +39,23 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	var lf logFlags
 	lf.register(fs)
 	store := fs.String("store", "", "image store directory (required)")
-	listen := fs.String("listen", fmt.Sprintf("127.0.0.1:%d", nbd.DefaultPort), "NBD listen address: host:port or unix:/path")
+	listen := fs.String("listen", streamrole.DefaultListen, "NBD listen address: host:port or unix:/path")
 	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --listen without --tls require, and a non-loopback --metrics-listen without --tls-cert (anyone who reaches them reads every image, or the metrics)")
 	ramCache := fs.String("ram-cache", "1GiB", "server RAM cache of image blocks shared by every target (0 to disable)")
 	writeCache := fs.String("write-cache", "", "directory for per-target server-disk write caches; empty: exports are read-only (targets cache on the device)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --tls-cert)")
-	workers := fs.Int("workers", 16, "requests in progress per connection")
+	workers := fs.Int("workers", streamrole.DefaultWorkers, "requests in progress per connection")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) for NBD_OPT_STARTTLS and the --metrics-listen listener, read again when it changes or on SIGHUP; with --tls-key")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	tlsMode := fs.String("tls", "", "off, on (clients may upgrade with STARTTLS) or require (refuse every option before STARTTLS); default on with --tls-cert, else off")
 	clientCA := fs.String("tls-client-ca", "", "PEM CA certificates that sign the client certificates which authenticate targets and writers")
-	auth := fs.String("auth", "writes", "who needs a verified client certificate: writes (maintenance versions), all (every export), none (nobody)")
+	auth := fs.String("auth", streamrole.AuthWrites, "who needs a verified client certificate: writes (maintenance versions), all (every export), none (nobody)")
 	wcMax := fs.String("write-cache-max", "32GiB", "bytes the server-disk write caches may hold together; a write past it gets ENOSPC")
 	wcMaxTarget := fs.String("write-cache-max-target", "2GiB", "bytes one connection's server-disk write cache may hold")
-	maxConns := fs.Int("max-connections", 1024, "connections served at once; more are closed as they arrive (0: no bound)")
+	maxConns := fs.Int("max-connections", streamrole.DefaultMaxConnections, "connections served at once; more are closed as they arrive (0: no bound)")
 	inFlight := fs.String("max-in-flight", "64MiB", "bytes of requests and replies one connection may hold; past it the server stops reading its requests")
 	totalInFlight := fs.String("max-total-in-flight", "1GiB", "bytes of requests and replies every connection together may hold")
-	writeTimeout := fs.Duration("write-timeout", nbd.DefaultWriteTimeout, "drop a client whose replies cannot be written for this long")
+	writeTimeout := fs.Duration("write-timeout", streamrole.DefaultWriteTimeout, "drop a client whose replies cannot be written for this long")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

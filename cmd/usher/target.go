@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/usher-vdi/usher/internal/bytesize"
 	"github.com/usher-vdi/usher/internal/targetrole"
@@ -20,19 +19,19 @@ func (m *Main) target(ctx context.Context, args []string) error {
 	upstream := fs.String("upstream", "", "upstream export: nbd://HOST[:PORT]/IMAGE or nbd+unix:///IMAGE?socket=PATH, nbds:// or nbds+unix:// for TLS (required)")
 	var tf upstreamTLSFlags
 	tf.register(fs)
-	mode := fs.String("cache", "ram-overflow", "write cache: ram, ram-overflow or disk")
+	mode := fs.String("cache", targetrole.DefaultMode, "write cache: ram, ram-overflow or disk")
 	ramSize := fs.String("ram", "512MiB", "RAM budget of the write cache (ram, ram-overflow)")
 	overflow := fs.String("overflow", "", "overflow file (ram-overflow) or cache file (disk); a missing directory is created (0700); ram-overflow also takes a block device (a local disk, overwritten, its whole size the capacity)")
 	overflowSize := fs.String("overflow-size", "", "overflow file capacity (default: the image size; a block device's is its size)")
 	var persist persistFlag
 	fs.Var(&persist, "persist", "disk mode: keep the cache across restarts while the upstream image version is the same, else discard it and say so; --persist=strict refuses to start instead (default: discard at each start, a new boot)")
-	listen := fs.String("listen", "unix:/run/usher/target.sock", "local NBD endpoint: unix:/path or 127.0.0.1:port")
+	listen := fs.String("listen", targetrole.DefaultListen, "local NBD endpoint: unix:/path or 127.0.0.1:port")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (over TLS with --metrics-tls-cert)")
 	metricsCert := fs.String("metrics-tls-cert", "", "PEM certificate (chain) that --metrics-listen serves TLS with, read again when it changes or on SIGHUP; with --metrics-tls-key")
 	metricsKey := fs.String("metrics-tls-key", "", "PEM private key of --metrics-tls-cert")
 	insecure := fs.Bool("insecure-listen", false, "allow a non-loopback --metrics-listen without --metrics-tls-cert (anyone who reaches it reads the metrics)")
 	ready := fs.String("ready", "", "once the local endpoint serves, create this file (an initramfs waits for it before attaching the root disk)")
-	reconnectWait := fs.Duration("reconnect-wait", 2*time.Minute, "how long a read waits for a lost upstream to come back (the stream restarting) before the device gets an I/O error")
+	reconnectWait := fs.Duration("reconnect-wait", targetrole.DefaultReconnectWait, "how long a read waits for a lost upstream to come back (the stream restarting) before the device gets an I/O error")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

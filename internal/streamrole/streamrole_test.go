@@ -6,8 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +168,13 @@ func TestStreamServes(t *testing.T) {
 				t.Fatal("Run did not return after its context ended")
 			}
 		})
+	}
+}
+
+// TestDefaultListenIsNBDsPort: the default address is NBD's port on
+// loopback.
+func TestDefaultListenIsNBDsPort(t *testing.T) {
+	if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(nbd.DefaultPort)); streamrole.DefaultListen != want {
+		t.Fatalf("DefaultListen %s, want %s", streamrole.DefaultListen, want)
 	}
 }
