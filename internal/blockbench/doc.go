@@ -14,7 +14,7 @@
 //     and drives them with the VM load generator (RunVMs).
 //
 // Only cmd/usher and internal/bench import it; it imports the block
-// layers, block/export, block/hostexport and benchkit.
+// layers, block/imageexport, block/hostexport and benchkit.
 //
 // # The write-cache modes
 //

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/loadgen"
 	"github.com/usher-vdi/usher/internal/streamrole"
@@ -284,7 +284,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 // warm reads the image once through an export and once from its raw
 // file, in 1 MiB pieces, so that the rounds start with the caches of a
 // server that has been streaming: usher's RAM cache, the page cache.
-func warm(ctx context.Context, exports *export.Images, raw string) error {
+func warm(ctx context.Context, exports *imageexport.Images, raw string) error {
 	dev, _, err := exports.Open(ctx, "img", "warm-up")
 	if err != nil {
 		return err
@@ -357,7 +357,7 @@ func writeRandomFile(path string, size int64) error {
 }
 
 // runUsher serves exports as usher stream does and runs fio once.
-func runUsher(ctx context.Context, cfg NBDConfig, sc streamrole.Config, exports *export.Images, args []string) (NBDRun, error) {
+func runUsher(ctx context.Context, cfg NBDConfig, sc streamrole.Config, exports *imageexport.Images, args []string) (NBDRun, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return NBDRun{}, err

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/writecache"
 	"github.com/usher-vdi/usher/internal/streamrole"
@@ -200,8 +200,8 @@ type target struct {
 // The device-side modes are the stack usher target builds
 // (targetrole.NewCache); the server-disk mode is the write cache
 // exports give a connection when usher stream has --write-cache
-// (export.Images.WriteCache, with its bounds).
-func newTarget(mode string, exports *export.Images, shared block.Device, dir string, i int, budget int64) (*target, error) {
+// (imageexport.Images.WriteCache, with its bounds).
+func newTarget(mode string, exports *imageexport.Images, shared block.Device, dir string, i int, budget int64) (*target, error) {
 	t := &target{}
 	var wc block.Device
 	if mode == ModeServerDisk {
@@ -329,7 +329,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	if mr.DiskWrites > 0 {
 		mr.Coalescing = float64(mr.Writes4K) / float64(mr.DiskWrites)
 	}
-	img := reg.Snapshot()[export.LayerImage]
+	img := reg.Snapshot()[imageexport.LayerImage]
 	mr.ImageReads = img.Reads
 	if h, m := cache.Hits.Load(), cache.Misses.Load(); h+m > 0 {
 		mr.ServerHitRate = float64(h) / float64(h+m)

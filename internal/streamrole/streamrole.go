@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
@@ -146,7 +146,7 @@ func (c Config) withDefaults() (Config, error) {
 // them (RAM cache, server-disk write caches and their bounds, metered in
 // meters when set), for a caller that serves or opens them itself (a
 // bench). It makes WriteCacheDir. Close it after use.
-func Images(cfg Config, meters *meter.Registry) (*export.Images, error) {
+func Images(cfg Config, meters *meter.Registry) (*imageexport.Images, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -154,13 +154,13 @@ func Images(cfg Config, meters *meter.Registry) (*export.Images, error) {
 	return images(cfg, meters)
 }
 
-func images(cfg Config, meters *meter.Registry) (*export.Images, error) {
+func images(cfg Config, meters *meter.Registry) (*imageexport.Images, error) {
 	if cfg.WriteCacheDir != "" {
 		if err := os.MkdirAll(cfg.WriteCacheDir, 0o700); err != nil {
 			return nil, nbdserve.Field("WriteCacheDir", err)
 		}
 	}
-	exports := &export.Images{Store: cfg.Store, WriteCacheDir: cfg.WriteCacheDir, Meters: meters, Logger: cfg.Logger,
+	exports := &imageexport.Images{Store: cfg.Store, WriteCacheDir: cfg.WriteCacheDir, Meters: meters, Logger: cfg.Logger,
 		WriteCacheMax: cfg.WriteCacheMaxTarget, WriteCacheQuota: writecache.NewQuota(cfg.WriteCacheMax),
 		AllowAnonymousWrites: cfg.Auth == AuthNone, RequireAuth: cfg.Auth == AuthAll}
 	if cfg.RAMCache > 0 {
@@ -187,7 +187,7 @@ func nbdServer(cfg Config, exports nbd.Exporter) *nbd.Server {
 // Stream is a running stream server.
 type Stream struct {
 	cfg     Config
-	exports *export.Images
+	exports *imageexport.Images
 	srv     *nbdserve.Server
 }
 

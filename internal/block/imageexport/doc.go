@@ -9,4 +9,4 @@
 //
 // export imports block, its layers and block/nbd; cmd/usher, blockbench
 // and internal/bench (its layer names) import it.
-package export
+package imageexport
