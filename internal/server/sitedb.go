@@ -36,9 +36,11 @@ func CheckDB(db string) error {
 	return nil
 }
 
-// OpenSiteDB opens a site DB: the PostgreSQL database db names, or, when
-// db is empty, the embedded SQLite file of dir. where names it for logs
-// and messages, never with a password.
+// OpenSiteDB opens a site DB: the PostgreSQL database db names, its pool
+// fitted to the room its server has (pgstore.SizePool: it fails, naming
+// the numbers, when not even the floor fits), or, when db is empty, the
+// embedded SQLite file of dir. where names it for logs and messages,
+// never with a password.
 func OpenSiteDB(ctx context.Context, db string, dir *datadir.Dir, log *slog.Logger) (store site.Store, where string, err error) {
 	if err := CheckDB(db); err != nil {
 		return nil, "", err
@@ -50,9 +52,19 @@ func OpenSiteDB(ctx context.Context, db string, dir *datadir.Dir, log *slog.Logg
 		}
 		return st, dir.SiteDB(), nil
 	}
-	st, err := pgstore.Open(ctx, db, pgstore.Options{Logger: log})
+	// The pool fits what the server has room for (the DSN's
+	// pool_max_conns, else pgstore's default, at most), or the command
+	// stops, saying what to change.
+	pool, room, err := pgstore.SizePool(ctx, db, 0)
 	if err != nil {
 		return nil, "", err // pgstore's errors name the database without its password
+	}
+	if log != nil {
+		log.Info("site DB pool sized", "max_conns", pool, "room", room.Free, "max_connections", room.MaxConnections, "in_use", room.InUse)
+	}
+	st, err := pgstore.Open(ctx, db, pgstore.Options{Logger: log, MaxConns: pool})
+	if err != nil {
+		return nil, "", err
 	}
 	return st, st.Target(), nil
 }
