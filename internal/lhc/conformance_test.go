@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/pgstore"
 	"github.com/usher-vdi/usher/internal/site/sqlitestore"
 	"github.com/usher-vdi/usher/internal/site/storetest"
 )
@@ -35,6 +37,22 @@ func openOver(t *testing.T, primary site.Store, opts Options) *Store {
 func TestConformanceNormal(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) site.Store {
 		db, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "site.db"), sqlitestore.Options{})
+		if err != nil {
+			t.Fatalf("open the site DB: %v", err)
+		}
+		return openOver(t, db, Options{})
+	})
+}
+
+// TestConformanceNormalPostgres runs the suite over the Store in normal
+// mode, serving from a PostgreSQL site DB, as a broker of a PostgreSQL
+// site does.
+func TestConformanceNormalPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite runs over an SQLite site DB in -short")
+	}
+	storetest.Run(t, func(t *testing.T) site.Store {
+		db, err := pgstore.Open(t.Context(), pgtest.DSN(t), pgstore.Options{})
 		if err != nil {
 			t.Fatalf("open the site DB: %v", err)
 		}

@@ -340,10 +340,11 @@ func (s *Store) serve(ctx context.Context, local func(*sqlitestore.Store) error,
 			return err
 		}
 		err = remote(cctx, db)
-		if err != nil && ctx.Err() == nil &&
+		if err != nil && ctx.Err() == nil && !errors.Is(err, site.ErrConnLimit) &&
 			(cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			// Cut off by the probe, or by the call's own bound: the site
-			// DB is not answering.
+			// DB is not answering. (One at its connection limit answers,
+			// busy: its error says so.)
 			return fmt.Errorf("%w (%v)", s.unavailable(), err)
 		}
 		return err

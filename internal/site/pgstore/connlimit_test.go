@@ -216,6 +216,15 @@ func TestConnLimitWaitsForAnotherClient(t *testing.T) {
 		t.Fatalf("the view returned (%v) while the server was at its limit, want it to wait", err)
 	default:
 	}
+	// One whose context ends first fails, saying the database is busy,
+	// not lost.
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = s.View(sctx, func(tx site.Tx) error { _, err := tx.ConfigVersion(sctx); return err })
+	scancel()
+	if !errors.Is(err, site.ErrConnLimit) || !errors.Is(err, context.DeadlineExceeded) || site.ErrorCode(err) != site.EUnavailable {
+		t.Errorf("a view whose context ended while it waited: %v (code %q), want site.ErrConnLimit, its deadline and %s",
+			err, site.ErrorCode(err), site.EUnavailable)
+	}
 	other.Close(ctx) // a connection frees, not the pool's
 	select {
 	case err := <-done:

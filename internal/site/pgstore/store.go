@@ -306,7 +306,7 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	cerr := s.connectErr(err)
 	if tooManyConnections(err) {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", context.Cause(ctx), cerr)
+			return nil, fmt.Errorf("%w: %w: %w", unavailable("at its connection limit: retry shortly"), context.Cause(ctx), cerr)
 		}
 		return nil, fmt.Errorf("%w: %w", unavailable("at its connection limit: retry shortly"), cerr)
 	}
@@ -377,8 +377,8 @@ func (s *Store) awaitSlot(ctx context.Context, refused error) (*pgxpool.Conn, er
 			refused = err
 			wait = min(2*wait, slotRetryMax)
 			next = time.Now().Add(wait/2 + rand.N(wait/2+1))
-		case wctx.Err() != nil && ctx.Err() == nil:
-			return nil, refused // AnswerTimeout ran out
+		case wctx.Err() != nil:
+			return nil, refused // the wait ran out while it tried
 		default:
 			return nil, err
 		}
