@@ -340,10 +340,11 @@ func (s *Store) serve(ctx context.Context, local func(*sqlitestore.Store) error,
 			return err
 		}
 		err = remote(cctx, db)
-		if err != nil && ctx.Err() == nil &&
+		if err != nil && ctx.Err() == nil && !errors.Is(err, site.ErrConnLimit) &&
 			(cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			// Cut off by the probe, or by the call's own bound: the site
-			// DB is not answering.
+			// DB is not answering. (One at its connection limit answers,
+			// busy: its error says so.)
 			return fmt.Errorf("%w (%v)", s.unavailable(), err)
 		}
 		return err
@@ -425,7 +426,7 @@ func (s *Store) drain(limit time.Duration) bool {
 // journals the sessions it wrote in the same transaction.
 func (s *Store) localUpdate(ctx context.Context, local *sqlitestore.Store, fn func(site.Tx) error) error {
 	return local.Update(ctx, func(tx site.Tx) error {
-		ot := &outageTx{Tx: tx, refuse: s.refusal}
+		ot := &outageTx{tx: tx, refuse: s.refusal}
 		if err := fn(ot); err != nil {
 			return err
 		}
@@ -438,7 +439,7 @@ func (s *Store) localUpdate(ctx context.Context, local *sqlitestore.Store, fn fu
 
 func (s *Store) View(ctx context.Context, fn func(site.Tx) error) error {
 	return s.serve(ctx, func(l *sqlitestore.Store) error {
-		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
+		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{tx: tx, refuse: s.refusal}) })
 	}, func(ctx context.Context, db site.Store) error {
 		return db.View(ctx, fn)
 	})
@@ -462,7 +463,7 @@ func (s *Store) Update(ctx context.Context, fn func(site.Tx) error) error {
 
 func (s *Store) ReadOnce(ctx context.Context, fn func(site.Tx) error) error {
 	return s.serve(ctx, func(l *sqlitestore.Store) error {
-		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{Tx: tx, refuse: s.refusal}) })
+		return l.View(ctx, func(tx site.Tx) error { return fn(&outageTx{tx: tx, refuse: s.refusal}) })
 	}, func(ctx context.Context, db site.Store) error {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()

@@ -475,6 +475,15 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.broker = brk
+	if IsPostgres(cfg.DB) {
+		siteDB := func() site.Store { return store }
+		if s.lhc != nil {
+			siteDB = s.lhc.Primary
+		}
+		if err := registerSiteDBMetrics(registry, siteDB); err != nil {
+			return nil, err
+		}
+	}
 	var outage api.Outage
 	if s.lhc != nil {
 		if err := registerLHCMetrics(registry, s.lhc); err != nil {

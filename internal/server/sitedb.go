@@ -50,7 +50,9 @@ type StoreConfig struct {
 	Logger  *slog.Logger // nil: the stores' default
 }
 
-// OpenStore opens the site DB cfg names, for usher serve (through
+// OpenStore opens the site DB cfg names (a PostgreSQL pool fitted to
+// the room its server has: pgstore.SizePool fails, naming the numbers,
+// when not even the floor fits), for usher serve (through
 // Open), the one-shot commands (apply, export, admin) and the benches.
 // where names it for logs and messages, never with a password. A DB
 // that is no PostgreSQL URL or DSN is an error that says what --db
@@ -61,7 +63,17 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (store site.Store, where st
 		if err := CheckDB(cfg.DB); err != nil {
 			return nil, "", err
 		}
-		st, err := pgstore.Open(ctx, cfg.DB, pgstore.Options{Logger: cfg.Logger})
+		// The pool fits what the server has room for (the DSN's
+		// pool_max_conns, else pgstore's default, at most), or the
+		// command stops, saying what to change.
+		pool, room, err := pgstore.SizePool(ctx, cfg.DB, 0)
+		if err != nil {
+			return nil, "", err
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("site DB pool sized", "max_conns", pool, "room", room.Free, "max_connections", room.MaxConnections, "in_use", room.InUse)
+		}
+		st, err := pgstore.Open(ctx, cfg.DB, pgstore.Options{Logger: cfg.Logger, MaxConns: pool})
 		if err != nil {
 			return nil, "", err // pgstore's errors name the database without its password
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -137,11 +138,107 @@ func TestServerAtItsConnectionLimit(t *testing.T) {
 		}
 	}
 
-	// A pool with no connection of its own has nothing to wait for.
+	// A role that may open no connection at all waits out the bound (here
+	// the AnswerTimeout of a context without a deadline), then fails
+	// saying why, with an error that tells a busy database from a lost one.
 	none := limitedRole(t, dsn, 0)
 	start := time.Now()
-	_, err := pgstore.Open(ctx, none, pgstore.Options{})
+	_, err := pgstore.Open(ctx, none, pgstore.Options{AnswerTimeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "53300") || time.Since(start) > 5*time.Second {
-		t.Errorf("open with no connection allowed: %v after %s, want the server's refusal (53300) at once", err, time.Since(start))
+		t.Errorf("open with no connection allowed: %v after %s, want the server's refusal (53300) within the bound", err, time.Since(start))
+	}
+	if !errors.Is(err, site.ErrConnLimit) || site.ErrorCode(err) != site.EUnavailable {
+		t.Errorf("open with no connection allowed: %v (code %q), want site.ErrConnLimit and %s", err, site.ErrorCode(err), site.EUnavailable)
+	}
+}
+
+// TestConnLimitWaitsForAnotherClient: a transaction that needs a new
+// connection from a server at its connection limit, while the pool's only
+// connection is busy, waits and succeeds once another client's connection
+// frees (not the pool's own: that one stays busy), and the refusals are
+// counted; the database is never taken for lost.
+func TestConnLimitWaitsForAnotherClient(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	MustOpen(t, dsn) // migrates the schema the role gets
+	limited := limitedRole(t, dsn, 2)
+	s := MustOpenWith(t, limited, pgstore.Options{MaxConns: 2}) // its migration leaves one connection open
+	other, err := pgx.Connect(ctx, limited)                     // the role's second and last
+	if err != nil {
+		t.Fatalf("the other client's connection: %v", err)
+	}
+	defer other.Close(ctx)
+
+	// The pool's one connection is held by a transaction that waits.
+	holding, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- s.Update(ctx, func(tx site.Tx) error {
+			if _, err := tx.ConfigVersion(ctx); err != nil {
+				return err
+			}
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-held:
+		t.Fatalf("the holding transaction: %v", err)
+	}
+	defer func() { close(release); <-held }()
+
+	before := s.ConnLimitRefusals()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.View(cctx, func(tx site.Tx) error {
+			_, err := tx.ConfigVersion(cctx)
+			return err
+		})
+	}()
+	// The server refuses it: the counter moves, and the call waits.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.ConnLimitRefusals() == before {
+		select {
+		case err := <-done:
+			t.Fatalf("the view returned (%v) before the server refused it a connection", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server refused no connection in 10s: the test tried nothing")
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the view returned (%v) while the server was at its limit, want it to wait", err)
+	default:
+	}
+	// One whose context ends first fails, saying the database is busy,
+	// not lost.
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = s.View(sctx, func(tx site.Tx) error { _, err := tx.ConfigVersion(sctx); return err })
+	scancel()
+	if !errors.Is(err, site.ErrConnLimit) || !errors.Is(err, context.DeadlineExceeded) || site.ErrorCode(err) != site.EUnavailable {
+		t.Errorf("a view whose context ended while it waited: %v (code %q), want site.ErrConnLimit, its deadline and %s",
+			err, site.ErrorCode(err), site.EUnavailable)
+	}
+	other.Close(ctx) // a connection frees, not the pool's
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the view that waited: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the view did not get the freed connection in 20s")
+	}
+	if got := s.ConnLimitRefusals(); got <= before {
+		t.Errorf("ConnLimitRefusals = %d after a refusal, want more than %d", got, before)
+	}
+	// Not taken for lost: the next transaction goes through at once.
+	if err := s.View(ctx, func(tx site.Tx) error { _, err := tx.Settings(ctx); return err }); err != nil {
+		t.Errorf("a view after the wait: %v", err)
 	}
 }

@@ -54,7 +54,15 @@
 //
 // Errors: PostgreSQL errors become site errors (a lost connection, a lock
 // not granted within Options.LockTimeout and a deadlock are EUnavailable);
-// no error or log line carries the DSN's password.
+// no error or log line carries the DSN's password. A server at its
+// connection limit (SQLSTATE 53300: max_connections, or a role's or
+// database's CONNECTION LIMIT) is busy, not lost: a transaction that
+// needs a connection then waits for one (the pool's own, or one another
+// client frees), bounded by its context (by AnswerTimeout when it has no
+// deadline), and the refusals are counted (ConnLimitRefusals); one that
+// waits in vain fails with an EUnavailable error that matches
+// site.ErrConnLimit. (57P03, a server starting, stopping or in recovery,
+// is unavailable.) SizePool fits a pool to what the server has left.
 //
 // It needs PostgreSQL 11 or later; it is tested on 15.
 //

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usher-vdi/usher/internal/site"
 )
 
 // The DSN's password must never reach an error or a log line. pgx's own
@@ -132,6 +134,12 @@ func (e *connectError) Unwrap() error {
 		return nil
 	}
 	return e.pg
+}
+
+// Is makes a refusal for the server's connection limit match
+// site.ErrConnLimit.
+func (e *connectError) Is(target error) bool {
+	return target == site.ErrConnLimit && e.pg != nil && e.pg.Code == codeTooManyConnections
 }
 
 // connectErr describes a failed connection attempt.

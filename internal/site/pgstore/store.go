@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -87,7 +88,8 @@ type Store struct {
 	answerTimeout time.Duration
 	historyKeep   int
 	lost          atomic.Pointer[lostDB] // nil while the database answers
-	warnedFull    atomic.Int64           // when acquireOwn last logged, in Unix nanoseconds
+	warnedFull    atomic.Int64           // when awaitSlot last logged, in Unix nanoseconds
+	connLimit     atomic.Uint64          // ConnLimitRefusals
 
 	mu     sync.Mutex     // orders ending.Add before Close's ending.Wait
 	ending sync.WaitGroup // transactions ending in the background
@@ -279,7 +281,9 @@ func (s *Store) dbErr(ctx context.Context, conn *pgxpool.Conn, err error) error 
 }
 
 // acquire takes a connection from the pool, or fails at once while the
-// database is lost.
+// database is lost. A server at its connection limit is waited for
+// (awaitSlot), never taken for lost; the error of a wait that runs out
+// matches site.ErrConnLimit.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if s.closed.Load() {
 		return nil, errClosed
@@ -292,17 +296,23 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 		return conn, nil
 	}
 	if tooManyConnections(err) {
-		if conn, err = s.acquireOwn(ctx, err); err == nil {
+		if conn, err = s.awaitSlot(ctx, err); err == nil {
 			return conn, nil
 		}
 	}
 	if s.closed.Load() {
 		return nil, errClosed
 	}
+	cerr := s.connectErr(err)
+	if tooManyConnections(err) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w: %w", unavailable("at its connection limit: retry shortly"), context.Cause(ctx), cerr)
+		}
+		return nil, fmt.Errorf("%w: %w", unavailable("at its connection limit: retry shortly"), cerr)
+	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: connect to %s: %s", context.Cause(ctx), s.target, s.scrub(err))
 	}
-	cerr := s.connectErr(err)
 	if timedOut(err) {
 		// A refusal comes at once; a database that does not answer
 		// would keep every transaction waiting for the connect timeout.
@@ -311,61 +321,86 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	return nil, fmt.Errorf("%w: %w", unavailable("unavailable"), cerr)
 }
 
-// ownPoll is how often acquireOwn looks for a connection of the pool's
-// own to come free.
-const ownPoll = 2 * time.Millisecond
+// ownPoll is how often awaitSlot looks for a connection of the pool's
+// own to come free; slotRetryMin and slotRetryMax bound the wait between
+// its attempts at a new connection, which doubles from one to the next.
+const (
+	ownPoll      = 2 * time.Millisecond
+	slotRetryMin = 10 * time.Millisecond
+	slotRetryMax = 250 * time.Millisecond
+)
 
-// acquireOwn waits for one of the pool's own connections when the server
-// refused a new one for being at its connection limit (max_connections,
-// or the role's or database's CONNECTION LIMIT): the pool's connections
-// come free in moments, so a busy server is waited for, as long as for
-// an answer, rather than taken for unavailable. A pool without a
-// connection has nothing to wait for. It polls the pool, not the server:
-// each connection attempt costs the server a process. It returns the
-// refusal when no connection comes free in time.
-func (s *Store) acquireOwn(ctx context.Context, refused error) (*pgxpool.Conn, error) {
-	if s.pool.Stat().TotalConns() == 0 {
-		return nil, refused
-	}
+// awaitSlot waits for a connection when the server refused a new one for
+// being at its connection limit (max_connections, or the role's or the
+// database's CONNECTION LIMIT): the database answers and is busy, and
+// connections, the pool's own or other clients', come free in moments.
+// It takes one of the pool's own as soon as one is idle, and tries a new
+// one now and then (each attempt costs the server a process, so they
+// back off from slotRetryMin to slotRetryMax), until ctx ends, or, for a
+// ctx without a deadline, for AnswerTimeout. It returns the last refusal
+// when no connection came, or the error of an attempt that failed
+// otherwise. Every refusal counts in ConnLimitRefusals.
+func (s *Store) awaitSlot(ctx context.Context, refused error) (*pgxpool.Conn, error) {
+	s.connLimit.Add(1)
 	if last := s.warnedFull.Load(); time.Since(time.Unix(0, last)) > time.Minute &&
 		s.warnedFull.CompareAndSwap(last, time.Now().UnixNano()) {
-		s.log.Warn("site database refuses new connections (at its connection limit): transactions wait for the open ones",
+		s.log.Warn("site database refuses new connections (at its connection limit): transactions wait for a connection",
 			logKeyDatabase, s.target, "open", s.pool.Stat().TotalConns(), logKeyError, s.connectErr(refused))
 	}
-	deadline := time.Now().Add(s.answerTimeout)
+	wctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, s.answerTimeout)
+		defer cancel()
+	}
+	wait := slotRetryMin
+	next := time.Now().Add(wait)
 	tick := time.NewTicker(ownPoll)
 	defer tick.Stop()
-	for time.Now().Before(deadline) {
+	for {
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 			return nil, refused
 		case <-s.stop:
 			return nil, refused
 		case <-tick.C:
 		}
-		st := s.pool.Stat()
-		if st.TotalConns() == 0 {
-			return nil, refused
-		}
-		if st.IdleConns() == 0 {
+		if s.pool.Stat().IdleConns() == 0 && time.Now().Before(next) {
 			continue
 		}
-		conn, err := s.pool.Acquire(ctx)
-		if err == nil {
+		conn, err := s.pool.Acquire(wctx)
+		switch {
+		case err == nil:
 			return conn, nil
-		}
-		if !tooManyConnections(err) {
+		case tooManyConnections(err):
+			s.connLimit.Add(1)
+			refused = err
+			wait = min(2*wait, slotRetryMax)
+			next = time.Now().Add(wait/2 + rand.N(wait/2+1))
+		case wctx.Err() != nil:
+			return nil, refused // the wait ran out while it tried
+		default:
 			return nil, err
 		}
 	}
-	return nil, refused
 }
+
+// ConnLimitRefusals counts the connections the server refused the Store
+// for being at its connection limit since Open: what the assembly
+// exports as usher_sitedb_conn_limit_total.
+func (s *Store) ConnLimitRefusals() uint64 { return s.connLimit.Load() }
+
+// codeTooManyConnections is the SQLSTATE of a server, role or database
+// at its connection limit. (57P03, cannot_connect_now, is a server
+// starting, stopping or in recovery: unavailable, not busy. 53400,
+// configuration_limit_exceeded, is no connection limit.)
+const codeTooManyConnections = "53300"
 
 // tooManyConnections reports whether err is the server's refusal of a
 // connection for being at its limit (SQLSTATE 53300).
 func tooManyConnections(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "53300"
+	return errors.As(err, &pg) && pg.Code == codeTooManyConnections
 }
 
 // timedOut reports whether err is a wait that ran out of time.

@@ -106,7 +106,7 @@ func base() *site.Config {
 func openBase(t *testing.T, open func(*testing.T) site.Store) site.Store {
 	t.Helper()
 	s := open(t)
-	update(t, s, func(ctx context.Context, tx site.Tx) error { return createAll(ctx, tx, base()) })
+	setUp(t, s, func(ctx context.Context, tx site.Tx) error { return createAll(ctx, tx, base()) })
 	return s
 }
 

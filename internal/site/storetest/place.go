@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -168,6 +169,7 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 	t.Run("AssignsADesktopOnce", func(t *testing.T) {
 		t.Parallel()
 		s, p := placer(t)
+		notOnCopy(t, s, copyAssignsNothing)
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			return tx.Machines().Create(ctx, site.Machine{Name: "vdi3", Catalog: "vdi-cat", Address: "10.0.1.3:1494", MaxSessions: 1})
 		})
@@ -271,7 +273,10 @@ func testPlace(t *testing.T, open func(*testing.T) site.Store) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				s, p := placer(t)
-				update(t, s, func(ctx context.Context, tx site.Tx) error {
+				if slices.ContainsFunc(c.candidates, func(c site.Candidate) bool { return c.Assign }) {
+					notOnCopy(t, s, copyAssignsNothing)
+				}
+				setUp(t, s, func(ctx context.Context, tx site.Tx) error {
 					for _, m := range []string{"vdi3", "vdi4"} {
 						if err := tx.Machines().Create(ctx, site.Machine{Name: m, Catalog: "vdi-cat", Address: "10.0.1.9:1494", MaxSessions: 1}); err != nil {
 							return err

@@ -114,6 +114,7 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 	})
 
 	t.Run("ConfigUpdateKeepsStatus", func(t *testing.T) {
+		notOnCopy(t, s, copyRefusesConfig)
 		want := site.MachineStatus{Registration: site.Registered, LastHeartbeat: ms(2025, 1, 1, 0, 0, 0, 1, nil), LoadIndex: 1234, Usage: site.Usage{Sessions: 5, CPUPercent: 50, MemoryPercent: 60}}
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.SetMachineStatus(ctx, "spare1", want) })
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
@@ -129,6 +130,7 @@ func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
 	})
 
 	t.Run("DeletedMachineHasNoStatus", func(t *testing.T) {
+		notOnCopy(t, s, copyRefusesConfig)
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			if err := tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered}); err != nil {
 				return err
@@ -270,7 +272,7 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 				}
 				return nil
 			})
-			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, sess.ID) })
+			setUp(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, sess.ID) })
 		})
 
 		t.Run("UpdateReplacesTheSession", func(t *testing.T) {
@@ -296,11 +298,23 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 				wantMessage(t, tx.Sessions().Update(ctx, ghost), site.ENotFound, `"s-ghost"`)
 				return tx.Sessions().Delete(ctx, "s-ghost")
 			})
+			if onCopy(s) {
+				wantCode(t, err, site.ESiteDBUnavailable) // copyDeletesNothing
+				return
+			}
 			wantMessage(t, err, site.ENotFound, `"s-ghost"`)
 		})
 
 		t.Run("DeleteRemovesTheSession", func(t *testing.T) {
-			update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, "s-pending") })
+			if onCopy(s) {
+				// copyDeletesNothing: the delete is refused, and the
+				// fixture goes as the site DB's copy would lose it.
+				err := try(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, "s-pending") })
+				wantCode(t, err, site.ESiteDBUnavailable)
+				setUp(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, "s-pending") })
+			} else {
+				update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Sessions().Delete(ctx, "s-pending") })
+			}
 			view(t, s, func(ctx context.Context, tx site.Tx) error {
 				_, err := tx.Sessions().Get(ctx, "s-pending")
 				wantCode(t, err, site.ENotFound)
@@ -386,6 +400,7 @@ func testSessions(t *testing.T, open func(*testing.T) site.Store) {
 	t.Run("SessionsOutliveTheirConfiguration", func(t *testing.T) {
 		t.Parallel()
 		s := openBase(t, open)
+		notOnCopy(t, s, copyRefusesConfig)
 		sess := site.Session{ID: "history", User: "temp-user", Resource: "temp-app", DeliveryGroup: "temp-dg", Machine: "temp-vda", State: site.SessionActive}
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			if err := tx.Users().Create(ctx, site.User{Name: "temp-user"}); err != nil {
@@ -529,6 +544,7 @@ func testMachineCredential(t *testing.T, open func(*testing.T) site.Store) {
 	})
 
 	t.Run("StatusAndConfigWritesKeepIt", func(t *testing.T) {
+		notOnCopy(t, s, copyRefusesConfig)
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			if err := tx.SetMachineStatus(ctx, "app1", site.MachineStatus{Registration: site.Registered}); err != nil {
 				return err
@@ -561,6 +577,7 @@ func testMachineCredential(t *testing.T, open func(*testing.T) site.Store) {
 	})
 
 	t.Run("ARecreatedMachineStartsWithNone", func(t *testing.T) {
+		notOnCopy(t, s, copyRefusesConfig)
 		update(t, s, func(ctx context.Context, tx site.Tx) error { return tx.Machines().Delete(ctx, "app1") })
 		update(t, s, func(ctx context.Context, tx site.Tx) error {
 			return tx.Machines().Create(ctx, site.Machine{Name: "app1", Catalog: "apps-cat", Address: "10.0.0.1:1494"})

@@ -18,41 +18,120 @@ import (
 // in parallel, each on its own store.
 func Run(t *testing.T, open func(t *testing.T) site.Store) {
 	t.Helper()
+	RunWith(t, open, Capabilities{})
+}
+
+// Capabilities tell the suite how much of the contract a store under test
+// holds. The zero value is the whole of it, which every site DB holds.
+type Capabilities struct {
+	// Seed makes the store a copy of a site, as the Local Host Cache in
+	// outage mode serves: one whose configuration, admins and secrets
+	// are written by whoever copies the site (Seed, which writes fn's
+	// changes into the copy as the copy's maker would), not through the
+	// store, which refuses them, and which holds no change history nor
+	// users' preferences. The suite then seeds its fixtures with Seed and
+	// runs only the parts of the contract a copy holds (the runtime
+	// state: machine statuses and credentials, sessions, placements,
+	// session reports, heartbeats, lock-outs, brokers); each other part
+	// is skipped, saying why.
+	Seed func(ctx context.Context, s site.Store, fn func(site.Tx) error) error
+}
+
+// Reasons a part of the contract does not hold on a copy of a site.
+const (
+	copyRefusesConfig  = "a copy of a site refuses configuration writes, which are the site DB's alone (its fixtures are seeded; what it refuses, lhc's TestOutageTxFailsClosed checks)"
+	copyRefusesSecrets = "a copy of a site refuses secret writes, which are the site DB's alone"
+	copyHasNoHistory   = "a copy of a site holds no change history: it refuses its reads and writes"
+	copyHasNoPrefs     = "a copy of a site holds no users' preferences (every user has NoPreferences) and refuses their writes"
+	copyHasNoBoots     = "a copy of a site refuses configuration writes (targets) and holds no boot log"
+	copyDeletesNothing = "a copy of a site refuses deleting a machine (a configuration write), and sessions are never deleted from it"
+	copyAssignsNothing = "a copy of a site makes no new assignment (a configuration write): the launch is refused"
+)
+
+// RunWith runs the conformance suite over a store that holds the part of
+// the contract caps says, as Run does.
+func RunWith(t *testing.T, open func(t *testing.T) site.Store, caps Capabilities) {
+	t.Helper()
 	suites := []struct {
 		name string
 		run  func(*testing.T, func(*testing.T) site.Store)
+		// notOnCopy is why the part does not hold on a copy of a site
+		// (Capabilities.Seed), "" when it does.
+		notOnCopy string
 	}{
-		{"Collections", testCollections},
-		{"AccountNames", testAccountNames},
-		{"References", testReferences},
-		{"ResourceNamespace", testResourceNamespace},
-		{"Paging", testPaging},
-		{"Transactions", testTransactions},
-		{"ConfigVersion", testConfigVersion},
-		{"ConfigChanges", testConfigChanges},
-		{"ChangeHistory", testChangeHistory},
-		{"Preferences", testPreferences},
-		{"Settings", testSettings},
-		{"Directory", testDirectory},
-		{"MachineStatus", testMachineStatus},
-		{"Sessions", testSessions},
-		{"DeleteMachineWithSessions", testDeleteMachineWithSessions},
-		{"MachineCredential", testMachineCredential},
-		{"Config", testConfig},
-		{"Concurrency", testConcurrency},
-		{"Place", testPlace},
-		{"Secrets", testSecrets},
-		{"Brokers", testBrokers},
-		{"Lockout", testLockout},
-		{"ChangeSessions", testChangeSessions},
-		{"RecordHeartbeats", testRecordHeartbeats},
-		{"Targets", testTargets},
+		{"Collections", testCollections, copyRefusesConfig},
+		{"AccountNames", testAccountNames, copyRefusesConfig},
+		{"References", testReferences, copyRefusesConfig},
+		{"ResourceNamespace", testResourceNamespace, copyRefusesConfig},
+		{"Paging", testPaging, copyRefusesConfig},
+		{"Transactions", testTransactions, copyRefusesConfig},
+		{"ConfigVersion", testConfigVersion, copyRefusesConfig},
+		{"ConfigChanges", testConfigChanges, copyRefusesConfig},
+		{"ChangeHistory", testChangeHistory, copyHasNoHistory},
+		{"Preferences", testPreferences, copyHasNoPrefs},
+		{"Settings", testSettings, copyRefusesConfig},
+		{"Directory", testDirectory, copyRefusesConfig},
+		{"MachineStatus", testMachineStatus, ""},
+		{"Sessions", testSessions, ""},
+		{"DeleteMachineWithSessions", testDeleteMachineWithSessions, copyDeletesNothing},
+		{"MachineCredential", testMachineCredential, ""},
+		{"Config", testConfig, copyRefusesConfig},
+		{"Concurrency", testConcurrency, copyRefusesConfig},
+		{"Place", testPlace, ""},
+		{"Secrets", testSecrets, copyRefusesSecrets},
+		{"Brokers", testBrokers, ""},
+		{"Lockout", testLockout, ""},
+		{"ChangeSessions", testChangeSessions, ""},
+		{"RecordHeartbeats", testRecordHeartbeats, ""},
+		{"Targets", testTargets, copyHasNoBoots},
+	}
+	if caps.Seed != nil {
+		inner := open
+		open = func(t *testing.T) site.Store { return seeded{inner(t), caps.Seed} }
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
+			if caps.Seed != nil && s.notOnCopy != "" {
+				t.Skip(s.notOnCopy)
+			}
 			s.run(t, open)
 		})
 	}
+}
+
+// seeded is a store under test that is a copy of a site, with the Seed
+// that writes its fixtures.
+type seeded struct {
+	site.Store
+	seed func(ctx context.Context, s site.Store, fn func(site.Tx) error) error
+}
+
+// onCopy reports whether s is a copy of a site (Capabilities.Seed).
+func onCopy(s site.Store) bool {
+	_, ok := s.(seeded)
+	return ok
+}
+
+// notOnCopy skips t, saying why, when s is a copy of a site.
+func notOnCopy(t *testing.T, s site.Store, why string) {
+	t.Helper()
+	if onCopy(s) {
+		t.Skip(why)
+	}
+}
+
+// setUp writes a subtest's fixtures: through Seed on a copy of a site,
+// else in an Update, failing the test on an error.
+func setUp(t *testing.T, s site.Store, fn func(ctx context.Context, tx site.Tx) error) {
+	t.Helper()
+	ctx := t.Context()
+	if c, ok := s.(seeded); ok {
+		if err := c.seed(ctx, c.Store, func(tx site.Tx) error { return fn(ctx, tx) }); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		return
+	}
+	update(t, s, fn)
 }
 
 // errTest is what test transactions return to roll back.
