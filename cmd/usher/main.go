@@ -7,9 +7,10 @@
 // image`) and the benches and load generator (`usher bench`, `usher
 // load`). Run `usher help` for the list.
 //
-// It turns flags into the Config of internal/server for the site roles;
-// the block roles are still wired here (stream.go, target.go,
-// hostcache.go). Nothing imports it.
+// It turns flags into Configs: internal/server's for the site roles,
+// internal/streamrole's, internal/targetrole's and internal/hostcacherole's
+// for the block roles; it assembles no adapter itself
+// (internal/layout_test.go keeps that true). Nothing imports it.
 package main
 
 import (

@@ -10,7 +10,9 @@
 // and tests turn their inputs into a Config and start a site the same
 // way.
 //
-// It assembles the site role only: the block roles (usher stream,
-// target and hostcache) are wired in cmd/usher. Only cmd/usher and the
-// package's own tests import it.
+// It assembles the site role only, and opens site DBs for the one-shot
+// commands and the benches (OpenStore, ApplySite); the block roles (usher
+// stream, target and hostcache) have assemblies of their own
+// (internal/streamrole, internal/targetrole, internal/hostcacherole).
+// Only cmd/usher and tests import it.
 package server
