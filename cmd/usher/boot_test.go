@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-vdi/usher/internal/block/export"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/boottest"
 )
 
@@ -175,11 +175,11 @@ func TestBootThroughUsher(t *testing.T) {
 		t.Parallel()
 		// Two boots: the first one's writes vanish with its connection.
 		for i := range 2 {
-			before := layerCounters(t, streamMetrics, export.LayerWriteDisk)
+			before := layerCounters(t, streamMetrics, imageexport.LayerWriteDisk)
 			r := boottest.Boot(t, boottest.VMOptions{Name: "server-disk", Image: img, Disk: upstream, WriteMB: writeMB})
 			logBoot(t, r)
 			checkFirstBoot(t, r, writeMB)
-			d := layerCounters(t, streamMetrics, export.LayerWriteDisk)
+			d := layerCounters(t, streamMetrics, imageexport.LayerWriteDisk)
 			t.Logf("boot %d: server-disk write cache %d writes (%d MiB)", i+1, d.writes-before.writes, d.writeMiB-before.writeMiB)
 			if d.writes == before.writes {
 				t.Errorf("boot %d: no writes reached the server-disk write cache", i+1)
@@ -229,7 +229,7 @@ func TestBootThroughUsher(t *testing.T) {
 		if got := fileSum(t, filepath.Join(store, "golden", "v0.raw")); got != sum {
 			t.Errorf("the image's version 0 changed under the boots: digest %s, was %s", got, sum)
 		}
-		if p := layerCounters(t, streamMetrics, export.LayerPrivate); p.writes != 0 {
+		if p := layerCounters(t, streamMetrics, imageexport.LayerPrivate); p.writes != 0 {
 			t.Errorf("%d writes reached the image (private layer)", p.writes)
 		}
 	})
@@ -258,7 +258,7 @@ func TestBootPrivateAndPromote(t *testing.T) {
 	if got, want := second.Marker, "boot="+first.BootID; got != want {
 		t.Fatalf("the second private-mode boot found marker %q; want the first boot's %q", got, want)
 	}
-	p := layerCounters(t, metrics, export.LayerPrivate)
+	p := layerCounters(t, metrics, imageexport.LayerPrivate)
 	t.Logf("private mode: %d writes (%d MiB) into version 1", p.writes, p.writeMiB)
 	if p.writes == 0 {
 		t.Error("no private-mode writes reached the version")

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/boot/ext4boot"
 )
 
@@ -104,7 +104,7 @@ Modes ('usher stream' picks one from the version's state; there is no flag):
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s\n", a[1], v.Number, v.Parent, export.Name(a[1], v.Number))
+		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s\n", a[1], v.Number, v.Parent, imageexport.Name(a[1], v.Number))
 	case "promote", "merge":
 		n, err := version(a[2])
 		if err != nil {

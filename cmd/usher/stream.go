@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/usher-vdi/usher/internal/block/export"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
@@ -145,7 +145,7 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 		}
 	}
 	var reg meter.Registry
-	exports := &export.Images{Store: st, WriteCacheDir: *writeCache, Meters: &reg, Logger: log,
+	exports := &imageexport.Images{Store: st, WriteCacheDir: *writeCache, Meters: &reg, Logger: log,
 		WriteCacheMax: wcTarget, WriteCacheQuota: writecache.NewQuota(wcTotal),
 		AllowAnonymousWrites: *auth == "none", RequireAuth: *auth == "all"}
 	if *auth == "writes" && *clientCA == "" {

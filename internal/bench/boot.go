@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/blockbench"
 	"github.com/usher-vdi/usher/internal/boottest"
 )
@@ -539,10 +539,10 @@ func (b *bootBench) pass(ctx context.Context, mode string, n int, label string) 
 		if err != nil {
 			return m, err
 		}
-		recv, store, private := layers[export.LayerRAMCache], layers[export.LayerImage], layers[export.LayerPrivate]
+		recv, store, private := layers[imageexport.LayerRAMCache], layers[imageexport.LayerImage], layers[imageexport.LayerPrivate]
 		m.StreamReceived, m.StoreReads, m.Private = &recv, &store, &private
 		if mode == BootServerDisk {
-			sd := layers[export.LayerWriteDisk]
+			sd := layers[imageexport.LayerWriteDisk]
 			m.ServerDisk = &sd
 		}
 		u, err := streamCPU()

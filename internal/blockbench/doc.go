@@ -14,7 +14,7 @@
 //     and drives them with the VM load generator (RunVMs).
 //
 // Only cmd/usher and internal/bench import it; it imports the block
-// layers, block/export, block/hostexport and benchkit.
+// layers, block/imageexport, block/hostexport and benchkit.
 //
 // # The write-cache modes
 //
@@ -27,7 +27,7 @@
 //	ram-overflow-small   device RAM with overflow, budget a quarter of the working set
 //	device-disk          a sparse overlay on the device's disk (usher target --cache disk)
 //
-// The layers are the real ones (the image store served by export.Images,
+// The layers are the real ones (the image store served by imageexport.Images,
 // its meters and server RAM cache, then a writecache layer), but the
 // write cache over each export is built here (newTarget), not by the code
 // of usher target: the overlays are opened with writecache.OpenOverlay,

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 )
 
@@ -445,7 +445,7 @@ func (b *hcBench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.res.RestartReads = after.op(export.LayerWriteDisk, "read") - before.op(export.LayerWriteDisk, "read")
+	b.res.RestartReads = after.op(imageexport.LayerWriteDisk, "read") - before.op(imageexport.LayerWriteDisk, "read")
 	if err := b.pass(ctx, "persist", "the daemons stopped and started again on their cache directories, the VMs booted a third time", persistSeed, via(), hosts, nil); err != nil {
 		return err
 	}
@@ -650,9 +650,9 @@ func (b *hcBench) readCentral(ctx context.Context) (centralReading, error) {
 	if err != nil {
 		return centralReading{}, fmt.Errorf("the stream's metrics: %w", err)
 	}
-	return centralReading{at: time.Now(), reads: m.op(export.LayerWriteDisk, "read"),
-		writes: m.op(export.LayerWriteDisk, "write") + m.op(export.LayerWriteDisk, "zero") + m.op(export.LayerWriteDisk, "trim"),
-		image:  m.op(export.LayerImage, "read")}, nil
+	return centralReading{at: time.Now(), reads: m.op(imageexport.LayerWriteDisk, "read"),
+		writes: m.op(imageexport.LayerWriteDisk, "write") + m.op(imageexport.LayerWriteDisk, "zero") + m.op(imageexport.LayerWriteDisk, "trim"),
+		image:  m.op(imageexport.LayerImage, "read")}, nil
 }
 
 // sampler measures the central storage's I/O from its start to its

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
@@ -197,7 +197,7 @@ func runMeasuredMode(ctx context.Context, cfg MeasuredConfig, plan benchkit.Plan
 	}
 	defer os.RemoveAll(dir)
 	var reg meter.Registry
-	exports := &export.Images{Store: st, Cache: ramcache.New(cfg.ServerCache, 0), Meters: &reg}
+	exports := &imageexport.Images{Store: st, Cache: ramcache.New(cfg.ServerCache, 0), Meters: &reg}
 	defer exports.Close()
 	devs := nbd.Devices{}
 	var targets []*target
@@ -315,7 +315,7 @@ func runMeasuredMode(ctx context.Context, cfg MeasuredConfig, plan benchkit.Plan
 			m.DiskWriteBytes += d.WriteBytes
 		}
 	}
-	m.ImageReads = reg.Snapshot()[export.LayerImage].Reads
+	m.ImageReads = reg.Snapshot()[imageexport.LayerImage].Reads
 	fmt.Fprintf(cfg.Progress, "%-18s client %d ops, cache files %d ops, disk %d requests\n", mode, m.ClientReads+m.ClientWrites,
 		m.DiskReads+m.DiskWrites, m.DevReads+m.DevWrites)
 	return m, nil

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/benchkit"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -198,7 +198,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 		// stream: its RAM cache starts cold in round 1 and stays, as
 		// the kernel's page cache does for nbdkit. Each connection
 		// still gets a new write cache.
-		exports := &export.Images{Store: st}
+		exports := &imageexport.Images{Store: st}
 		if cfg.RAMCache > 0 {
 			exports.Cache = ramcache.New(cfg.RAMCache, 0)
 		}
@@ -282,7 +282,7 @@ func RunNBD(ctx context.Context, cfg NBDConfig) (*NBDResult, error) {
 // warm reads the image once through an export and once from its raw
 // file, in 1 MiB pieces, so that the rounds start with the caches of a
 // server that has been streaming: usher's RAM cache, the page cache.
-func warm(ctx context.Context, exports *export.Images, raw string) error {
+func warm(ctx context.Context, exports *imageexport.Images, raw string) error {
 	dev, _, err := exports.Open(ctx, "img", "warm-up")
 	if err != nil {
 		return err
@@ -355,7 +355,7 @@ func writeRandomFile(path string, size int64) error {
 }
 
 // runUsher serves exports as usher stream does and runs fio once.
-func runUsher(ctx context.Context, cfg NBDConfig, exports *export.Images, args []string) (NBDRun, error) {
+func runUsher(ctx context.Context, cfg NBDConfig, exports *imageexport.Images, args []string) (NBDRun, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return NBDRun{}, err

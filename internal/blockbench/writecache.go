@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/usher-vdi/usher/internal/block"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
 	"github.com/usher-vdi/usher/internal/block/writecache"
@@ -199,7 +199,7 @@ func newTarget(mode string, shared block.Device, dir string, i int, budget int64
 	var wc block.Device
 	switch mode {
 	case ModeServerDisk, ModeDeviceDisk:
-		// Server disk: the overlay export.Images makes per connection
+		// Server disk: the overlay imageexport.Images makes per connection
 		// when usher stream has --write-cache. Device disk: the one
 		// usher target --cache disk makes over the upstream.
 		base := shared
@@ -246,7 +246,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	// only, through the server RAM cache, metered as usher stream does.
 	var reg meter.Registry
 	cache := ramcache.New(w.scaled(w.ServerCache), 0)
-	exports := &export.Images{Store: st, Cache: cache, Meters: &reg}
+	exports := &imageexport.Images{Store: st, Cache: cache, Meters: &reg}
 	defer exports.Close()
 
 	mr := ModeResult{Mode: mode}
@@ -323,7 +323,7 @@ func runMode(ctx context.Context, cfg WritecacheConfig, st *image.Store, name, m
 	if mr.DiskWrites > 0 {
 		mr.Coalescing = float64(mr.Writes4K) / float64(mr.DiskWrites)
 	}
-	img := reg.Snapshot()[export.LayerImage]
+	img := reg.Snapshot()[imageexport.LayerImage]
 	mr.ImageReads = img.Reads
 	if h, m := cache.Hits.Load(), cache.Misses.Load(); h+m > 0 {
 		mr.ServerHitRate = float64(h) / float64(h+m)

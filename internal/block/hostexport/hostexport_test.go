@@ -16,10 +16,10 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/digest"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/hostcache"
 	"github.com/usher-vdi/usher/internal/block/hostexport"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 )
@@ -53,7 +53,7 @@ type stream struct {
 	reg   meter.Registry
 	wc    string
 	srv   *nbd.Server
-	exp   *export.Images
+	exp   *imageexport.Images
 }
 
 func newStream(t *testing.T, images map[string][]byte) *stream {
@@ -85,7 +85,7 @@ func (s *stream) start(addr string) {
 	}
 	must(s.t, err)
 	s.addr = ln.Addr().String()
-	s.exp = &export.Images{Store: s.store, WriteCacheDir: s.wc, Meters: &s.reg}
+	s.exp = &imageexport.Images{Store: s.store, WriteCacheDir: s.wc, Meters: &s.reg}
 	s.srv = &nbd.Server{Exports: s.exp, Logger: slog.New(slog.DiscardHandler)}
 	go s.srv.Serve(ln)
 }
@@ -99,7 +99,7 @@ func (s *stream) stop() {
 }
 
 // reads counts the reads of the store's files.
-func (s *stream) reads() int64 { return s.reg.Snapshot()[export.LayerImage].Reads }
+func (s *stream) reads() int64 { return s.reg.Snapshot()[imageexport.LayerImage].Reads }
 
 // host is a host cache in front of a stream, served on loopback.
 type host struct {
@@ -273,7 +273,7 @@ func TestUpstreamWrites(t *testing.T) {
 	if h.upstreamReads() != before {
 		t.Fatal("reads of unwritten blocks went upstream although cached")
 	}
-	if s.reg.Snapshot()[export.LayerWriteDisk].Writes == 0 {
+	if s.reg.Snapshot()[imageexport.LayerWriteDisk].Writes == 0 {
 		t.Fatal("no write reached the stream's write cache")
 	}
 }

@@ -4,7 +4,7 @@
 // PVS life cycle maintenance → test → production (one production version
 // per image; the one before is superseded), import, full and partial
 // merges, and inspection. It opens versions as block.Devices; serving
-// them is block/export's job. Only Create (for Import) makes a store;
+// them is block/imageexport's job. Only Create (for Import) makes a store;
 // Open fails with ErrNoStore on a missing one.
 //
 // Each version out of maintenance has a table of the SHA-256 digests of
@@ -16,7 +16,7 @@
 // version N's table of digests (digest.Table's wire form).
 //
 // image imports block, block/digest and block/writecache (deltas are
-// overlays), never nbd or the other layers; cmd/usher, block/export,
+// overlays), never nbd or the other layers; cmd/usher, block/imageexport,
 // blockbench, internal/bench, the boot server (boot/boothttp) and
 // internal/server import it.
 package image

@@ -3,6 +3,6 @@
 // several devices may share (every target's write cache RAM, say). The
 // counters are plain Go values and also a Prometheus collector. It imports
 // block and the Prometheus client; the layers and exports that count
-// (writecache, block/export, block/hostexport), cmd/usher and blockbench
+// (writecache, block/imageexport, block/hostexport), cmd/usher and blockbench
 // import it.
 package meter

@@ -15,6 +15,6 @@
 // instead, and their replies go out together once no further request
 // is buffered. Payloads are bounded by MaxPayload.
 //
-// nbd imports block only. cmd/usher, block/export, block/hostexport,
+// nbd imports block only. cmd/usher, block/imageexport, block/hostexport,
 // blockbench and the block layers' tests import it.
 package nbd

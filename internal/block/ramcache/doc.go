@@ -4,6 +4,6 @@
 // refuse writes; the cache is sharded so that reads of different blocks
 // do not contend on one lock.
 //
-// ramcache imports block only; block/export, cmd/usher, blockbench and
+// ramcache imports block only; block/imageexport, cmd/usher, blockbench and
 // tests import it.
 package ramcache

@@ -4,6 +4,6 @@
 // budget, and device RAM with overflow to a local file written in large
 // sequential segments. A target only ever sees its own writes. It imports
 // block and meter; block/image (a version's delta is an overlay), the
-// exports (block/export, block/hostexport), cmd/usher and blockbench
+// exports (block/imageexport, block/hostexport), cmd/usher and blockbench
 // import it.
 package writecache

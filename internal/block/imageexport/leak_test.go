@@ -1,4 +1,4 @@
-package export_test
+package imageexport_test
 
 import (
 	"testing"

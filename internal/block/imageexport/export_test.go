@@ -1,4 +1,4 @@
-package export_test
+package imageexport_test
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/blocktest"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
@@ -27,7 +27,7 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func serve(t *testing.T, e *export.Images) string {
+func serve(t *testing.T, e *imageexport.Images) string {
 	ln, err := nbd.Listen("127.0.0.1:0")
 	must(t, err)
 	s := &nbd.Server{Exports: e, Logger: slog.New(slog.DiscardHandler)}
@@ -77,7 +77,7 @@ func TestLifeCycle(t *testing.T) {
 	var reg meter.Registry
 	wc := filepath.Join(dir, "wc")
 	must(t, os.Mkdir(wc, 0o755))
-	e := &export.Images{Store: st, Cache: ramcache.New(64<<20, 0), WriteCacheDir: wc, Meters: &reg, AllowAnonymousWrites: true}
+	e := &imageexport.Images{Store: st, Cache: ramcache.New(64<<20, 0), WriteCacheDir: wc, Meters: &reg, AllowAnonymousWrites: true}
 	addr := serve(t, e)
 
 	// Private mode: one writer into the maintenance version.
@@ -149,7 +149,7 @@ func TestLifeCycle(t *testing.T) {
 	if !bytes.Equal(read(t, old, 0, 8192), base[:8192]) {
 		t.Fatal("version 0 changed")
 	}
-	if s := reg.Snapshot()[export.LayerImage]; s.Reads == 0 {
+	if s := reg.Snapshot()[imageexport.LayerImage]; s.Reads == 0 {
 		t.Fatal("image layer not metered")
 	}
 

@@ -1,4 +1,4 @@
-package export_test
+package imageexport_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/blocktest"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
 	"github.com/usher-vdi/usher/internal/block/ramcache"
 )
@@ -36,7 +36,7 @@ func storeWith(t *testing.T, content []byte, maintenance bool) *image.Store {
 
 // open opens export name of e for one connection; closing the device
 // closes e too.
-func open(t *testing.T, e *export.Images, name string) block.Device {
+func open(t *testing.T, e *imageexport.Images, name string) block.Device {
 	t.Helper()
 	d, _, err := e.Open(context.Background(), name, t.Name())
 	must(t, err)
@@ -45,7 +45,7 @@ func open(t *testing.T, e *export.Images, name string) block.Device {
 
 type closeBoth struct {
 	block.Device
-	e *export.Images
+	e *imageexport.Images
 }
 
 func (c closeBoth) Unwrap() block.Device { return c.Device }
@@ -62,10 +62,10 @@ func TestConformance(t *testing.T) {
 	t.Run("Shared", func(t *testing.T) {
 		blocktest.RunReader(t, func(t *testing.T, content []byte) block.Device {
 			var reg meter.Registry
-			e := &export.Images{Store: storeWith(t, content, false), Cache: ramcache.New(64<<20, 0), Meters: &reg}
+			e := &imageexport.Images{Store: storeWith(t, content, false), Cache: ramcache.New(64<<20, 0), Meters: &reg}
 			return open(t, e, "img")
 		})
-		e := &export.Images{Store: storeWith(t, blocktest.Content(), false), Cache: ramcache.New(64<<20, 0)}
+		e := &imageexport.Images{Store: storeWith(t, blocktest.Content(), false), Cache: ramcache.New(64<<20, 0)}
 		d := open(t, e, "img@0")
 		defer d.Close()
 		blocktest.RunReadOnly(t, d)
@@ -75,16 +75,16 @@ func TestConformance(t *testing.T) {
 	})
 	t.Run("ServerDiskWriteCache", func(t *testing.T) {
 		blocktest.Run(t, func(t *testing.T) block.Device {
-			e := &export.Images{Store: storeWith(t, make([]byte, blocktest.Size), false), Cache: ramcache.New(64<<20, 0), WriteCacheDir: t.TempDir()}
+			e := &imageexport.Images{Store: storeWith(t, make([]byte, blocktest.Size), false), Cache: ramcache.New(64<<20, 0), WriteCacheDir: t.TempDir()}
 			return open(t, e, "img")
 		})
 	})
 	t.Run("Private", func(t *testing.T) {
 		blocktest.Run(t, func(t *testing.T) block.Device {
-			e := &export.Images{Store: storeWith(t, make([]byte, blocktest.Size), true), AllowAnonymousWrites: true}
+			e := &imageexport.Images{Store: storeWith(t, make([]byte, blocktest.Size), true), AllowAnonymousWrites: true}
 			return open(t, e, "img@1")
 		})
-		e := &export.Images{Store: storeWith(t, make([]byte, blocktest.Size), true), AllowAnonymousWrites: true}
+		e := &imageexport.Images{Store: storeWith(t, make([]byte, blocktest.Size), true), AllowAnonymousWrites: true}
 		d := open(t, e, "img@1")
 		defer d.Close()
 		if _, ok := block.As[block.InlineWriter](d); !ok {
@@ -111,12 +111,12 @@ func TestParseName(t *testing.T) {
 		{"win11@+3", "win11", 0, true, false},
 		{"win11@-1", "win11", 0, true, false},
 	} {
-		img, n, has, err := export.ParseName(tt.in)
+		img, n, has, err := imageexport.ParseName(tt.in)
 		if img != tt.img || n != tt.n || has != tt.hasVersion || (err == nil) != tt.ok {
 			t.Errorf("ParseName(%q) = %q, %d, %v, %v; want %q, %d, %v, ok %v", tt.in, img, n, has, err, tt.img, tt.n, tt.hasVersion, tt.ok)
 		}
 		if tt.ok && tt.hasVersion {
-			if got := export.Name(img, n); got != tt.in {
+			if got := imageexport.Name(img, n); got != tt.in {
 				t.Errorf("Name(%q, %d) = %q, want %q", img, n, got, tt.in)
 			}
 		}

@@ -1,10 +1,10 @@
-package export_test
+package imageexport_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/usher-vdi/usher/internal/block/export"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 )
 
 // FuzzParseName checks ParseName on any export name a client sends: it
@@ -16,11 +16,11 @@ func FuzzParseName(f *testing.F) {
 		f.Add(s, "win11", 3)
 	}
 	f.Fuzz(func(t *testing.T, name, img string, n int) {
-		gotImg, gotN, has, err := export.ParseName(name)
+		gotImg, gotN, has, err := imageexport.ParseName(name)
 		switch {
 		case err != nil:
 		case has:
-			if back := export.Name(gotImg, gotN); back != name {
+			if back := imageexport.Name(gotImg, gotN); back != name {
 				t.Fatalf("ParseName(%q) = %q, %d; but Name(%q, %d) = %q", name, gotImg, gotN, gotImg, gotN, back)
 			}
 		case gotImg != name || gotN != 0:
@@ -29,7 +29,7 @@ func FuzzParseName(f *testing.F) {
 		if strings.Contains(img, "@") || n < 0 {
 			return // no image's name holds an "@", no version is negative
 		}
-		gotImg, gotN, has, err = export.ParseName(export.Name(img, n))
+		gotImg, gotN, has, err = imageexport.ParseName(imageexport.Name(img, n))
 		if err != nil || gotImg != img || gotN != n || !has {
 			t.Fatalf("ParseName(Name(%q, %d)) = %q, %d, %v, %v", img, n, gotImg, gotN, has, err)
 		}

@@ -1,4 +1,4 @@
-package export_test
+package imageexport_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 
 	"github.com/usher-vdi/usher/internal/block"
 	"github.com/usher-vdi/usher/internal/block/digest"
-	"github.com/usher-vdi/usher/internal/block/export"
 	"github.com/usher-vdi/usher/internal/block/image"
+	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/nbd"
 )
 
@@ -67,14 +67,14 @@ func storeTable(t *testing.T, st *image.Store, n int) []byte {
 func TestDigestsExport(t *testing.T) {
 	ctx := context.Background()
 	st := digestStore(t)
-	e := &export.Images{Store: st}
+	e := &imageexport.Images{Store: st}
 	addr := serve(t, e)
 
 	check := func(name string, n int) *digest.Table {
 		t.Helper()
 		c := dial(t, addr, name)
 		defer c.Close()
-		if got, want := c.Description(), export.DigestsDescription("img", n); got != want || want != fmt.Sprintf("img version %d digests", n) {
+		if got, want := c.Description(), imageexport.DigestsDescription("img", n); got != want || want != fmt.Sprintf("img version %d digests", n) {
 			t.Fatalf("%s: description %q, want %q", name, got, want)
 		}
 		if !c.ReadOnly() || !c.CanMultiConn() {
@@ -130,7 +130,7 @@ func TestDigestsExport(t *testing.T) {
 	// A maintenance version has no table.
 	v2, err := st.NewVersion(ctx, "img", "")
 	must(t, err)
-	name := digest.ExportName(export.Name("img", v2.Number))
+	name := digest.ExportName(imageexport.Name("img", v2.Number))
 	if _, err := e.Info(ctx, name); !errors.Is(err, nbd.ErrUnknownExport) || !strings.Contains(err.Error(), "img@2 is in maintenance: it has no digests until it is promoted") {
 		t.Fatalf("Info %s: %v, want ErrUnknownExport saying it is in maintenance", name, err)
 	}
@@ -143,7 +143,7 @@ func TestDigestsExport(t *testing.T) {
 
 func TestDigestsExportNeedsAuth(t *testing.T) {
 	ctx := context.Background()
-	e := &export.Images{Store: digestStore(t), RequireAuth: true}
+	e := &imageexport.Images{Store: digestStore(t), RequireAuth: true}
 	addr := serve(t, e)
 	for _, name := range []string{"img/digests", "img@1/digests"} {
 		if _, err := e.Info(ctx, name); !errors.Is(err, nbd.ErrUnauthenticated) {
@@ -162,7 +162,7 @@ func TestDigestsExportNeedsAuth(t *testing.T) {
 // holds the '/' of its name.
 func TestDigestsExportThirdPartyClients(t *testing.T) {
 	st := digestStore(t)
-	addr := serve(t, &export.Images{Store: st})
+	addr := serve(t, &imageexport.Images{Store: st})
 	want := storeTable(t, st, 1)
 	uri := "nbd://" + addr + "/img@1/digests"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
