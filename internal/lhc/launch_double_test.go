@@ -1,7 +1,10 @@
 package lhc
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,6 +142,8 @@ func brokerOnCopy(t *testing.T) (*flaky, *Store, *broker.Broker) {
 func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	ctx := context.Background()
 	primary, s, b := brokerOnCopy(t)
+	var logged syncBuffer
+	s.log = slog.New(slog.NewTextHandler(&logged, nil))
 	user, desktop := demo.UserName(3), demo.PooledDesktop
 	live := func(store site.Store) []site.Session {
 		t.Helper()
@@ -183,6 +188,14 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	if len(after) != 1 || after[0].ID != l.Session.ID {
 		t.Fatalf("after the outage %s holds %+v in the site DB; want only the outage's session %s (the lost launch's %s ended)",
 			user, after, l.Session.ID, lost[0].ID)
+	}
+	// The session ended at recovery is counted, and the recovery's log
+	// line names it.
+	if got := s.Status().EndedAtRecovery; got != 1 {
+		t.Errorf("%d sessions counted as ended at recovery, want 1", got)
+	}
+	if line := logged.line("outage over"); !strings.Contains(line, "sessions_ended_at_recovery=1") || !strings.Contains(line, lost[0].ID) {
+		t.Errorf("the recovery's log line does not count and name the session ended: %q", line)
 	}
 	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
 	if err != nil || again.Session.ID != l.Session.ID {
@@ -248,7 +261,34 @@ func TestLaunchLostAtTheCutSeatedLater(t *testing.T) {
 	if got := state(seatedLater.ID); got != site.SessionLoggedOff {
 		t.Errorf("the lost launch's session once its user was seated by the leader: %s, want logged off", got)
 	}
+	if got := s.Status().EndedAtRecovery; got != 1 {
+		t.Errorf("%d sessions counted as ended at recovery and in the watch after it, want 1", got)
+	}
 	if got := state(alone.ID); got != site.SessionPending {
 		t.Errorf("the lost launch's session of a user seated nowhere else: %s, want it left pending (to expire)", got)
 	}
+}
+
+// syncBuffer is a log's output, written and read concurrently.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// line returns the first line that holds msg, "" if none does.
+func (b *syncBuffer) line(msg string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range strings.Lines(b.buf.String()) {
+		if strings.Contains(l, msg) {
+			return l
+		}
+	}
+	return ""
 }

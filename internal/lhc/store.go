@@ -96,6 +96,9 @@ type Status struct {
 	LastAnswer time.Time `json:"last_answer,omitzero"`
 	// DBAnswers tells whether the last probe was answered.
 	DBAnswers bool `json:"db_answers"`
+	// ProbesBusy counts the probes the site DB refused for its
+	// connection limit since start: answers, not outages.
+	ProbesBusy int64 `json:"probes_busy"`
 	// CopyVersion is the configuration version of the local copy, made at
 	// CopyAt; CopyError, the last copy's failure, if it failed.
 	CopyVersion int64     `json:"copy_version"`
@@ -106,6 +109,10 @@ type Status struct {
 	// them afresh); WrittenBack counts those written back since start.
 	Journaled   int   `json:"journaled"`
 	WrittenBack int64 `json:"written_back"`
+	// EndedAtRecovery counts the sessions ended at recovery (and in the
+	// watch after it) since start: placements whose answer was lost as
+	// the site DB went, whose users the outage seated again (endPhantoms).
+	EndedAtRecovery int64 `json:"ended_at_recovery"`
 	// Outages counts the outages entered since start.
 	Outages int64 `json:"outages"`
 }
@@ -133,8 +140,8 @@ type Store struct {
 	mu     sync.Mutex // guards status and the fields below
 	status Status
 	forced bool
-	// okSince is when the site DB began answering again in outage mode.
-	okSince time.Time
+	// detect decides when to enter and leave outage mode.
+	detect *detector
 	// rebuildUntil is when launches stop waiting for a dead leader's VDAs
 	// (Rebuild); expected are the machines registered in the zone when
 	// the outage began, cameChecked when allCame last looked.
@@ -218,6 +225,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		s.local = local
 		s.outage.Store(true)
+		s.detect = newDetector(opts.OutageAfter, opts.RecoverAfter, now, true)
 		s.status = Status{Mode: Outage, Since: now, Cause: "the site DB could not be opened at start: " + err.Error(),
 			CopyVersion: info.version, Journaled: len(info.journaled), Outages: 1}
 		s.log.Error("site DB unavailable at start: brokering from the local copy", "err", err, "copy", s.path,
@@ -225,6 +233,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return s, nil
 	}
 	s.primary.Store(&primaryDB{db})
+	s.detect = newDetector(opts.OutageAfter, opts.RecoverAfter, now, false)
 	s.status = Status{Mode: Normal, Since: now, LastAnswer: now, DBAnswers: true}
 	// A journal left by an outage that a restart cut short goes to the
 	// site DB before anything else does.
