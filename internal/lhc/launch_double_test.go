@@ -203,6 +203,60 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	}
 }
 
+// TestPlacementUnderWayAsOutageBegins: a placement under way as outage
+// mode begins, which outlasts the moment entering it waits for the calls
+// to the site DB (drainWait), reaches the site DB and its launch is
+// acknowledged during the outage. What it wrote is brought into the copy
+// as it ends, so that the user's next launch, in the outage, goes back to
+// its session: without that, the copy lacked it and the user got a second
+// session, both live once the outage was written back (the doubles at the
+// cut that the chaos tests once tolerated).
+func TestPlacementUnderWayAsOutageBegins(t *testing.T) {
+	ctx := context.Background()
+	primary, s, b := brokerOnCopy(t)
+	s.opts.CallTimeout = time.Minute // the placement is held, not cut off
+	user, desktop := demo.UserName(6), demo.PooledDesktop
+	primary.placing, primary.hold = make(chan struct{}, 1), make(chan struct{})
+	type result struct {
+		l   *broker.Launch
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		l, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+		first <- result{l, err}
+	}()
+	<-primary.placing
+	// Entering waits drainWait for the placement, then goes on without it.
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !s.InOutage() {
+		t.Fatal("not in outage mode")
+	}
+	close(primary.hold)
+	r := <-first
+	if r.err != nil {
+		t.Fatalf("the launch under way as outage mode began: %v", r.err)
+	}
+	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+	if err != nil || again.Session.ID != r.l.Session.ID {
+		t.Fatalf("the launch in the outage: %+v, %v; want it back on %s, placed in the site DB as outage mode began", again, err, r.l.Session.ID)
+	}
+	if _, err := s.Force(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	var live []site.Session
+	err = primary.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+		live = p.Items
+		return err
+	})
+	if err != nil || len(live) != 1 || live[0].ID != r.l.Session.ID {
+		t.Fatalf("after the outage %s holds %+v in the site DB (%v), want only %s", user, live, err, r.l.Session.ID)
+	}
+}
+
 // TestLaunchLostAtTheCutSeatedLater: as above, but the user is seated
 // again by another broker (the zone's leader), whose session reaches the
 // site DB after this broker recovered: the lost launch's session is

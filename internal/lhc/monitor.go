@@ -223,8 +223,10 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	// recorded), the site DB having cut them off if it stopped answering.
 	s.gate.Lock()
 	defer s.gate.Unlock()
-	if !s.drain(drainWait) {
-		s.log.Warn("calls to the site DB still under way as outage mode begins; what they write may reach only the site DB", "waited", drainWait)
+	drained := s.drain(drainWait)
+	if !drained {
+		s.log.Warn("calls to the site DB still under way as outage mode begins; what they write is brought into the copy as they end",
+			"waited", drainWait)
 	}
 	var own map[string]site.MachineStatus
 	var registered []string
@@ -237,7 +239,10 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	seeded := s.opts.Now().UTC()
 	err = local.Update(ctx, func(tx site.Tx) error {
 		var err error
-		if applied, err = s.recent.applyTo(ctx, tx); err != nil {
+		s.calls.Lock()
+		s.calls.applied = s.recent.mark()
+		s.calls.Unlock()
+		if applied, err = s.recent.applyTo(ctx, tx, 0, nil); err != nil {
 			return err
 		}
 		all, err := tx.MachineStatuses(ctx)
@@ -339,6 +344,10 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 		s.log.Warn("write-back failed; staying in outage mode", "err", err)
 		return err
 	}
+	// What the calls to the site DB record from the moment outage mode
+	// ends is newer than the copy on disk: only what came before is
+	// forgotten below.
+	mark := s.recent.mark()
 	s.outage.Store(false)
 	s.local = nil
 	local.Close()
@@ -348,7 +357,7 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	}
 	// The copy on disk holds the outage's end, which is newer than
 	// anything written before it.
-	s.recent.forget(s.recent.mark())
+	s.recent.forget(mark)
 	s.gate.Unlock()
 	b := s.attached()
 	if b != nil {
@@ -357,6 +366,11 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 		if err := b.Refresh(ctx); err != nil {
 			s.log.Warn("configuration refresh after the outage failed", "err", err)
 		}
+	}
+	if b != nil {
+		// Before the status says so: once it does, the VDAs have been
+		// asked to report their sessions to the site DB.
+		b.Reregister()
 	}
 	now := s.opts.Now()
 	s.mu.Lock()
@@ -371,9 +385,6 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	s.log.Warn("outage over: brokering from the site DB again", "cause", cause, "outage_lasted", now.Sub(since).Round(time.Millisecond),
 		"sessions_written_back", len(written), "changed_during_write_back", n2, "write_back_took", now.Sub(start).Round(time.Millisecond),
 		"sessions_ended_at_recovery", len(ended), "ended_sessions", ended)
-	if b != nil {
-		b.Reregister()
-	}
 	s.maybeCopy(0, true)
 	return nil
 }

@@ -152,13 +152,18 @@ type Store struct {
 
 	// calls counts the calls to the site DB under way (n), which entering
 	// outage mode waits for a moment (drained), and cuts them off when a
-	// probe finds the site DB not answering (suspect).
+	// probe finds the site DB not answering (suspect). applied is the
+	// mark of recent that outage mode applied to the copy as it began:
+	// what a call still under way then records later (a placement that
+	// reached the site DB) is brought into the copy as the call ends
+	// (applyLate), so that the outage's launches see it.
 	calls struct {
 		sync.Mutex
 		n       int
 		drained chan struct{}
 		suspect context.Context
 		cancel  context.CancelFunc
+		applied uint64
 	}
 	// lingering are the sessions of placements of unknown outcome that
 	// recovery found pending and their users not seated again yet (the
@@ -381,8 +386,45 @@ func (s *Store) beginRemote(ctx context.Context) (context.Context, func(), bool)
 			close(s.calls.drained)
 			s.calls.drained = nil
 		}
+		late := s.outage.Load()
 		s.calls.Unlock()
+		if late {
+			s.applyLate(ctx)
+		}
 	}, true
+}
+
+// applyLate brings into the copy what the calls to the site DB that
+// outage mode did not wait for recorded after it applied the recent
+// sessions: a placement that reached the site DB as it went, whose user
+// the outage's launches must find (else they would give the user a
+// second session). Sessions written in outage mode (journaled) are
+// newer, and kept.
+func (s *Store) applyLate(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx) // the call's client may be gone: what it wrote stays written
+	s.gate.RLock()                   // after the change of mode, if under way
+	defer s.gate.RUnlock()
+	l := s.served()
+	if l == nil {
+		return
+	}
+	s.calls.Lock()
+	mark := s.calls.applied
+	s.calls.Unlock()
+	var n int
+	err := l.Update(ctx, func(tx site.Tx) error {
+		journaled, err := tx.(site.LocalCopy).Journaled(ctx)
+		if err != nil {
+			return err
+		}
+		n, err = s.recent.applyTo(ctx, tx, mark, journaled)
+		return err
+	})
+	if err != nil {
+		s.log.Error("bring what a call to the site DB wrote as outage mode began into the local copy", "err", err)
+	} else if n > 0 {
+		s.log.Warn("brought into the local copy what a call to the site DB wrote as outage mode began", "sessions", n)
+	}
 }
 
 // suspected cuts off the calls to the site DB under way: a probe found it
