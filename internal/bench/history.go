@@ -71,6 +71,20 @@ func (h *History) Launched() []string {
 	return slices.Collect(maps.Keys(h.launched))
 }
 
+// AcknowledgedSince counts the sessions whose last launch was
+// acknowledged after at.
+func (h *History) AcknowledgedSince(at time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, t := range h.launched {
+		if t.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
 // Errors returns the failed calls so far by operation and kind
 // ("launch 503 unavailable").
 func (h *History) Errors() map[string]int {
