@@ -117,7 +117,9 @@ func brokerOnCopy(t *testing.T) (*flaky, *Store, *broker.Broker) {
 	ctx := context.Background()
 	primary := newPrimary(t)
 	s := open(t, primary, t.TempDir())
-	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
+	// The machines, registered once, stay this broker's however slow the
+	// test runs (a loaded machine under -race).
+	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true, HeartbeatTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,4 +347,34 @@ func (b *syncBuffer) line(msg string) string {
 		}
 	}
 	return ""
+}
+
+// TestNoNewSessionAfterHandover: once a broker in outage mode has handed
+// its brokering to the zone's leader, a launch that still reaches its copy
+// (it began before the handover) makes no session there, which the leader
+// would never learn of: it is told to retry (through the leader). A
+// broker that takes its zone over again (Rebuild) makes sessions again.
+func TestNoNewSessionAfterHandover(t *testing.T) {
+	ctx := context.Background()
+	_, s, b := brokerOnCopy(t)
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Handover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	user := demo.UserName(7)
+	if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: demo.PooledDesktop}); site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("a launch after the handover: %v, want it unavailable (retry)", err)
+	}
+	if n, err := s.Journaled(ctx); err != nil || n != 0 {
+		t.Fatalf("%d sessions journaled after the handover (%v), want none", n, err)
+	}
+	s.Rebuild()
+	s.mu.Lock()
+	s.rebuildUntil = time.Time{} // every VDA came: no wait for them
+	s.mu.Unlock()
+	if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: demo.PooledDesktop}); err != nil {
+		t.Fatalf("a launch once this broker leads again: %v", err)
+	}
 }

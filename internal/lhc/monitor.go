@@ -289,6 +289,7 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.status.CopyVersion, s.status.Journaled = info.version, len(info.journaled)
 	s.status.Outages++
 	s.detect.entered()
+	s.handed.Store(false)
 	s.expected, s.rebuildUntil = expected, time.Time{}
 	s.mu.Unlock()
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
@@ -349,6 +350,7 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	// forgotten below.
 	mark := s.recent.mark()
 	s.outage.Store(false)
+	s.handed.Store(false)
 	s.local = nil
 	local.Close()
 	s.lingering = map[string]time.Time{}

@@ -134,6 +134,10 @@ type Store struct {
 	local *sqlitestore.Store // open in outage mode; under gate
 
 	broker atomic.Value // Broker
+	// handed is set when this outage's brokering was handed to the
+	// zone's leader (Handover): the copy makes no new session until
+	// Rebuild, or the next change of mode.
+	handed atomic.Bool
 	// recent holds the sessions written since the copy was read.
 	recent recent
 
@@ -526,6 +530,9 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 		if err := p.Validate(); err != nil {
 			return err
 		}
+		if s.handed.Load() {
+			return site.Errorf(site.EUnavailable, "this broker handed its brokering to its zone's leader while the site DB is down: retry")
+		}
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			if err := s.awaitTakeover(ctx, tx, p); err != nil {
 				return err
@@ -675,6 +682,7 @@ func (s *Store) allCame(ctx context.Context, tx site.Tx, now time.Time) bool {
 // most: the dead leader's sessions are known only from their VDAs, which
 // report them as they register.
 func (s *Store) Rebuild() {
+	s.handed.Store(false)
 	s.mu.Lock()
 	s.rebuildUntil = s.opts.Now().Add(s.opts.TakeoverWindow)
 	s.mu.Unlock()
