@@ -64,8 +64,9 @@ type decision struct {
 	cause string // why, for moveEnter and moveRecover
 	// answers tells whether calls may go to the site DB (false: they are
 	// cut off and fail at once); changed, whether that changed with this
-	// probe, for the log.
-	answers, changed bool
+	// probe, and busyBegan, whether this probe was the first answered
+	// busy after others were not, for the log.
+	answers, changed, busyBegan bool
 }
 
 // detector decides, from the outcomes of the site DB's probes, when a
@@ -91,8 +92,10 @@ type detector struct {
 	// okSince is when the site DB began answering again in outage mode
 	// (zero outside outage mode, and after a failed probe).
 	okSince time.Time
-	// busy counts the probes answered busy (site.ErrConnLimit).
-	busy int64
+	// busy counts the probes answered busy (site.ErrConnLimit); wasBusy
+	// tells whether the last probe was.
+	busy    int64
+	wasBusy bool
 }
 
 // newDetector returns a detector of a Store that starts at now, in outage
@@ -121,7 +124,8 @@ func (d *detector) observe(now time.Time, o probeOutcome, forced bool) decision 
 	if o == probeBusy {
 		d.busy++
 	}
-	dec := decision{answers: answered, changed: answered != d.answers}
+	dec := decision{answers: answered, changed: answered != d.answers, busyBegan: o == probeBusy && !d.wasBusy}
+	d.wasBusy = o == probeBusy
 	d.answers = answered
 	if answered {
 		d.last = now

@@ -134,7 +134,9 @@ func TestDetectorCountsBusyProbes(t *testing.T) {
 	start := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	d := newDetector(time.Second, time.Second, start, false)
 	for i := range 3 {
-		d.observe(start.Add(time.Duration(i+1)*time.Second), probeBusy, false)
+		if dec := d.observe(start.Add(time.Duration(i+1)*time.Second), probeBusy, false); dec.busyBegan != (i == 0) {
+			t.Errorf("busy probe %d: busyBegan %v", i, dec.busyBegan)
+		}
 	}
 	if d.busy != 3 || !d.answers || !d.last.Equal(start.Add(3*time.Second)) {
 		t.Fatalf("after 3 busy probes: busy %d, answers %v, last %v", d.busy, d.answers, d.last.Sub(start))

@@ -146,8 +146,9 @@ func (s *Store) observe(ctx context.Context, version int64, err error) {
 	case dec.changed && !dec.answers:
 		s.log.Warn("site DB does not answer", "err", err, "outage_after", s.opts.OutageAfter)
 	}
-	if o == probeBusy {
-		s.log.Warn("site DB at its connection limit: it answers, so this is no outage", "err", err)
+	if dec.busyBegan {
+		s.log.Warn("site DB at its connection limit: it answers, so this is no outage (probes answered so since start counted in usher_lhc_probes_busy_total)",
+			"err", err)
 	}
 	switch dec.move {
 	case moveEnter:
