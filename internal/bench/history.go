@@ -29,15 +29,6 @@ type History struct {
 	// StaleOK tolerates acknowledged sessions doubled by a launch that
 	// missed the user's session: where a leader died with its records.
 	StaleOK bool
-	// CutRace tolerates, and notes, a user's second session where one of
-	// the two was made (the site DB's created_at) or acknowledged within
-	// CutRace of Mark's time: a launch that raced the site DB's cut can
-	// leave its user a second session (a known bug: lhc ends the session
-	// of a launch whose answer was lost at the cut, but one made just
-	// before the cut and acknowledged in the outage has been seen doubled
-	// too). The creation counts because such a launch's client is often
-	// not told at once, and acknowledges the session only later.
-	CutRace time.Duration
 
 	mu        sync.Mutex
 	launched  map[string]time.Time // session ID → last acknowledged launch
@@ -78,6 +69,20 @@ func (h *History) Launched() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Collect(maps.Keys(h.launched))
+}
+
+// AcknowledgedSince counts the sessions whose last launch was
+// acknowledged after at.
+func (h *History) AcknowledgedSince(at time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, t := range h.launched {
+		if t.After(at) {
+			n++
+		}
+	}
+	return n
 }
 
 // Errors returns the failed calls so far by operation and kind
@@ -365,16 +370,8 @@ func (h *History) Check(ctx context.Context, store site.Store) (Verdict, error) 
 	} else if len(unexpected) > 0 {
 		v.Notes = append(v.Notes, fmt.Sprintf("%d live sessions no client was told of, from %d launches of unknown outcome (tolerated)", len(unexpected), h.indeterminate))
 	}
-	var raced []string
 	for u, ids := range live {
 		if len(ids) > 1 {
-			if h.CutRace > 0 && !h.since.IsZero() && slices.ContainsFunc(ids, func(id string) bool {
-				at, ok := h.launched[id]
-				return ok && at.Sub(h.since).Abs() <= h.CutRace || byID[id].CreatedAt.Sub(h.since).Abs() <= h.CutRace
-			}) {
-				raced = append(raced, u)
-				continue
-			}
 			var what []string
 			for _, id := range ids {
 				x := byID[id]
@@ -394,11 +391,6 @@ func (h *History) Check(ctx context.Context, store site.Store) (Verdict, error) 
 			}
 			v.Duplicated = append(v.Duplicated, d)
 		}
-	}
-	if len(raced) > 0 {
-		slices.Sort(raced)
-		v.Notes = append(v.Notes, fmt.Sprintf("%d users given a second session after a launch made or acknowledged within %s of the cut (tolerated: a known race, the leader misses a session made as the site DB went): %s",
-			len(raced), h.CutRace, strings.Join(raced, ", ")))
 	}
 	if h.StaleOK && len(v.Duplicated) > 0 {
 		v.Notes = append(v.Notes, fmt.Sprintf("%d users given a second session instead of theirs after the leader died (tolerated: its records died with it)", len(v.Duplicated)))

@@ -142,6 +142,8 @@ type slowClaims struct {
 
 func (s *slowClaims) Place(ctx context.Context, p site.Placement) (site.Placed, error) {
 	if len(p.Candidates) > 0 {
+		// About time passing: a slow claim, for concurrent launches to
+		// overlap; no condition to wait for.
 		time.Sleep(s.delay)
 	}
 	return s.Store.Place(ctx, p)

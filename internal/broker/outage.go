@@ -44,6 +44,23 @@ func (b *Broker) Reregister() {
 	}
 }
 
+// Reregistering counts the machines whose VDAs Reregister asked to
+// register again, that heartbeat with this broker (within a heartbeat
+// timeout), and have not registered yet: 0 once the sessions they hold
+// have been reported.
+func (b *Broker) Reregistering() int {
+	since := b.cfg.Now().Add(-b.cfg.HeartbeatTimeout)
+	b.machines.mu.Lock()
+	defer b.machines.mu.Unlock()
+	n := 0
+	for _, ms := range b.machines.machines {
+		if ms.registered && ms.reregister && !ms.here.Before(since) {
+			n++
+		}
+	}
+	return n
+}
+
 // SyncStatuses reads every machine's status from the store into the
 // broker's table at once: what a broker does when its store starts
 // serving from another database (the Local Host Cache's copy), so that

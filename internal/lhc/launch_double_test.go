@@ -1,7 +1,10 @@
 package lhc
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +117,9 @@ func brokerOnCopy(t *testing.T) (*flaky, *Store, *broker.Broker) {
 	ctx := context.Background()
 	primary := newPrimary(t)
 	s := open(t, primary, t.TempDir())
-	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true})
+	// The machines, registered once, stay this broker's however slow the
+	// test runs (a loaded machine under -race).
+	b, err := broker.New(ctx, broker.Config{Store: s, Control: sitetest.NewControl(), AllowAddressChange: true, HeartbeatTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +144,8 @@ func brokerOnCopy(t *testing.T) (*flaky, *Store, *broker.Broker) {
 func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 	ctx := context.Background()
 	primary, s, b := brokerOnCopy(t)
+	var logged syncBuffer
+	s.log = slog.New(slog.NewTextHandler(&logged, nil))
 	user, desktop := demo.UserName(3), demo.PooledDesktop
 	live := func(store site.Store) []site.Session {
 		t.Helper()
@@ -184,9 +191,71 @@ func TestLaunchLostAtTheCutIsNotDoubled(t *testing.T) {
 		t.Fatalf("after the outage %s holds %+v in the site DB; want only the outage's session %s (the lost launch's %s ended)",
 			user, after, l.Session.ID, lost[0].ID)
 	}
+	// The session ended at recovery is counted, and the recovery's log
+	// line names it.
+	if got := s.Status().EndedAtRecovery; got != 1 {
+		t.Errorf("%d sessions counted as ended at recovery, want 1", got)
+	}
+	if line := logged.line("outage over"); !strings.Contains(line, "sessions_ended_at_recovery=1") || !strings.Contains(line, lost[0].ID) {
+		t.Errorf("the recovery's log line does not count and name the session ended: %q", line)
+	}
 	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
 	if err != nil || again.Session.ID != l.Session.ID {
 		t.Fatalf("the next launch: %+v, %v; want it back on %s", again, err, l.Session.ID)
+	}
+}
+
+// TestPlacementUnderWayAsOutageBegins: a placement under way as outage
+// mode begins, which outlasts the moment entering it waits for the calls
+// to the site DB (drainWait), reaches the site DB and its launch is
+// acknowledged during the outage. What it wrote is brought into the copy
+// as it ends, so that the user's next launch, in the outage, goes back to
+// its session: without that, the copy lacked it and the user got a second
+// session, both live once the outage was written back (the doubles at the
+// cut that the chaos tests once tolerated).
+func TestPlacementUnderWayAsOutageBegins(t *testing.T) {
+	ctx := context.Background()
+	primary, s, b := brokerOnCopy(t)
+	s.opts.CallTimeout = time.Minute // the placement is held, not cut off
+	user, desktop := demo.UserName(6), demo.PooledDesktop
+	primary.placing, primary.hold = make(chan struct{}, 1), make(chan struct{})
+	type result struct {
+		l   *broker.Launch
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		l, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+		first <- result{l, err}
+	}()
+	<-primary.placing
+	// Entering waits drainWait for the placement, then goes on without it.
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !s.InOutage() {
+		t.Fatal("not in outage mode")
+	}
+	close(primary.hold)
+	r := <-first
+	if r.err != nil {
+		t.Fatalf("the launch under way as outage mode began: %v", r.err)
+	}
+	again, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: desktop})
+	if err != nil || again.Session.ID != r.l.Session.ID {
+		t.Fatalf("the launch in the outage: %+v, %v; want it back on %s, placed in the site DB as outage mode began", again, err, r.l.Session.ID)
+	}
+	if _, err := s.Force(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	var live []site.Session
+	err = primary.View(ctx, func(tx site.Tx) error {
+		p, err := tx.Sessions().List(ctx, site.SessionFilter{User: user, Live: true}, site.ListOptions{})
+		live = p.Items
+		return err
+	})
+	if err != nil || len(live) != 1 || live[0].ID != r.l.Session.ID {
+		t.Fatalf("after the outage %s holds %+v in the site DB (%v), want only %s", user, live, err, r.l.Session.ID)
 	}
 }
 
@@ -248,7 +317,64 @@ func TestLaunchLostAtTheCutSeatedLater(t *testing.T) {
 	if got := state(seatedLater.ID); got != site.SessionLoggedOff {
 		t.Errorf("the lost launch's session once its user was seated by the leader: %s, want logged off", got)
 	}
+	if got := s.Status().EndedAtRecovery; got != 1 {
+		t.Errorf("%d sessions counted as ended at recovery and in the watch after it, want 1", got)
+	}
 	if got := state(alone.ID); got != site.SessionPending {
 		t.Errorf("the lost launch's session of a user seated nowhere else: %s, want it left pending (to expire)", got)
+	}
+}
+
+// syncBuffer is a log's output, written and read concurrently.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// line returns the first line that holds msg, "" if none does.
+func (b *syncBuffer) line(msg string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range strings.Lines(b.buf.String()) {
+		if strings.Contains(l, msg) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestNoNewSessionAfterHandover: once a broker in outage mode has handed
+// its brokering to the zone's leader, a launch that still reaches its copy
+// (it began before the handover) makes no session there, which the leader
+// would never learn of: it is told to retry (through the leader). A
+// broker that takes its zone over again (HoldNewSessions) makes sessions again.
+func TestNoNewSessionAfterHandover(t *testing.T) {
+	ctx := context.Background()
+	_, s, b := brokerOnCopy(t)
+	if _, err := s.Force(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Handover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	user := demo.UserName(7)
+	if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: demo.PooledDesktop}); site.ErrorCode(err) != site.EUnavailable {
+		t.Fatalf("a launch after the handover: %v, want it unavailable (retry)", err)
+	}
+	if n, err := s.Journaled(ctx); err != nil || n != 0 {
+		t.Fatalf("%d sessions journaled after the handover (%v), want none", n, err)
+	}
+	s.HoldNewSessions()
+	s.mu.Lock()
+	s.rebuildUntil = time.Time{} // every VDA came: no wait for them
+	s.mu.Unlock()
+	if _, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: demo.PooledDesktop}); err != nil {
+		t.Fatalf("a launch once this broker leads again: %v", err)
 	}
 }

@@ -27,8 +27,12 @@ type HandedMachine struct {
 }
 
 // Handover returns what this broker hands its zone's leader. It waits for
-// the calls under way to finish; the caller must have stopped new ones
-// from brokering here.
+// the calls under way to finish, and from then on, in this outage, the
+// copy makes no new session (a placement fails with EUnavailable, for the
+// client to retry through the leader) until HoldNewSessions: a launch that began
+// here before its broker handed its brokering over, and placed after the
+// handover was read, would make a session the leader never learns of,
+// and the user's next launch, at the leader, a second one.
 func (s *Store) Handover(ctx context.Context) (Handover, error) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
@@ -36,6 +40,7 @@ func (s *Store) Handover(ctx context.Context) (Handover, error) {
 	if s.served() == nil {
 		return h, nil
 	}
+	s.handed.Store(true)
 	err := s.local.View(ctx, func(tx site.Tx) error {
 		ids, err := tx.(site.LocalCopy).Journaled(ctx)
 		if err != nil {

@@ -16,10 +16,13 @@ import (
 )
 
 // flaky is a site DB that stops answering while down is set, and whose
-// placements are made but their answers lost while loseAnswers is.
+// placements are made but their answers lost while loseAnswers is. When
+// hold is set (before the placements), a placement tells placing that it
+// has begun and waits for hold to close before it reaches the database.
 type flaky struct {
 	site.Store
 	down, loseAnswers atomic.Bool
+	hold, placing     chan struct{}
 }
 
 func (f *flaky) err() error {
@@ -46,6 +49,13 @@ func (f *flaky) Update(ctx context.Context, fn func(site.Tx) error) error {
 func (f *flaky) Place(ctx context.Context, p site.Placement) (site.Placed, error) {
 	if err := f.err(); err != nil {
 		return site.Placed{}, err
+	}
+	if f.hold != nil {
+		select {
+		case f.placing <- struct{}{}:
+		default:
+		}
+		<-f.hold
 	}
 	out, err := f.Store.Place(ctx, p)
 	if err == nil && f.loseAnswers.Load() {

@@ -83,28 +83,17 @@ type probeResult struct {
 	err     error
 }
 
-// outageDue returns when outage mode is due, if the site DB does not
-// answer and the Store is not in outage mode.
+// outageDue returns when outage mode is due, on the machine's clock, if
+// the site DB does not answer and the Store is not in outage mode.
 func (s *Store) outageDue() (time.Time, bool) {
-	if s.outage.Load() {
-		return time.Time{}, false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.status.DBAnswers {
+	at, ok := s.detect.due()
+	if !ok {
 		return time.Time{}, false
 	}
 	// Now is the Store's clock; the timer runs on the machine's.
-	return time.Now().Add(s.status.LastAnswer.Add(s.enterAt()).Sub(s.opts.Now())), true
-}
-
-// enterAt is how long after the site DB's last answer the Store begins
-// to enter outage mode: a little before OutageAfter, as entering takes
-// tens of milliseconds (opening the copy, seeding it, the calls under
-// way ending), so that brokering from the copy has begun once OutageAfter
-// has passed.
-func (s *Store) enterAt() time.Duration {
-	return s.opts.OutageAfter - min(enterAhead, s.opts.OutageAfter/10)
+	return time.Now().Add(at.Sub(s.opts.Now())), true
 }
 
 // probeTimeout bounds one probe of the site DB.
@@ -134,45 +123,46 @@ func (s *Store) probe(ctx context.Context) (int64, error) {
 }
 
 // observe acts on a probe's outcome: err is nil when the site DB answered
-// with its configuration version.
+// with its configuration version, site.ErrConnLimit when it refused the
+// probe's connection for its connection limit (it answers: no outage).
+// What to do is the detector's decision.
 func (s *Store) observe(ctx context.Context, version int64, err error) {
 	s.trans.Lock()
 	defer s.trans.Unlock()
 	now := s.opts.Now()
+	o := outcomeOf(err)
 	s.mu.Lock()
-	if err == nil {
-		s.status.LastAnswer = now
-		if !s.status.DBAnswers && !s.outage.Load() {
-			s.log.Info("site DB answers again")
-		}
-	} else if s.status.DBAnswers {
+	dec := s.detect.observe(now, o, s.forced)
+	s.status.LastAnswer, s.status.DBAnswers, s.status.ProbesBusy = s.detect.last, s.detect.answers, s.detect.busy
+	if dec.answers {
+		s.trusted()
+	} else {
+		s.suspected()
+	}
+	s.mu.Unlock()
+	switch {
+	case dec.changed && dec.answers && !s.outage.Load():
+		s.log.Info("site DB answers again", "probe", o)
+	case dec.changed && !dec.answers:
 		s.log.Warn("site DB does not answer", "err", err, "outage_after", s.opts.OutageAfter)
 	}
-	s.status.DBAnswers = err == nil
-	if err != nil {
-		s.suspected()
-	} else {
-		s.trusted()
+	if dec.busyBegan {
+		s.log.Warn("site DB at its connection limit: it answers, so this is no outage (probes answered so since start counted in usher_lhc_probes_busy_total)",
+			"err", err)
 	}
-	last, forced := s.status.LastAnswer, s.forced
-	if err != nil || !s.outage.Load() {
-		s.okSince = time.Time{}
-	} else if s.okSince.IsZero() {
-		s.okSince = now
-	}
-	okFor := now.Sub(s.okSince)
-	s.mu.Unlock()
-
-	switch {
-	case !s.outage.Load() && forced:
-		s.enterOutage(ctx, "forced by an admin")
-	case !s.outage.Load() && err != nil && now.Sub(last) >= s.enterAt():
-		s.enterOutage(ctx, fmt.Sprintf("the site DB has not answered for %s: %v", now.Sub(last).Round(time.Millisecond), err))
-	case !s.outage.Load() && err == nil:
-		s.watchPhantoms(ctx)
-		s.maybeCopy(version, false)
-	case s.outage.Load() && err == nil && !forced && okFor >= s.opts.RecoverAfter:
-		s.recover(ctx, fmt.Sprintf("the site DB has answered for %s", okFor.Round(time.Millisecond)))
+	switch dec.move {
+	case moveEnter:
+		if err != nil && o == probeFailed {
+			dec.cause += ": " + err.Error()
+		}
+		s.enterOutage(ctx, dec.cause)
+	case moveRecover:
+		s.recover(ctx, dec.cause)
+	default:
+		if !s.outage.Load() && o == probeAnswered {
+			s.watchPhantoms(ctx)
+			s.maybeCopy(version, false)
+		}
 	}
 }
 
@@ -234,8 +224,10 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	// recorded), the site DB having cut them off if it stopped answering.
 	s.gate.Lock()
 	defer s.gate.Unlock()
-	if !s.drain(drainWait) {
-		s.log.Warn("calls to the site DB still under way as outage mode begins; what they write may reach only the site DB", "waited", drainWait)
+	drained := s.drain(drainWait)
+	if !drained {
+		s.log.Warn("calls to the site DB still under way as outage mode begins; what they write is brought into the copy as they end",
+			"waited", drainWait)
 	}
 	var own map[string]site.MachineStatus
 	var registered []string
@@ -248,7 +240,10 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	seeded := s.opts.Now().UTC()
 	err = local.Update(ctx, func(tx site.Tx) error {
 		var err error
-		if applied, err = s.recent.applyTo(ctx, tx); err != nil {
+		s.calls.Lock()
+		s.calls.applied = s.recent.mark()
+		s.calls.Unlock()
+		if applied, err = s.recent.applyTo(ctx, tx, 0, nil); err != nil {
 			return err
 		}
 		all, err := tx.MachineStatuses(ctx)
@@ -294,7 +289,8 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.status.Mode, s.status.Since, s.status.Cause = Outage, now, cause
 	s.status.CopyVersion, s.status.Journaled = info.version, len(info.journaled)
 	s.status.Outages++
-	s.okSince = time.Time{}
+	s.detect.entered()
+	s.handed.Store(false)
 	s.expected, s.rebuildUntil = expected, time.Time{}
 	s.mu.Unlock()
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
@@ -333,9 +329,9 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	}
 	s.gate.Lock()
 	n2, err := s.writeBackFrom(ctx, db, local, written)
-	var lingering []string
+	var ended, lingering []string
 	if err == nil {
-		lingering, err = s.endPhantoms(ctx, db, s.recent.unsureIDs(), written)
+		ended, lingering, err = s.endPhantoms(ctx, db, s.recent.unsureIDs(), written)
 	}
 	if err == nil {
 		err = s.writeStatuses(ctx, db, local)
@@ -350,7 +346,12 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 		s.log.Warn("write-back failed; staying in outage mode", "err", err)
 		return err
 	}
+	// What the calls to the site DB record from the moment outage mode
+	// ends is newer than the copy on disk: only what came before is
+	// forgotten below.
+	mark := s.recent.mark()
 	s.outage.Store(false)
+	s.handed.Store(false)
 	s.local = nil
 	local.Close()
 	s.lingering = map[string]time.Time{}
@@ -359,7 +360,7 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 	}
 	// The copy on disk holds the outage's end, which is newer than
 	// anything written before it.
-	s.recent.forget(s.recent.mark())
+	s.recent.forget(mark)
 	s.gate.Unlock()
 	b := s.attached()
 	if b != nil {
@@ -369,18 +370,24 @@ func (s *Store) recover(ctx context.Context, cause string) error {
 			s.log.Warn("configuration refresh after the outage failed", "err", err)
 		}
 	}
+	if b != nil {
+		// Before the status says so: once it does, the VDAs have been
+		// asked to report their sessions to the site DB.
+		b.Reregister()
+	}
 	now := s.opts.Now()
 	s.mu.Lock()
 	since := s.status.Since
 	s.status.Mode, s.status.Since, s.status.Cause = Normal, now, cause
 	s.status.Journaled = 0
+	s.detect.left()
 	s.status.WrittenBack += int64(len(written))
+	s.status.EndedAtRecovery += int64(len(ended))
 	s.mu.Unlock()
+	slices.Sort(ended)
 	s.log.Warn("outage over: brokering from the site DB again", "cause", cause, "outage_lasted", now.Sub(since).Round(time.Millisecond),
-		"sessions_written_back", len(written), "changed_during_write_back", n2, "write_back_took", now.Sub(start).Round(time.Millisecond))
-	if b != nil {
-		b.Reregister()
-	}
+		"sessions_written_back", len(written), "changed_during_write_back", n2, "write_back_took", now.Sub(start).Round(time.Millisecond),
+		"sessions_ended_at_recovery", len(ended), "ended_sessions", ended)
 	s.maybeCopy(0, true)
 	return nil
 }
@@ -514,10 +521,10 @@ const phantomWatch = 2 * time.Minute
 // users are not seated again (yet: on a site of several brokers, the
 // zone's leader may write back after this broker), which recovery
 // watches for phantomWatch (watchPhantoms) and otherwise leaves to expire
-// as any abandoned launch does. At recovery it runs before writeStatuses,
-// which then writes the statuses of the machines registered in the
-// outage over what it adjusted.
-func (s *Store) endPhantoms(ctx context.Context, db site.Store, ids []string, written map[string]site.Session) (lingering []string, err error) {
+// as any abandoned launch does, and those it ended. At recovery it runs
+// before writeStatuses, which then writes the statuses of the machines
+// registered in the outage over what it adjusted.
+func (s *Store) endPhantoms(ctx context.Context, db site.Store, ids []string, written map[string]site.Session) (ended, lingering []string, err error) {
 	for _, id := range ids {
 		if _, ok := written[id]; ok {
 			continue
@@ -540,7 +547,7 @@ func (s *Store) endPhantoms(ctx context.Context, db site.Store, ids []string, wr
 		case site.ErrorCode(err) == site.ENotFound:
 			continue // the placement never reached the site DB
 		case err != nil:
-			return lingering, fmt.Errorf("read session %s, placed as the site DB went: %w", id, err)
+			return ended, lingering, fmt.Errorf("read session %s, placed as the site DB went: %w", id, err)
 		case sess.State != site.SessionPending:
 			continue
 		case other == "":
@@ -561,12 +568,13 @@ func (s *Store) endPhantoms(ctx context.Context, db site.Store, ids []string, wr
 			return tx.Sessions().Update(ctx, cur)
 		})
 		if err != nil {
-			return lingering, fmt.Errorf("end session %s, placed as the site DB went: %w", id, err)
+			return ended, lingering, fmt.Errorf("end session %s, placed as the site DB went: %w", id, err)
 		}
+		ended = append(ended, id)
 		s.log.Warn("ended a session placed as the site DB went, whose launch was told it failed: the outage seated its user again",
 			"session", id, "user", sess.User, "machine", sess.Machine, "outage_session", other)
 	}
-	return lingering, nil
+	return ended, lingering, nil
 }
 
 // watchPhantoms runs endPhantoms again on the sessions recovery left
@@ -589,7 +597,10 @@ func (s *Store) watchPhantoms(ctx context.Context) {
 			ids = append(ids, id)
 		}
 	}
-	left, err := s.endPhantoms(ctx, db, ids, nil)
+	ended, left, err := s.endPhantoms(ctx, db, ids, nil)
+	s.mu.Lock()
+	s.status.EndedAtRecovery += int64(len(ended))
+	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("check the sessions placed as the site DB went", "err", err)
 		return

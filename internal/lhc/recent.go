@@ -2,6 +2,7 @@ package lhc
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/usher-vdi/usher/internal/site"
@@ -125,18 +126,23 @@ func (r *recent) forget(mark uint64) {
 	}
 }
 
-// applyTo writes the recorded sessions into tx, a transaction of the copy.
-// A session the copy cannot hold (its user created after the copy) is
-// left to its VDA's registration.
-func (r *recent) applyTo(ctx context.Context, tx site.Tx) (int, error) {
+// applyTo writes the sessions recorded after mark into tx, a transaction
+// of the copy, except those whose IDs keep (sorted) holds. A session the
+// copy cannot hold (its user created after the copy) is left to its VDA's
+// registration.
+func (r *recent) applyTo(ctx context.Context, tx site.Tx, mark uint64, keep []string) (int, error) {
 	r.mu.Lock()
 	entries := make([]recentEntry, 0, len(r.entries))
-	for _, e := range r.entries {
-		entries = append(entries, e)
+	for id, e := range r.entries {
+		if _, kept := slices.BinarySearch(keep, id); e.seq > mark && !kept {
+			entries = append(entries, e)
+		}
 	}
 	creds := map[string]site.MachineCredential{}
 	for m, c := range r.creds {
-		creds[m] = c.cred
+		if c.seq > mark {
+			creds[m] = c.cred
+		}
 	}
 	r.mu.Unlock()
 	for m, c := range creds {

@@ -96,6 +96,9 @@ type Status struct {
 	LastAnswer time.Time `json:"last_answer,omitzero"`
 	// DBAnswers tells whether the last probe was answered.
 	DBAnswers bool `json:"db_answers"`
+	// ProbesBusy counts the probes the site DB refused for its
+	// connection limit since start: answers, not outages.
+	ProbesBusy int64 `json:"probes_busy"`
 	// CopyVersion is the configuration version of the local copy, made at
 	// CopyAt; CopyError, the last copy's failure, if it failed.
 	CopyVersion int64     `json:"copy_version"`
@@ -106,6 +109,10 @@ type Status struct {
 	// them afresh); WrittenBack counts those written back since start.
 	Journaled   int   `json:"journaled"`
 	WrittenBack int64 `json:"written_back"`
+	// EndedAtRecovery counts the sessions ended at recovery (and in the
+	// watch after it) since start: placements whose answer was lost as
+	// the site DB went, whose users the outage seated again (endPhantoms).
+	EndedAtRecovery int64 `json:"ended_at_recovery"`
 	// Outages counts the outages entered since start.
 	Outages int64 `json:"outages"`
 }
@@ -127,14 +134,18 @@ type Store struct {
 	local *sqlitestore.Store // open in outage mode; under gate
 
 	broker atomic.Value // Broker
+	// handed is set when this outage's brokering was handed to the
+	// zone's leader (Handover): the copy makes no new session until
+	// HoldNewSessions, or the next change of mode.
+	handed atomic.Bool
 	// recent holds the sessions written since the copy was read.
 	recent recent
 
 	mu     sync.Mutex // guards status and the fields below
 	status Status
 	forced bool
-	// okSince is when the site DB began answering again in outage mode.
-	okSince time.Time
+	// detect decides when to enter and leave outage mode.
+	detect *detector
 	// rebuildUntil is when launches stop waiting for a dead leader's VDAs
 	// (HoldNewSessions); expected are the machines registered in the zone when
 	// the outage began, cameChecked when allCame last looked.
@@ -145,13 +156,18 @@ type Store struct {
 
 	// calls counts the calls to the site DB under way (n), which entering
 	// outage mode waits for a moment (drained), and cuts them off when a
-	// probe finds the site DB not answering (suspect).
+	// probe finds the site DB not answering (suspect). applied is the
+	// mark of recent that outage mode applied to the copy as it began:
+	// what a call still under way then records later (a placement that
+	// reached the site DB) is brought into the copy as the call ends
+	// (applyLate), so that the outage's launches see it.
 	calls struct {
 		sync.Mutex
 		n       int
 		drained chan struct{}
 		suspect context.Context
 		cancel  context.CancelFunc
+		applied uint64
 	}
 	// lingering are the sessions of placements of unknown outcome that
 	// recovery found pending and their users not seated again yet (the
@@ -218,6 +234,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		s.local = local
 		s.outage.Store(true)
+		s.detect = newDetector(opts.OutageAfter, opts.RecoverAfter, now, true)
 		s.status = Status{Mode: Outage, Since: now, Cause: "the site DB could not be opened at start: " + err.Error(),
 			CopyVersion: info.version, Journaled: len(info.journaled), Outages: 1}
 		s.log.Error("site DB unavailable at start: brokering from the local copy", "err", err, "copy", s.path,
@@ -225,6 +242,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return s, nil
 	}
 	s.primary.Store(&primaryDB{db})
+	s.detect = newDetector(opts.OutageAfter, opts.RecoverAfter, now, false)
 	s.status = Status{Mode: Normal, Since: now, LastAnswer: now, DBAnswers: true}
 	// A journal left by an outage that a restart cut short goes to the
 	// site DB before anything else does.
@@ -373,8 +391,45 @@ func (s *Store) beginRemote(ctx context.Context) (context.Context, func(), bool)
 			close(s.calls.drained)
 			s.calls.drained = nil
 		}
+		late := s.outage.Load()
 		s.calls.Unlock()
+		if late {
+			s.applyLate(ctx)
+		}
 	}, true
+}
+
+// applyLate brings into the copy what the calls to the site DB that
+// outage mode did not wait for recorded after it applied the recent
+// sessions: a placement that reached the site DB as it went, whose user
+// the outage's launches must find (else they would give the user a
+// second session). Sessions written in outage mode (journaled) are
+// newer, and kept.
+func (s *Store) applyLate(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx) // the call's client may be gone: what it wrote stays written
+	s.gate.RLock()                   // after the change of mode, if under way
+	defer s.gate.RUnlock()
+	l := s.served()
+	if l == nil {
+		return
+	}
+	s.calls.Lock()
+	mark := s.calls.applied
+	s.calls.Unlock()
+	var n int
+	err := l.Update(ctx, func(tx site.Tx) error {
+		journaled, err := tx.(site.LocalCopy).Journaled(ctx)
+		if err != nil {
+			return err
+		}
+		n, err = s.recent.applyTo(ctx, tx, mark, journaled)
+		return err
+	})
+	if err != nil {
+		s.log.Error("bring what a call to the site DB wrote as outage mode began into the local copy", "err", err)
+	} else if n > 0 {
+		s.log.Warn("brought into the local copy what a call to the site DB wrote as outage mode began", "sessions", n)
+	}
 }
 
 // suspected cuts off the calls to the site DB under way: a probe found it
@@ -475,6 +530,9 @@ func (s *Store) Place(ctx context.Context, p site.Placement) (out site.Placed, e
 	err = s.serve(ctx, func(l *sqlitestore.Store) error {
 		if err := p.Validate(); err != nil {
 			return err
+		}
+		if s.handed.Load() {
+			return site.Errorf(site.EUnavailable, "this broker handed its brokering to its zone's leader while the site DB is down: retry")
 		}
 		return s.localUpdate(ctx, l, func(tx site.Tx) (err error) {
 			if err := s.awaitTakeover(ctx, tx, p); err != nil {
@@ -625,6 +683,7 @@ func (s *Store) allCame(ctx context.Context, tx site.Tx, now time.Time) bool {
 // most: the dead leader's sessions are known only from their VDAs, which
 // report them as they register.
 func (s *Store) HoldNewSessions() {
+	s.handed.Store(false)
 	s.mu.Lock()
 	s.rebuildUntil = s.opts.Now().Add(s.opts.TakeoverWindow)
 	s.mu.Unlock()
