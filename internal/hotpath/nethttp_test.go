@@ -46,7 +46,8 @@ func TestNetHTTPServesEverything(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client, scheme, want := http.DefaultClient, "http", "clear"
+			var client *http.Client
+			scheme, want := "http", "clear"
 			if overTLS {
 				dir := t.TempDir()
 				certFile, keyFile := tlstest.Valid(t, dir, "hot")
