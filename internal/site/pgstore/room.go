@@ -70,7 +70,13 @@ func SizePool(ctx context.Context, dsn string, want int) (int, Room, error) {
 			return 0, Room{}, fmt.Errorf("%w: %s refuses even one more connection, and a pool needs %d at least: %w; "+
 				"close other clients' connections, or raise the limit that refused it", site.ErrConnLimit, target, floor, cerr)
 		}
-		return 0, Room{}, fmt.Errorf("size the site database's pool: %w", cerr)
+		// As a transaction's connection attempt: EUnavailable, so that a
+		// broker starting before its site DB tries again (--start-retry)
+		// and the Local Host Cache starts from its copy.
+		if ctx.Err() != nil {
+			return 0, Room{}, fmt.Errorf("size the site database's pool: %w: %w: %w", unavailable("unavailable"), context.Cause(ctx), cerr)
+		}
+		return 0, Room{}, fmt.Errorf("size the site database's pool: %w: %w", unavailable("unavailable"), cerr)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	r, err := readRoom(ctx, conn)

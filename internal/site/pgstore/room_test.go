@@ -89,3 +89,22 @@ func TestSizePool(t *testing.T) {
 		t.Errorf("SizePool on a role that may not connect: %v, want site.ErrConnLimit naming 53300", err)
 	}
 }
+
+// TestSizePoolOfAServerThatDoesNotAnswer: a server that cannot be
+// reached is unavailable (EUnavailable: a broker starting before its site
+// DB tries again), not a limit, and its error names no password.
+func TestSizePoolOfAServerThatDoesNotAnswer(t *testing.T) {
+	_, _, err := pgstore.SizePool(t.Context(), "postgres://alice:s3cret@127.0.0.1:1/site?connect_timeout=2", 8)
+	if err == nil {
+		t.Fatal("SizePool on a closed port: no error")
+	}
+	if got := site.ErrorCode(err); got != site.EUnavailable {
+		t.Errorf("SizePool on a closed port: code %q (%v), want %q", got, err, site.EUnavailable)
+	}
+	if errors.Is(err, site.ErrConnLimit) {
+		t.Errorf("SizePool on a closed port matches site.ErrConnLimit: %v", err)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("SizePool's error names the password: %v", err)
+	}
+}
