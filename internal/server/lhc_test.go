@@ -681,12 +681,21 @@ func TestFlappingSiteDB(t *testing.T) {
 	for range 3 {
 		flapAt := time.Now()
 		brokered(t, h, flapAt, 3, "between flaps")
+		back := time.Now()
 		cs.restore(t)
 		// About time passing: back for less than RecoverAfter (1 s).
 		time.Sleep(500 * time.Millisecond)
 		cs.wan.Cut()
-		if !s.LHC().InOutage() {
-			t.Fatal("the broker left outage mode on a site DB back for less than --recover-after")
+		if st := s.LHC().Status(); st.Mode != lhc.Outage {
+			// Whether the broker was wrong: it left outage mode less than
+			// RecoverAfter after the site DB came back. A machine so
+			// loaded that the cut came later than RecoverAfter (toxiproxy's
+			// Stop waits for its links) gives the broker the right to
+			// recover, and the test nothing to judge.
+			if left := st.Since.Sub(back); left < time.Second {
+				t.Fatalf("the broker left outage mode %s after the site DB came back, less than --recover-after (1s)", left.Round(time.Millisecond))
+			}
+			t.Skipf("the site DB was back for %s, not the 500ms meant (a loaded machine): the broker rightly recovered", time.Since(back).Round(time.Millisecond))
 		}
 	}
 	if got := s.LHC().Status().Outages; got != 1 {
