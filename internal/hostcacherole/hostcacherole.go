@@ -124,7 +124,9 @@ type HostCache struct {
 	cfg   Config
 	cache *hostcache.Cache
 	hx    *hostexport.Exports
-	srv   *nbdserve.Server
+	// The listeners and run loop: Run, Addr, MetricsAddr and Metrics
+	// are theirs.
+	*nbdserve.Server
 }
 
 // Open opens the cache directory (a second daemon on it is refused),
@@ -181,21 +183,18 @@ func Open(ctx context.Context, cfg Config) (_ *HostCache, err error) {
 	st := h.cache.Stats()
 	log.Info("host cache ready", "dir", cfg.Dir, "blocks", st.Slots, "block_size", h.cache.BlockSize(), "recovered", st.Recovered,
 		"vms", len(cfg.VMs), "writes", cfg.Writes)
-	if h.srv, err = nbdserve.Listen(nbdserve.Config{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, MetricsCert: cfg.MetricsCert,
+	if h.Server, err = nbdserve.Listen(nbdserve.Config{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, MetricsCert: cfg.MetricsCert,
 		NBD: &nbd.Server{Exports: h.hx, Logger: log}, Meters: &reg, Collectors: []prometheus.Collector{h.hx}, Logger: log}); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// Run serves until ctx is done (nil) or the server fails.
-func (h *HostCache) Run(ctx context.Context) error { return h.srv.Run(ctx) }
-
 // Close stops serving and closes the exports and the cache.
 func (h *HostCache) Close() error {
 	var errs []error
-	if h.srv != nil {
-		errs = append(errs, h.srv.Close())
+	if h.Server != nil {
+		errs = append(errs, h.Server.Close())
 	}
 	if h.hx != nil {
 		errs = append(errs, h.hx.Close())
@@ -205,14 +204,6 @@ func (h *HostCache) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Addr is the local endpoint's address; MetricsAddr the metrics one's
-// ("": none).
-func (h *HostCache) Addr() string        { return h.srv.Addr() }
-func (h *HostCache) MetricsAddr() string { return h.srv.MetricsAddr() }
-
-// Metrics is the registry /metrics serves.
-func (h *HostCache) Metrics() *prometheus.Registry { return h.srv.Metrics() }
 
 // Cache is the host's cache of blocks.
 func (h *HostCache) Cache() *hostcache.Cache { return h.cache }

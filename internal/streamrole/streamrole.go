@@ -16,8 +16,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/usher-vdi/usher/internal/block/image"
 	"github.com/usher-vdi/usher/internal/block/imageexport"
 	"github.com/usher-vdi/usher/internal/block/meter"
@@ -188,7 +186,9 @@ func nbdServer(cfg Config, exports nbd.Exporter) *nbd.Server {
 type Stream struct {
 	cfg     Config
 	exports *imageexport.Images
-	srv     *nbdserve.Server
+	// The listeners and run loop: Run, Addr, MetricsAddr and Metrics
+	// are theirs.
+	*nbdserve.Server
 }
 
 // Open builds the stream of cfg and opens its listeners; Run serves it.
@@ -214,22 +214,11 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 		exports.Close()
 		return nil, err
 	}
-	return &Stream{cfg: cfg, exports: exports, srv: srv}, nil
+	return &Stream{cfg: cfg, exports: exports, Server: srv}, nil
 }
 
-// Run serves until ctx is done (nil) or the server fails.
-func (s *Stream) Run(ctx context.Context) error { return s.srv.Run(ctx) }
-
 // Close stops serving and closes the exports.
-func (s *Stream) Close() error { return errors.Join(s.srv.Close(), s.exports.Close()) }
-
-// Addr is the NBD listener's address; MetricsAddr the metrics one's ("":
-// none).
-func (s *Stream) Addr() string        { return s.srv.Addr() }
-func (s *Stream) MetricsAddr() string { return s.srv.MetricsAddr() }
-
-// Metrics is the registry /metrics serves.
-func (s *Stream) Metrics() *prometheus.Registry { return s.srv.Metrics() }
+func (s *Stream) Close() error { return errors.Join(s.Server.Close(), s.exports.Close()) }
 
 // ReloadTLS reads Config.Cert's files again (nothing without one).
 func (s *Stream) ReloadTLS() error {

@@ -68,7 +68,9 @@ type Target struct {
 	conn  *hostcache.Upstream
 	cache *Cache
 	reg   meter.Registry
-	srv   *nbdserve.Server
+	// The listeners and run loop: Run, Addr, MetricsAddr and Metrics
+	// are theirs.
+	*nbdserve.Server
 }
 
 // Open dials the upstream, builds the cache over it and opens the local
@@ -154,26 +156,23 @@ func Open(ctx context.Context, cfg Config) (_ *Target, err error) {
 	if err := loopbackUp(cfg.Listen, log); err != nil {
 		return nil, nbdserve.Field("Listen", err)
 	}
-	if t.srv, err = nbdserve.Listen(nbdserve.Config{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, MetricsCert: cfg.MetricsCert,
+	if t.Server, err = nbdserve.Listen(nbdserve.Config{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, MetricsCert: cfg.MetricsCert,
 		NBD: &nbd.Server{Exports: exports, Logger: log}, Meters: &t.reg, Collectors: extra, Logger: log}); err != nil {
 		return nil, err
 	}
 	if cfg.Ready != "" {
-		if err := os.WriteFile(cfg.Ready, []byte(t.srv.Addr()+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(cfg.Ready, []byte(t.Server.Addr()+"\n"), 0o644); err != nil {
 			log.Error("--ready: the ready file", "path", cfg.Ready, "err", err)
 		}
 	}
 	return t, nil
 }
 
-// Run serves until ctx is done (nil) or the server fails.
-func (t *Target) Run(ctx context.Context) error { return t.srv.Run(ctx) }
-
 // Close stops serving and closes the cache and the upstream.
 func (t *Target) Close() error {
 	var errs []error
-	if t.srv != nil {
-		errs = append(errs, t.srv.Close())
+	if t.Server != nil {
+		errs = append(errs, t.Server.Close())
 	}
 	if t.cache != nil {
 		errs = append(errs, t.cache.Close())
@@ -183,14 +182,6 @@ func (t *Target) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Addr is the local endpoint's address; MetricsAddr the metrics one's
-// ("": none).
-func (t *Target) Addr() string        { return t.srv.Addr() }
-func (t *Target) MetricsAddr() string { return t.srv.MetricsAddr() }
-
-// Metrics is the registry /metrics serves.
-func (t *Target) Metrics() *prometheus.Registry { return t.srv.Metrics() }
 
 // Cache is the write cache the endpoint serves.
 func (t *Target) Cache() *Cache { return t.cache }
