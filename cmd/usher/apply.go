@@ -246,7 +246,7 @@ Run 'usher admin SUBCOMMAND -h' for a subcommand's flags.`
 
 func (m *Main) admin(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
-		fmt.Fprintf(m.Stderr, "Usage: usher admin %s\n", adminUsage)
+		m.subUsage(args, "admin", adminUsage)
 		if len(args) == 0 {
 			return usageError{"which subcommand? add, list, reset-password or remove"}
 		}

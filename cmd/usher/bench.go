@@ -84,7 +84,7 @@ Run 'usher bench EXPERIMENT -h' for its flags.`
 
 func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(m.Stderr, "Usage: usher bench %s\n", benchUsage)
+		m.subUsage(args, "bench", benchUsage)
 		if len(args) == 0 {
 			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc, hostcache or boot"}
 		}

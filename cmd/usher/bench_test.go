@@ -413,8 +413,8 @@ func TestBenchUsageErrors(t *testing.T) {
 			t.Errorf("usher bench %s: exit %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
 	}
-	if code, _, stderr := run(t, "", "bench", "-h"); code != 0 || !strings.Contains(stderr, "logon-storm") {
-		t.Errorf("help: %d %s", code, stderr)
+	if code, out, _ := run(t, "", "bench", "-h"); code != 0 || !strings.Contains(out, "logon-storm") {
+		t.Errorf("help: %d %s", code, out)
 	}
 }
 

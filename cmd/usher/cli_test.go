@@ -133,13 +133,13 @@ func TestAdminCommands(t *testing.T) {
 	})
 	t.Run("usage", func(t *testing.T) {
 		for _, args := range [][]string{{"admin", "-h"}, {"admin", "help"}, {"admin", "--help"}} {
-			code, _, stderr := run(t, "", args...)
-			if code != 0 || !strings.Contains(stderr, "reset-password NAME") || strings.Contains(stderr, "run 'usher admin -h'") {
-				t.Errorf("%s: exit %d: %s", args, code, stderr)
+			code, out, stderr := run(t, "", args...)
+			if code != 0 || !strings.Contains(out, "reset-password NAME") || stderr != "" {
+				t.Errorf("%s: exit %d: %s%s", args, code, out, stderr)
 			}
 		}
-		if code, _, stderr := run(t, "", "admin", "remove", "-h"); code != 0 || !strings.Contains(stderr, "-force") {
-			t.Errorf("admin remove -h: exit %d: %s", code, stderr)
+		if code, out, _ := run(t, "", "admin", "remove", "-h"); code != 0 || !strings.Contains(out, "-force") {
+			t.Errorf("admin remove -h: exit %d: %s", code, out)
 		}
 		if code, _, stderr := run(t, "", "admin", "frob"); code != 2 || !strings.Contains(stderr, `unknown subcommand "frob"`) {
 			t.Errorf("admin frob: exit %d: %s", code, stderr)
@@ -163,19 +163,63 @@ func TestHelpCommand(t *testing.T) {
 	}
 }
 
-func TestHelpUnknownFlagOnce(t *testing.T) {
-	code, out, stderr := run(t, "", "serve", "--bogus")
-	if code != 2 || out != "" {
-		t.Fatalf("exit %d, stdout %q", code, out)
+// TestUnknownFlag: a mistyped flag gets one line naming it as typed,
+// the flag meant when one is close, and where the flags are; exit 2.
+func TestUnknownFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--lisen", "x"}, "usher serve: unknown flag --lisen: did you mean --listen? run 'usher serve -h' for its flags\n"},
+		{[]string{"serve", "-sim-vda=3"}, "usher serve: unknown flag -sim-vda: did you mean --sim-vdas? run 'usher serve -h' for its flags\n"},
+		{[]string{"apply", "--dry"}, "usher apply: unknown flag --dry: did you mean --dry-run? run 'usher apply -h' for its flags\n"},
+		{[]string{"serve", "--bogus"}, "usher serve: unknown flag --bogus; run 'usher serve -h' for its flags\n"},
+		{[]string{"admin", "unlock", "bob", "--srever", "http://x"}, "usher admin: unknown flag --srever: did you mean --server? run 'usher admin unlock -h' for its flags\n"},
+		{[]string{"apply", "-f"}, "usher apply: flag -f needs a value; run 'usher apply -h' for its flags\n"},
+	} {
+		code, out, stderr := run(t, "", tc.args...)
+		if code != 2 || out != "" || stderr != tc.want {
+			t.Errorf("%s: exit %d, stdout %q\nstderr %q\nwant   %q", tc.args, code, out, stderr, tc.want)
+		}
 	}
-	if n := strings.Count(stderr, "flag provided but not defined: -bogus"); n != 1 {
-		t.Errorf("the error appears %d times:\n%s", n, stderr)
+}
+
+// TestHelpOnStdout: -h and --help print a command's usage on standard
+// output and exit 0, for every command.
+func TestHelpOnStdout(t *testing.T) {
+	for _, c := range commands() {
+		for _, h := range []string{"-h", "--help"} {
+			code, out, stderr := run(t, "", c.name, h)
+			if code != 0 || !strings.Contains(out, "Usage: usher "+c.name) || stderr != "" {
+				t.Errorf("usher %s %s: exit %d\nstdout %q\nstderr %q", c.name, h, code, out, stderr)
+			}
+		}
 	}
-	if n := strings.Count(stderr, "Usage: usher serve"); n != 1 {
-		t.Errorf("the usage appears %d times:\n%s", n, stderr)
+}
+
+// TestCommandListAligned: usher help lists the commands with their
+// summaries in one column.
+func TestCommandListAligned(t *testing.T) {
+	_, out, _ := run(t, "", "help")
+	col := -1
+	n := 0
+	for _, c := range commands() {
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(line, "  "+c.name+" ") {
+				continue
+			}
+			n++
+			at := strings.Index(line, c.summary)
+			if col == -1 {
+				col = at
+			}
+			if at != col || at < 0 {
+				t.Errorf("%q: summary at column %d, want %d", line, at, col)
+			}
+		}
 	}
-	if !strings.HasPrefix(stderr, "usher serve: flag provided but not defined: -bogus\n") {
-		t.Errorf("the error does not come first:\n%s", stderr)
+	if n != len(commands()) {
+		t.Fatalf("%d of %d commands listed:\n%s", n, len(commands()), out)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,8 +15,13 @@ import (
 
 // directoryCmd runs the directory subcommands: only "test" so far.
 func (m *Main) directoryCmd(ctx context.Context, args []string) error {
+	const usage = "test USER [--password-stdin] [--data DIR | --db URL]"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help") {
+		m.subUsage(args, "directory", usage+"\n\nRun 'usher directory test -h' for its flags.")
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "test" {
-		return usageError{"usage: usher directory test USER [--password-stdin] [--data DIR | --db URL]"}
+		return usageError{"usage: usher directory " + usage}
 	}
 	return m.directoryTest(ctx, args[1:])
 }

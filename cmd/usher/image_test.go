@@ -138,7 +138,7 @@ func TestImageStreamHelp(t *testing.T) {
 		"image":  {"superseded", "standard", "private", "maintenance"},
 		"stream": {"standard", "private", "maintenance", "IMAGE@N"},
 	} {
-		code, _, stderr := run(t, "", cmd, "-h")
+		code, stderr, _ := run(t, "", cmd, "-h") // the usage, on standard output
 		if code != 0 {
 			t.Fatalf("usher %s -h: exit %d", cmd, code)
 		}

@@ -21,11 +21,7 @@ var testSelf = []string{"/usr/bin/env", runAsUsher + "=1", os.Args[0]}
 // package's tests when one of them leaves a goroutine behind.
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsUsher) == "1" {
-		main := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-		ctx, stop := signalContext()
-		code := main.Run(ctx, os.Args[1:])
-		stop()
-		os.Exit(code)
+		os.Exit(runProcess())
 	}
 	goleak.VerifyTestMain(mainFunc(func() int { return pgtest.Main(m) }))
 }

@@ -127,8 +127,8 @@ func TestLoadUsageErrors(t *testing.T) {
 			t.Errorf("usher load %s: exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
 	}
-	if code, _, stderr := run(t, "", "load", "-h"); code != 0 || !strings.Contains(stderr, "Executors (--executor)") {
-		t.Errorf("help: exit %d: %s", code, stderr)
+	if code, out, _ := run(t, "", "load", "-h"); code != 0 || !strings.Contains(out, "Executors (--executor)") {
+		t.Errorf("help: exit %d: %s", code, out)
 	}
 }
 

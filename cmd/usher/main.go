@@ -25,21 +25,59 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"text/tabwriter"
 )
 
-func main() {
+func main() { os.Exit(runProcess()) }
+
+// runProcess runs usher as this process, with its arguments, standard
+// streams and signals, and returns the exit status: the command's, or 130
+// when SIGINT stopped it (the shell's 128+2, so that a script sees the
+// interrupt). SIGTERM, a service manager's stop, is an orderly shutdown:
+// the command's own status, 0 when it stopped cleanly.
+func runProcess() int {
 	ctx, stop := signalContext()
 	defer stop()
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	os.Exit(m.Run(ctx, os.Args[1:]))
+	code := m.Run(ctx, os.Args[1:])
+	var se signalError
+	if errors.As(context.Cause(ctx), &se) && se.sig == os.Interrupt {
+		return 130
+	}
+	return code
 }
 
+// signalError is the cause of the program's context when a signal ended
+// it.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "stopped by " + e.sig.String() }
+
 // signalContext is the program's context: done at SIGINT or SIGTERM,
-// which stop a command cleanly. (SIGHUP is the commands' own: those that
-// serve TLS read their certificate again.)
+// which stop a command cleanly, with a signalError as its cause. (SIGHUP
+// is the commands' own: those that serve TLS read their certificate
+// again.) After the first signal the handler is gone, so that a second
+// Ctrl-C kills a command that does not stop.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			cancel(signalError{sig})
+		case <-done:
+		}
+		signal.Stop(ch)
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() { close(done) })
+		cancel(context.Canceled)
+	}
 }
 
 // Main is the usher program. Tests run it in-process with their own
@@ -61,6 +99,9 @@ type Main struct {
 	// Self is the command line that runs this program again, for the
 	// benches' clients in their own processes; nil means this executable.
 	Self []string
+	// flagSetMade, when set, is told of each flag set a command makes
+	// (usher completion lists the flags so).
+	flagSetMade func(*flag.FlagSet)
 }
 
 // self returns the command line that runs this program again, or nil
@@ -80,12 +121,9 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-// flagError is a mistake in a command's flags: exit status 2, and the
-// command's usage after the error.
-type flagError struct {
-	msg   string
-	usage func()
-}
+// flagError is a mistake in a command's flags: exit status 2, one line
+// that names the flag as typed and says how to see the command's flags.
+type flagError struct{ msg string }
 
 func (e flagError) Error() string { return e.msg }
 
@@ -146,9 +184,10 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		var ue usageError
 		var fe flagError
 		switch {
-		case err == nil:
-			return 0
 		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case err == nil, ctx.Err() != nil && errors.Is(err, context.Canceled):
+			// Stopped by a signal (or the caller): not an error to print.
 			return 0
 		case errors.As(err, &ue):
 			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, ue.msg)
@@ -156,7 +195,6 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 			return 2
 		case errors.As(err, &fe):
 			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, fe.msg)
-			fe.usage()
 			return 2
 		default:
 			fmt.Fprintf(m.Stderr, "usher %s: %s\n", c.name, err)
@@ -171,17 +209,23 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 func (m *Main) usage(w io.Writer) {
 	fmt.Fprintln(w, "usher: a delivery controller for virtual apps and desktops")
 	fmt.Fprintln(w, "\nUsage: usher COMMAND [flags]\n\nCommands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
 	}
+	tw.Flush()
 	fmt.Fprintln(w, "\nRun 'usher help COMMAND' or 'usher COMMAND -h' for a command's flags;")
 	fmt.Fprintln(w, "'usher --version' prints the version.")
 }
 
-// flagSet returns a flag set that reports errors instead of exiting.
+// flagSet returns a flag set that reports errors instead of exiting and
+// prints its usage (-h) on standard output.
 func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("usher "+name, flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
+	fs.SetOutput(m.Stdout)
+	if m.flagSetMade != nil {
+		m.flagSetMade(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: usher %s %s\n\nFlags:\n", name, usage)
 		fs.PrintDefaults()
@@ -192,8 +236,8 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 // parse parses args, allowing flags after positional arguments (usher
 // admin add NAME --password-stdin), and refuses positional arguments
 // beyond max. The positional arguments are left in fs.Args(). For -h it
-// prints the usage and returns flag.ErrHelp; for a mistake it returns a
-// usageError that prints the usage once, after the error.
+// prints the usage and returns flag.ErrHelp; for a mistake in the flags
+// it returns a one-line flagError (see flagMistake).
 func parse(fs *flag.FlagSet, args []string, max int) error {
 	// The flag package prints the error and the usage itself; silence it
 	// while parsing so that Run prints each once.
@@ -210,7 +254,7 @@ func parse(fs *flag.FlagSet, args []string, max int) error {
 				fs.Usage()
 				return err
 			}
-			return flagError{err.Error(), func() { restore(); fs.Usage() }}
+			return flagMistake(fs, args, err)
 		}
 		if fs.NArg() == 0 {
 			break
