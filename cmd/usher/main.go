@@ -186,7 +186,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
-		case err == nil, ctx.Err() != nil && errors.Is(err, context.Canceled):
+		case err == nil, ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.Cause(ctx))):
 			// Stopped by a signal (or the caller): not an error to print.
 			return 0
 		case errors.As(err, &ue):
