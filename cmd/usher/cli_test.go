@@ -287,13 +287,15 @@ func TestDemoGeneratesASiteApplyTakes(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "user0001") || strings.Contains(out, "argon2id") {
 		t.Errorf("without a password: exit %d, hashes in it: %v", code, strings.Contains(out, "argon2id"))
 	}
+	if code, out, stderr := run(t, "", "demo"); code != 0 || !strings.Contains(out, "user1000") || strings.Contains(out, "user1001") {
+		t.Errorf("demo without --scale is not the demo scale (1,000 users): exit %d: %s", code, stderr)
+	}
 	for _, tc := range []struct {
 		stdin string
 		args  []string
 		want  string
 	}{
 		{"", []string{"demo", "--scale", "huge"}, `--scale "huge"`},
-		{"", []string{"demo"}, `--scale ""`},
 		{"short\n", []string{"demo", "--scale", "mid", "--password-stdin"}, "at least 8"},
 	} {
 		if code, _, stderr := run(t, tc.stdin, tc.args...); code != 2 || !strings.Contains(stderr, tc.want) {

@@ -15,12 +15,12 @@ var scales = map[string]sitegen.Sizes{"mid": sitegen.MidSize, "demo": sitegen.De
 
 // demo writes a generated site as YAML, for usher apply, tests and benches.
 func (m *Main) demo(_ context.Context, args []string) error {
-	fs := m.flagSet("demo", "--scale mid|demo|large [--password-stdin] [--out FILE]\n\n"+
+	fs := m.flagSet("demo", "[--scale mid|demo|large] [--password-stdin] [--out FILE]\n\n"+
 		"Writes a generated site configuration as YAML, for 'usher apply -f': mid (60 users, 12 machines), demo\n"+
 		"(1,000 users, 57 machines, 400 applications) or large (100,000 users in 200 groups, 40,000 machines in\n"+
 		"20 zones, 2,000 applications). The same scale gives the same site. Every tenth user (user0001,\n"+
 		"user0011, ...) gets the password read with --password-stdin; without it, nobody can log on.")
-	scale := fs.String("scale", "", "mid, demo or large")
+	scale := fs.String("scale", "demo", "mid, demo (the site of usher serve --demo) or large")
 	fromStdin := fs.Bool("password-stdin", false, "read the users' password from standard input (one line)")
 	out := fs.String("out", "", "write here instead of standard output (created 0600: it holds password hashes)")
 	if err := parse(fs, args, 0); err != nil {

@@ -57,7 +57,7 @@ func (m *Main) adminOutage(ctx context.Context, args []string) error {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("outage %s: %s: %s", fs.Arg(0), resp.Status, strings.TrimSpace(string(raw)))
+		return fmt.Errorf("outage %s: %s", fs.Arg(0), serverMessage(resp, raw))
 	}
 	var st lhc.Status
 	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&st); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,7 +45,7 @@ func (m *Main) adminUnlock(ctx context.Context, args []string) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("unlock %q: %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("unlock %q: %s", name, serverMessage(resp, body))
 	}
 	fmt.Fprintf(m.Stdout, "%s %q: lock-out cleared\n", *kind, name)
 	return nil
@@ -79,4 +80,23 @@ func (m *Main) passwordLine() (string, error) {
 		return "", fmt.Errorf("read the password: %w", err)
 	}
 	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// serverMessage is what an admin API's error answer says: its status and
+// the message of its JSON error document ({"error": {"code", "message"}}),
+// or the body as it is when it is not one.
+func serverMessage(resp *http.Response, body []byte) string {
+	var doc struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &doc) == nil && doc.Error.Message != "" {
+		msg = doc.Error.Message
+	}
+	if msg == "" {
+		return resp.Status
+	}
+	return resp.Status + ": " + msg
 }

@@ -30,7 +30,7 @@ func TestAdminUnlock(t *testing.T) {
 	if code := logon(pw); code != http.StatusUnauthorized {
 		t.Fatalf("right password after 3 failures: %d, want locked out", code)
 	}
-	if code, _, stderr := run(t, "wrong\n", "admin", "unlock", "--server", s.url, "--password-stdin", "user0001"); code == 0 || !strings.Contains(stderr, "401") {
+	if code, _, stderr := run(t, "wrong\n", "admin", "unlock", "--server", s.url, "--password-stdin", "user0001"); code == 0 || !strings.Contains(stderr, "401") || strings.Contains(stderr, "{") {
 		t.Fatalf("unlock with a wrong admin password: exit %d: %s", code, stderr)
 	}
 	code, out, stderr := run(t, pw+"\n", "admin", "unlock", "--server", s.url, "--password-stdin", "user0001")
@@ -40,7 +40,7 @@ func TestAdminUnlock(t *testing.T) {
 	if code := logon(pw); code != http.StatusOK {
 		t.Fatalf("right password after unlock: %d", code)
 	}
-	if code, _, stderr := run(t, pw+"\n", "admin", "unlock", "--server", s.url, "--password-stdin", "user0001"); code == 0 || !strings.Contains(stderr, "not locked out") {
+	if code, _, stderr := run(t, pw+"\n", "admin", "unlock", "--server", s.url, "--password-stdin", "user0001"); code == 0 || !strings.Contains(stderr, "404 Not Found: ") || !strings.Contains(stderr, "not locked out") || strings.Contains(stderr, "{") {
 		t.Fatalf("unlock of an account that is not locked: exit %d: %s", code, stderr)
 	}
 }
