@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"io/fs"
@@ -24,12 +26,15 @@ import (
 )
 
 func (m *Main) apply(ctx context.Context, args []string) error {
-	fs := m.flagSet("apply", "-f FILE [--dry-run] [--data DIR]")
+	fs := m.flagSet("apply", "-f FILE [--dry-run] [--prune] [--data DIR]\n\n"+
+		"Makes the site match FILE, all or nothing. An apply that would delete objects the file leaves\n"+
+		"out refuses, naming how many of each kind, unless --prune is given or it is confirmed on a terminal.")
 	data := m.dataFlag(fs)
 	db := m.dbFlag(fs)
 	file := fs.String("f", "", "site file to apply (- for standard input)")
 	dryRun := fs.Bool("dry-run", false, "print the changes without making them")
 	quiet := fs.Bool("q", false, "print only the summary, not every change")
+	prune := fs.Bool("prune", false, "delete the site's objects that the file leaves out (without it, an apply that would delete refuses, unless confirmed on a terminal)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -65,16 +70,29 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 	if *dryRun {
 		run = store.View
 	}
-	err = run(ctx, func(tx site.Tx) error {
-		var err error
-		if plan, err = site.ApplyConfig(ctx, tx, cfg, *dryRun); err != nil {
-			return err
-		}
-		if version, err = tx.ConfigVersion(ctx); err != nil || *dryRun {
-			return err
-		}
-		return site.RecordPlan(ctx, tx, site.ActorApply, plan)
-	})
+	do := func(prune bool) error {
+		return run(ctx, func(tx site.Tx) error {
+			var err error
+			if plan, err = site.ApplyConfig(ctx, tx, cfg, *dryRun); err != nil {
+				return err
+			}
+			if version, err = tx.ConfigVersion(ctx); err != nil || *dryRun {
+				return err
+			}
+			if d := deletions(plan); d != "" && !prune {
+				return errWouldDelete{d} // rolls the transaction back
+			}
+			return site.RecordPlan(ctx, tx, site.ActorApply, plan)
+		})
+	}
+	err = do(*prune)
+	var wd errWouldDelete
+	if errors.As(err, &wd) && *file != "-" && m.confirm(fmt.Sprintf("%s would delete %s; delete them? [y/N] ", name, wd.what)) {
+		err = do(true)
+	}
+	if errors.As(err, &wd) {
+		return fmt.Errorf("%s would delete %s (nothing was changed): run again with --prune, or --dry-run to see them", name, wd.what)
+	}
 	if err != nil {
 		return fmt.Errorf("apply %s: %w (nothing was changed)", name, doc.Annotate(err))
 	}
@@ -97,6 +115,56 @@ func (m *Main) apply(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stdout, "applied %s: created %d, updated %d, deleted %d objects (configuration version %d)\n", name, c, u, d, version+1)
 	}
 	return nil
+}
+
+// errWouldDelete refuses an apply that would delete what, without
+// --prune.
+type errWouldDelete struct{ what string }
+
+func (e errWouldDelete) Error() string { return "would delete " + e.what }
+
+// deletions says what plan deletes, counted by kind in the plan's order
+// ("3 machines, 1 catalog"), or "" when it deletes nothing.
+func deletions(plan *site.Plan) string {
+	var kinds []site.Kind
+	n := map[site.Kind]int{}
+	for _, c := range plan.Changes {
+		if c.Op != site.OpDelete {
+			continue
+		}
+		if n[c.Kind] == 0 {
+			kinds = append(kinds, c.Kind)
+		}
+		n[c.Kind]++
+	}
+	var parts []string
+	for _, k := range kinds {
+		word := strings.ReplaceAll(string(k), "-", " ")
+		if n[k] != 1 {
+			word += "s"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", n[k], word))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// confirm asks a yes-or-no question on a terminal: true only when
+// standard input is one and the answer is y or yes.
+func (m *Main) confirm(question string) bool {
+	f, ok := m.Stdin.(*os.File)
+	if !ok {
+		return false
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	fmt.Fprint(m.Stderr, question)
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }
 
 func (m *Main) readInput(file string) (string, []byte, error) {
