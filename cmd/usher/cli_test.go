@@ -232,22 +232,26 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version: exit %d %q, want %q", code, out2, out)
 	}
 	for _, tc := range []struct {
-		name string
-		bi   *debug.BuildInfo
-		want string
+		name    string
+		version string // -ldflags -X main.version
+		bi      *debug.BuildInfo
+		want    string
 	}{
-		{"release", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{"built by scripts/build", "v0.3.0-4-gabcdef0", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abcdef0123"}, {Key: "vcs.time", Value: "2026-01-02T03:04:05Z"}, {Key: "vcs.modified", Value: "false"}}},
+			"usher v0.3.0-4-gabcdef0 git abcdef0123 2026-01-02T03:04:05Z go1.26.0"},
+		{"release", "", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
 			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-01-02T03:04:05Z"}, {Key: "vcs.modified", Value: "false"}}},
 			"usher v1.2.3 git 0123abcd 2026-01-02T03:04:05Z go1.26.0"},
-		{"dirty work tree", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{"dirty work tree", "", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-01-02T03:04:05Z"}, {Key: "vcs.modified", Value: "true"}}},
 			"usher (devel) git 0123abcd 2026-01-02T03:04:05Z (modified) go1.26.0"},
-		{"no VCS stamp", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
+		{"no VCS stamp", "", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
 			"usher (devel), no VCS revision (built without -buildvcs, or outside a repository) go1.26.0"},
-		{"no build information", nil, "usher (devel), no build information"},
+		{"no build information", "", nil, "usher (devel), no build information"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := versionLine(tc.bi); got != tc.want {
+			if got := versionLine(tc.version, tc.bi); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})

@@ -237,7 +237,9 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 // admin add NAME --password-stdin), and refuses positional arguments
 // beyond max. The positional arguments are left in fs.Args(). For -h it
 // prints the usage and returns flag.ErrHelp; for a mistake in the flags
-// it returns a one-line flagError (see flagMistake).
+// it returns a one-line flagError (see flagMistake). A flag set with a
+// --config flag (configFlag) then takes the flags the command line left
+// unset from that file.
 func parse(fs *flag.FlagSet, args []string, max int) error {
 	// The flag package prints the error and the usage itself; silence it
 	// while parsing so that Run prints each once.
@@ -266,7 +268,7 @@ func parse(fs *flag.FlagSet, args []string, max int) error {
 		return usageError{fmt.Sprintf("unexpected argument %q", positional[max])}
 	}
 	fs.Parse(append([]string{"--"}, positional...))
-	return nil
+	return loadConfig(fs)
 }
 
 // logFlags are the logging flags shared by long-running commands.
@@ -300,18 +302,29 @@ func (m *Main) version(_ context.Context, args []string) error {
 		return err
 	}
 	bi, _ := debug.ReadBuildInfo()
-	fmt.Fprintln(m.Stdout, versionLine(bi))
+	fmt.Fprintln(m.Stdout, versionLine(version, bi))
 	return nil
 }
 
-// versionLine describes a build: the module version (v1.2.3, a
-// pseudo-version, or (devel) for a build from a work tree) and the VCS
-// revision, time and dirty flag that go build stamps into it.
-func versionLine(bi *debug.BuildInfo) string {
+// version is the release this binary is, a semver that scripts/build
+// sets from the tag (git describe) with -ldflags "-X main.version=v1.2.3";
+// empty in a plain go build.
+var version string
+
+// versionLine describes a build: its version (v, or else the module
+// version: v1.2.3, a pseudo-version, or (devel) for a build from a work
+// tree) and the VCS revision, time and dirty flag that go build stamps
+// into it.
+func versionLine(v string, bi *debug.BuildInfo) string {
 	if bi == nil {
-		return "usher (devel), no build information"
+		if v == "" {
+			v = "(devel)"
+		}
+		return "usher " + v + ", no build information"
 	}
-	v := bi.Main.Version
+	if v == "" {
+		v = bi.Main.Version
+	}
 	if v == "" {
 		v = "(devel)"
 	}

@@ -87,6 +87,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.IntVar(&cfg.LockoutThreshold, "lockout-threshold", auth.DefaultLockoutThreshold, "failed logons within 10 minutes that lock a user or admin account out for 10 minutes (0 or negative: never lock out)")
 	fs.IntVar(&cfg.SourceFree, "source-free", auth.DefaultSourceFree, "failed logons from one address before its attempts are delayed, doubling from 1s to 30s (0 or negative: no per-address throttling)")
 	logs.register(fs)
+	configFlag(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

@@ -56,6 +56,7 @@ opens only for a client with a TLS certificate that --tls-client-ca verifies
 	inFlight := fs.String("max-in-flight", "64MiB", "bytes of requests and replies one connection may hold; past it the server stops reading its requests")
 	totalInFlight := fs.String("max-total-in-flight", "1GiB", "bytes of requests and replies every connection together may hold")
 	writeTimeout := fs.Duration("write-timeout", streamrole.DefaultWriteTimeout, "drop a client whose replies cannot be written for this long")
+	configFlag(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

@@ -95,6 +95,7 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.sessionLen, "session-length", 0, "simulated users log off after this long; 0: when the broker or user logs them off")
 	fs.DurationVar(&f.sessionJitter, "session-jitter", 0, "spread of the session length, plus or minus")
 	fs.BoolVar(&f.manualConnect, "manual-connect", false, "no simulated clients: sessions wait for a client to present its ticket at /connect")
+	configFlag(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
