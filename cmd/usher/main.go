@@ -149,6 +149,7 @@ func commands() []command {
 		{"hostcache", "a host's persistent read cache (IntelliCache): every VM of the host reads its image through it", (*Main).hostcacheCmd},
 		{"image", "manage the image store: import, version, promote, merge, list, inspect", (*Main).imageCmd},
 		{"version", "print the version and the VCS revision it was built from", (*Main).version},
+		{"completion", "print a shell completion script for usher (completion bash|zsh|fish)", (*Main).completion},
 	}
 }
 
