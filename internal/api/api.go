@@ -85,6 +85,9 @@ type Config struct {
 	// API shows and forces. (What brokers ask each other is
 	// internal/lhc/peer's, which the server mounts beside this API.)
 	Outage Outage
+	// Brokers lists the site's brokers (GET /api/v1/admin/brokers); nil
+	// answers 503.
+	Brokers Brokers
 
 	// Metrics are what /metrics serves, from which the dashboard
 	// (GET /api/v1/admin/dashboard and its event stream) reads its
@@ -185,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 		secretFingerprint: site.SecretFingerprint(cfg.EnrolmentSecret)}
 	s.registerAdmin()
 	s.registerOutage()
+	s.registerBrokers()
 	s.registerDashboard()
 	if cfg.Broker != nil {
 		s.registerUser()
