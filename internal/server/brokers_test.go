@@ -108,7 +108,7 @@ func TestBrokerStates(t *testing.T) {
 	rec := func(name, zone string, ago time.Duration) site.BrokerRecord {
 		return site.BrokerRecord{Name: name, Zone: zone, Address: name + ":8080", LastSeen: now.Add(-ago)}
 	}
-	records := []site.BrokerRecord{rec("hq-2", "hq", time.Second), rec("hq-1", "hq", time.Minute), rec("br-1", "branch", 2 * time.Second),
+	records := []site.BrokerRecord{rec("hq-2", "hq", time.Second), rec("hq-1", "hq", time.Minute), rec("br-1", "branch", 2*time.Second),
 		rec("hq-3", "hq", 0)}
 	type row struct {
 		name, state string
