@@ -57,7 +57,9 @@ func (c *cookieClient) do(method, path string, body any) (int, http.Header, []by
 	return resp.StatusCode, resp.Header, b
 }
 
-func sessionCookieOf(t *testing.T, h http.Header) *http.Cookie { return cookieOf(t, h, api.SessionCookieName) }
+func sessionCookieOf(t *testing.T, h http.Header) *http.Cookie {
+	return cookieOf(t, h, api.SessionCookieName)
+}
 
 func cookieOf(t *testing.T, h http.Header, name string) *http.Cookie {
 	t.Helper()

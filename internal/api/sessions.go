@@ -48,7 +48,7 @@ func (s *Server) withDisplayNames(sessions []site.Session) []AdminSession {
 func (s *Server) registerSessions() {
 	base := adminPrefix + "/sessions"
 	s.route(Route{Method: "GET", Pattern: base, OperationID: "listSessions", Tag: "sessions",
-		Summary: "List sessions by ID, a page at a time, optionally filtered, with the display names of their users and resources",
+		Summary:  "List sessions by ID, a page at a time, optionally filtered, with the display names of their users and resources",
 		Response: reflect.TypeFor[AdminSession](), List: true,
 		Query: append([]QueryParam{
 			{Name: "user", Description: "Only this user's sessions."},
