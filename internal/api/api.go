@@ -121,6 +121,8 @@ type Server struct {
 	// credentials remembers machine credentials found current, so that a
 	// VDA's heartbeats and session events cost no site-DB read each.
 	credentials credentialCache
+	// dash is the dashboard's reader of the metrics.
+	dash *dashboard
 }
 
 // Route is one operation of the API, as registered and as documented.

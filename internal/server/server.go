@@ -543,6 +543,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	trendsDone := make(chan struct{})
+	go func() { defer close(trendsDone); apiServer.RunTrends(runCtx) }()
+	s.cleanup = append(s.cleanup, func() { stopRun(); <-trendsDone })
 	nf, err := nfuse.New(nfuse.Config{Broker: brk, Logger: log.With("component", "nfuse"),
 		Observe: func(k nfuse.Kind, errorID string, d time.Duration) { metrics.ObserveXML(k.String(), errorID, d) }})
 	if err != nil {
