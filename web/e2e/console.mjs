@@ -813,6 +813,19 @@ async function scenario() {
     assert.equal(await nameShown.evaluate((el) => el.tagName), 'OUTPUT', 'the name of an existing object is a form field');
     assert.equal(await text(nameShown), cfg.deliveryGroup);
     assert.equal(await page.locator('#editor input[name="name"]').count(), 0, 'the editor has a name input');
+    // An error names the field as the form does, not by the API's name.
+    const limitBox = page.locator('#editor').getByLabel('Limit the sessions per machine', { exact: true });
+    const limit = page.locator('#editor').getByLabel('Sessions per machine at most', { exact: true });
+    const [wasOn, wasLimit] = [await limitBox.isChecked(), await limit.inputValue()];
+    await limitBox.check();
+    await limit.fill('20000');
+    const refused = await saved(page, 'PUT', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`, 400);
+    info(`refused: ${JSON.stringify(refused)}`);
+    const said = await fieldError(page, 'load_rules.max_sessions.limit', /“Sessions per machine at most” 20000 is outside 1\.\.10000/);
+    assert.ok(!/load_rules|max_sessions/.test(said ?? await text(page.locator('#editor-fields .field[data-key="load_rules.max_sessions.limit"] .field-error'))),
+      'the error names the API\'s field');
+    await limitBox.setChecked(wasOn);
+    await limit.fill(wasLimit);
     await page.locator('#editor').getByLabel('Description', { exact: true }).fill('Edited by the e2e suite');
     await saved(page, 'PUT', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`, 200);
     const after = (await api(page, 'GET', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`)).json;

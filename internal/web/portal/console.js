@@ -303,7 +303,7 @@ async function searchSessions(ev) {
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = label;
-      b.setAttribute("aria-label", label + " " + (s.user_display_name || s.user) + " on " + s.machine);
+      b.setAttribute("aria-label", label + " " + s.user + " on " + s.machine);
       if (verb === "logoff") b.className = "danger";
       if (verb === "disconnect" && s.state !== "active") b.disabled = true;
       b.addEventListener("click", () => confirmAction(s, verb, label));
@@ -321,7 +321,8 @@ async function searchSessions(ev) {
 function confirmAction(s, verb, label) {
   const dlg = $("confirm");
   $("confirm-title").textContent = label + "?";
-  $("confirm-text").textContent = label + " " + (s.user_display_name || s.user) + "'s " + (s.resource_display_name || s.resource) + " session on " + s.machine + "?" + (verb === "logoff" ? " Unsaved work in it is lost." : "");
+  const who = s.user_display_name ? s.user_display_name + " (" + s.user + ")" : s.user;
+  $("confirm-text").textContent = label + " the " + (s.resource_display_name || s.resource) + " session of " + who + " on " + s.machine + "?" + (verb === "logoff" ? " Unsaved work in it is lost." : "");
   $("confirm-ok").textContent = label;
   dlg.returnValue = "";
   dlg.onclose = async () => {
