@@ -696,9 +696,10 @@ async function scenario() {
     // Disabled until it is entitled: published on a delivery group that
     // every domain user may use, it would show to all of them at once.
     await page.locator('#editor').getByLabel('Disabled (users do not see it)', { exact: true }).check();
-    // No command line: the API's error shows at that field.
+    // No command line: the API's error shows at that field, in the
+    // form's words ("Command line", not command_line).
     await saved(page, 'POST', '/api/v1/admin/applications', 400);
-    await fieldError(page, 'command_line', /command_line is empty/);
+    await fieldError(page, 'command_line', /“Command line” is empty/);
     await page.locator('#editor').getByLabel('Command line', { exact: true }).fill('/usr/bin/e2e-tool --flag "a b"');
     // A text file as the icon: the application is saved, the icon refused.
     await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'not-an-image.png', mimeType: 'image/png', buffer: Buffer.from('<svg onload="alert(1)"></svg>') });
