@@ -703,8 +703,10 @@ async function scenario() {
     await page.locator('#editor').getByLabel('Command line', { exact: true }).fill('/usr/bin/e2e-tool --flag "a b"');
     // A text file as the icon: the application is saved, the icon refused.
     await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'not-an-image.png', mimeType: 'image/png', buffer: Buffer.from('<svg onload="alert(1)"></svg>') });
+    // Waited for before the save, which sends it at once after the POST.
+    const iconAnswer = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
     await saved(page, 'POST', '/api/v1/admin/applications', 201);
-    const iconRefused = await page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
+    const iconRefused = await iconAnswer;
     assert.equal(iconRefused.status(), 400, `a text file as the icon: ${iconRefused.status()}`);
     await fieldError(page, 'icon', /not a PNG, JPEG or GIF image/);
     assert.equal(await page.evaluate(() => location.hash), `#/config/applications/edit/${cfg.app}`, 'the editor did not go on with the saved application');
@@ -773,8 +775,12 @@ async function scenario() {
     const l = await launch(cfg.user, cfg.app);
     assert.equal(l.status, 200, `${cfg.user}'s launch of ${cfg.app}: ${describe(l)}`);
     info(`launch: ${describe(l)}`);
+    // A page behind another is not painted: its screenshot waits for a
+    // frame that never comes.
+    await userPage.bringToFront();
     await screenshot(userPage, 'portal-admin-added-app');
     await axe(userPage, 'portal with the admin\'s new application');
+    await page.bringToFront();
     showOnFailure(page);
     const r = await fetchJSON('POST', `/api/v1/sessions/${encodeURIComponent(l.session)}/logoff`, { token: await userToken(l.user) });
     assert.ok(r.status < 300, `logoff: ${r.status}`);
