@@ -9,6 +9,8 @@ password=${DEMO_PASSWORD:-multizone-demo}
 base=http://127.0.0.1:$port/api/v1
 token=$(curl -fsS -H 'Content-Type: application/json' -d "{\"username\":\"$user\",\"password\":\"$password\"}" "$base/login" |
 	sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
-curl -sS -X POST -H "Authorization: Bearer $token" -H "Accept: application/json" "$base/resources/$resource/launch" |
-	grep -o '"machine": *"[^"]*"\|"code": *"[^"]*"\|"message": *"[^"]*"' | tr '\n' ' '
-echo
+[ -n "$token" ] || { echo "$user could not log on through 127.0.0.1:$port" >&2; exit 1; }
+answer=$(curl -sS -w '\nHTTP %{http_code}' -X POST -H "Authorization: Bearer $token" -H "Accept: application/json" "$base/resources/$resource/launch")
+said=$(printf '%s\n' "$answer" | grep -o '"machine": *"[^"]*"\|"code": *"[^"]*"\|"message": *"[^"]*"' | tr '\n' ' ') || true
+# An answer without those fields is shown whole.
+echo "${said:-$answer}"

@@ -5,6 +5,8 @@
 #
 #   examples/multizone/run.sh            # start everything; Ctrl-C stops it
 #   USHER_DB=postgres://... run.sh       # another PostgreSQL server
+#   MULTIZONE_PORTS="9101 9102 9201 9491 9492" run.sh
+#                                        # other ports: hq-1, hq-2, branch-1, the two simulators
 #
 # It needs a built ./usher (go build ./cmd/usher), curl, psql and a
 # PostgreSQL server where the DSN's user may create a schema.
@@ -15,6 +17,8 @@ usher=${USHER:-$here/../../usher}
 db=${USHER_DB:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 schema=${USHER_SCHEMA:-usher_multizone}
 password=${DEMO_PASSWORD:-multizone-demo}
+set -- ${MULTIZONE_PORTS:-8101 8102 8201 8491 8492}
+hq1=$1 hq2=$2 br1=$3 vhq=$4 vbr=$5
 work=$(mktemp -d "${TMPDIR:-/tmp}/usher-multizone.XXXXXX")
 
 [ -x "$usher" ] || { echo "no usher binary at $usher: run 'go build ./cmd/usher' at the top of the tree (or set USHER)" >&2; exit 1; }
@@ -48,44 +52,44 @@ broker() { # NAME ZONE PORT
 	"$usher" broker --db "$site" --name "$1" --zone "$2" --listen "127.0.0.1:$3" --data "$work/$1" >"$work/$1.log" 2>&1 &
 	pids="$pids $!"
 }
-broker hq-1 hq 8101
-broker hq-2 hq 8102
-broker branch-1 branch 8201
-for port in 8101 8102 8201; do ready "http://127.0.0.1:$port"; done
+broker hq-1 hq "$hq1"
+broker hq-2 hq "$hq2"
+broker branch-1 branch "$br1"
+for port in "$hq1" "$hq2" "$br1"; do ready "http://127.0.0.1:$port"; done
 
 # Demo users' passwords, through the admin API of any broker.
 for u in alice bob carol dave erin; do
 	curl -fsS -u "root:$password" -X PUT -H 'Content-Type: application/json' \
-		-d "{\"password\":\"$password\"}" "http://127.0.0.1:8101/api/v1/admin/users/$u/password"
+		-d "{\"password\":\"$password\"}" "http://127.0.0.1:$hq1/api/v1/admin/users/$u/password"
 done
 
 # Each zone's VDAs register with their own zone's brokers; the branch's
 # fall back to hq's while no branch broker answers.
 export USHER_ENROLMENT_SECRET="$(cat "$work/hq-1/enrolment.secret")"
-"$usher" vda --simulate all --machine-prefix hq- --listen 127.0.0.1:8491 \
-	--broker http://127.0.0.1:8101,http://127.0.0.1:8102 >"$work/vda-hq.log" 2>&1 &
+"$usher" vda --simulate all --machine-prefix hq- --listen "127.0.0.1:$vhq" \
+	--broker "http://127.0.0.1:$hq1,http://127.0.0.1:$hq2" >"$work/vda-hq.log" 2>&1 &
 pids="$pids $!"
-"$usher" vda --simulate all --machine-prefix branch- --listen 127.0.0.1:8492 \
-	--broker http://127.0.0.1:8201 --fallback-broker http://127.0.0.1:8101,http://127.0.0.1:8102 >"$work/vda-branch.log" 2>&1 &
+"$usher" vda --simulate all --machine-prefix branch- --listen "127.0.0.1:$vbr" \
+	--broker "http://127.0.0.1:$br1" --fallback-broker "http://127.0.0.1:$hq1,http://127.0.0.1:$hq2" >"$work/vda-branch.log" 2>&1 &
 pids="$pids $!"
 
 cat <<EOT
 
 usher multi-zone demo is running (logs in $work):
 
-  zone hq (primary):     broker hq-1      http://127.0.0.1:8101/
-                         broker hq-2      http://127.0.0.1:8102/
-  zone branch:           broker branch-1  http://127.0.0.1:8201/
+  zone hq (primary):     broker hq-1      http://127.0.0.1:$hq1/
+                         broker hq-2      http://127.0.0.1:$hq2/
+  zone branch:           broker branch-1  http://127.0.0.1:$br1/
 
   users alice (home hq), bob and dave (home branch), carol and erin (no home zone);
   their password and root's (admin API) is: $password
 
 Try (README.md in examples/multizone has the tour):
 
-  curl -s -u root:$password http://127.0.0.1:8101/api/v1/admin/machines | grep -o '"name":"[^"]*","catalog":"[^"]*"'
-  $here/launch.sh bob notepad 8101      # bob's home zone is branch: a branch host, whichever broker
-  $here/launch.sh carol notepad 8201    # no home zone: where she is, the branch
-  $here/launch.sh bob ledger 8201       # the ledger runs at hq or nowhere
+  curl -s -u root:$password http://127.0.0.1:$hq1/api/v1/admin/brokers
+  $here/launch.sh bob notepad $hq1      # bob's home zone is branch: a branch host, whichever broker
+  $here/launch.sh carol notepad $br1    # no home zone: where she is, the branch
+  $here/launch.sh bob ledger $br1       # the ledger runs at hq or nowhere
 
 Ctrl-C stops everything.
 EOT

@@ -85,6 +85,9 @@ type Config struct {
 	// API shows and forces. (What brokers ask each other is
 	// internal/lhc/peer's, which the server mounts beside this API.)
 	Outage Outage
+	// Brokers lists the site's brokers (GET /api/v1/admin/brokers); nil
+	// answers 503.
+	Brokers Brokers
 
 	// Metrics are what /metrics serves, from which the dashboard
 	// (GET /api/v1/admin/dashboard and its event stream) reads its
@@ -118,6 +121,8 @@ type Server struct {
 	// credentials remembers machine credentials found current, so that a
 	// VDA's heartbeats and session events cost no site-DB read each.
 	credentials credentialCache
+	// dash is the dashboard's reader of the metrics.
+	dash *dashboard
 }
 
 // Route is one operation of the API, as registered and as documented.
@@ -185,6 +190,7 @@ func New(cfg Config) (*Server, error) {
 		secretFingerprint: site.SecretFingerprint(cfg.EnrolmentSecret)}
 	s.registerAdmin()
 	s.registerOutage()
+	s.registerBrokers()
 	s.registerDashboard()
 	if cfg.Broker != nil {
 		s.registerUser()

@@ -58,13 +58,17 @@ func (c *cookieClient) do(method, path string, body any) (int, http.Header, []by
 }
 
 func sessionCookieOf(t *testing.T, h http.Header) *http.Cookie {
+	return cookieOf(t, h, api.SessionCookieName)
+}
+
+func cookieOf(t *testing.T, h http.Header, name string) *http.Cookie {
 	t.Helper()
 	for _, c := range (&http.Response{Header: h}).Cookies() {
-		if c.Name == api.SessionCookieName {
+		if c.Name == name {
 			return c
 		}
 	}
-	t.Fatalf("no %s cookie in %v", api.SessionCookieName, h.Values("Set-Cookie"))
+	t.Fatalf("no %s cookie in %v", name, h.Values("Set-Cookie"))
 	return nil
 }
 
@@ -95,6 +99,12 @@ func TestSessionCookie(t *testing.T) {
 		if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.Secure != (srv == tls) {
 			t.Fatalf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, Secure=%v", ck, srv == tls)
 		}
+		// The marker the page reads holds nothing secret, and lasts as
+		// long as the session cookie.
+		mk := cookieOf(t, h, api.SessionMarkerName)
+		if mk.HttpOnly || mk.Value != "1" || mk.SameSite != http.SameSiteStrictMode || mk.Path != "/" || mk.Secure != (srv == tls) || !mk.Expires.Equal(ck.Expires) {
+			t.Fatalf("marker %+v: want 1, readable by the page, SameSite=Strict, Path=/, Secure=%v, expiring with %v", mk, srv == tls, ck.Expires)
+		}
 		code, _, body = c.do("GET", "/api/v1/me", nil)
 		var me api.MeResponse
 		json.Unmarshal(body, &me)
@@ -113,6 +123,9 @@ func TestSessionCookie(t *testing.T) {
 		code, h, _ = c.do("POST", "/api/v1/logout", nil)
 		if ck := sessionCookieOf(t, h); code != 204 || ck.MaxAge >= 0 {
 			t.Fatalf("logout: %d, cookie %+v", code, ck)
+		}
+		if mk := cookieOf(t, h, api.SessionMarkerName); mk.MaxAge >= 0 {
+			t.Fatalf("logout leaves the marker: %+v", mk)
 		}
 		if code, _, _ := c.do("GET", "/api/v1/me", nil); code != 401 {
 			t.Fatalf("me after logout: %d", code)

@@ -85,6 +85,9 @@ type Dashboard struct {
 	// it (outage mode: usher_lhc_outage).
 	LocalHostCache bool `json:"local_host_cache"`
 	Outage         bool `json:"outage"`
+	// Trends are the launches, logons and sessions of the last hour,
+	// minute by minute.
+	Trends Trends `json:"trends"`
 }
 
 // MachineFigures count machines by registration state (usher_machines).
@@ -152,6 +155,7 @@ const (
 // stream of server-sent events.
 func (s *Server) registerDashboard() {
 	d := &dashboard{metrics: s.cfg.Metrics, now: time.Now, max: int64(s.cfg.MaxDashboardStreams), log: s.log}
+	s.dash = d
 	if d.max <= 0 {
 		d.max = DefaultMaxDashboardStreams
 	}
@@ -331,12 +335,15 @@ type dashboard struct {
 	latest     Dashboard
 	latestJSON []byte
 	readAt     time.Time
+	// trend keeps the last hour's minutes from the readings.
+	trend trendRing
 }
 
 // reading is the counters of one reading of the metrics.
 type reading struct {
 	at                                             time.Time
 	launches, enumerations, noCapacity, overloaded float64
+	logons                                         float64
 	launchTimes, enumerationTimes                  histogram
 }
 
@@ -392,6 +399,8 @@ func (d *dashboard) figures(ctx context.Context) (Dashboard, []byte, error) {
 		windowFigures(&fig, kept[0], cur)
 	}
 	d.readings = append(kept, cur)
+	d.trend.observe(now, cur.launches, cur.logons, fig.Sessions.Active+fig.Sessions.Disconnected+fig.Sessions.Pending)
+	fig.Trends = d.trend.trends(now)
 	b, err := json.Marshal(fig)
 	if err != nil {
 		return Dashboard{}, nil, err
@@ -488,6 +497,8 @@ func readFigures(all []series) (Dashboard, reading) {
 				}
 			case broker.OpEnumerate:
 				r.enumerations += s.value
+			case broker.OpLogin:
+				r.logons += s.value
 			}
 		case metricDuration:
 			switch s.labels[metricname.Operation] {

@@ -10,10 +10,46 @@ import (
 	"github.com/usher-vdi/usher/internal/site"
 )
 
+// AdminSession is a session as the admin API lists it: with the display
+// names of its user and its resource, when the broker's configuration
+// has them (absent otherwise: a directory user, a resource since removed).
+type AdminSession struct {
+	site.Session
+	UserDisplayName     string `json:"user_display_name,omitempty"`
+	ResourceDisplayName string `json:"resource_display_name,omitempty"`
+}
+
+// withDisplayNames returns sessions with the display names that the
+// broker's snapshot has for their users and resources.
+func (s *Server) withDisplayNames(sessions []site.Session) []AdminSession {
+	out := make([]AdminSession, len(sessions))
+	var snap interface {
+		User(string) (*site.User, bool)
+		Resource(string) (*site.Resource, bool)
+	}
+	if s.cfg.Broker != nil {
+		snap = s.cfg.Broker.Snapshot()
+	}
+	for i, sess := range sessions {
+		out[i].Session = sess
+		if snap == nil {
+			continue
+		}
+		if u, ok := snap.User(sess.User); ok && u.DisplayName != sess.User {
+			out[i].UserDisplayName = u.DisplayName
+		}
+		if r, ok := snap.Resource(sess.Resource); ok && r.DisplayName != sess.Resource {
+			out[i].ResourceDisplayName = r.DisplayName
+		}
+	}
+	return out
+}
+
 func (s *Server) registerSessions() {
 	base := adminPrefix + "/sessions"
 	s.route(Route{Method: "GET", Pattern: base, OperationID: "listSessions", Tag: "sessions",
-		Summary: "List sessions by ID, a page at a time, optionally filtered", Response: reflect.TypeFor[site.Session](), List: true,
+		Summary:  "List sessions by ID, a page at a time, optionally filtered, with the display names of their users and resources",
+		Response: reflect.TypeFor[AdminSession](), List: true,
 		Query: append([]QueryParam{
 			{Name: "user", Description: "Only this user's sessions."},
 			{Name: "machine", Description: "Only sessions on this machine."},
@@ -31,15 +67,12 @@ func (s *Server) registerSessions() {
 		default:
 			return nil, site.Errorf(site.EInvalid, "state %q is not pending, active, disconnected or logged-off", f.State)
 		}
-		var out ListResponse[site.Session]
+		var out ListResponse[AdminSession]
 		err = s.cfg.Store.View(r.Context(), func(tx site.Tx) error {
 			p, err := tx.Sessions().List(r.Context(), f, opts)
-			out = ListResponse[site.Session]{Items: p.Items, Total: p.Total, Next: p.Next}
+			out = ListResponse[AdminSession]{Items: s.withDisplayNames(p.Items), Total: p.Total, Next: p.Next}
 			return err
 		})
-		if out.Items == nil {
-			out.Items = []site.Session{}
-		}
 		return out, err
 	})
 	s.route(Route{Method: "GET", Pattern: base + "/{id}", OperationID: "getSession", Tag: "sessions",

@@ -35,6 +35,13 @@ type LoginRequest struct {
 // portal (LoginRequest.SessionCookie).
 const SessionCookieName = "usher_session"
 
+// SessionMarkerName is a cookie that goes with the portal's session
+// cookie and holds nothing secret ("1"): the page, which cannot read the
+// HttpOnly session cookie, reads it to know whether a session may be
+// there, so that a visitor with none is shown the logon form without a
+// request that fails.
+const SessionMarkerName = "usher_portal"
+
 // LoginResponse carries the user's bearer token.
 type LoginResponse struct {
 	Token       string    `json:"token,omitempty"`
@@ -182,7 +189,7 @@ func (s *Server) login(r *http.Request) (any, error) {
 		return resp, nil
 	}
 	resp.Token = ""
-	return withCookie{v: resp, cookie: sessionCookie(r, SessionCookieName, tok, exp)}, nil
+	return withCookie{v: resp, cookie: sessionCookie(r, SessionCookieName, tok, exp), more: []*http.Cookie{sessionMarker(r, exp)}}, nil
 }
 
 // logout clears the session cookies (the portal's and the console's).
@@ -195,7 +202,16 @@ func (s *Server) logout(r *http.Request) (any, error) {
 		c.MaxAge = -1
 		cookies = append(cookies, c)
 	}
+	marker := sessionMarker(r, time.Time{})
+	marker.MaxAge = -1
+	cookies = append(cookies, marker)
 	return withCookie{cookie: cookies[0], more: cookies[1:]}, nil
+}
+
+// sessionMarker is the SessionMarkerName cookie of a session until exp:
+// readable by the page, SameSite=Strict, Secure over TLS.
+func sessionMarker(r *http.Request, exp time.Time) *http.Cookie {
+	return &http.Cookie{Name: SessionMarkerName, Value: "1", Path: "/", Expires: exp, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
 // sessionCookie is a session cookie holding token until exp: HttpOnly,

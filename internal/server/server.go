@@ -302,6 +302,8 @@ type Server struct {
 	broker *broker.Broker
 	// leader finds the zone's leader in outage mode; nil without lhc.
 	leader *peer.Leader
+	// peers calls the site's other brokers; nil without lhc.
+	peers *peer.Client
 	// sim runs the in-process simulated VDAs, if any.
 	sim *vda.Simulator
 	// conns bounds the listeners' connections.
@@ -521,6 +523,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 			Logger: log}); err != nil {
 			return nil, err
 		}
+		s.peers = client
 		leader := peer.NewLeader(peer.LeaderConfig{Name: s.name, Zone: zone, LHC: s.lhc, Client: client, Stale: brokerStale,
 			Logger: log})
 		s.leader = leader
@@ -536,10 +539,13 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.stopStreams = sync.OnceFunc(func() { close(stopping) })
 	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
 		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage,
-		Metrics: registry, Stopping: stopping})
+		Brokers: s, Metrics: registry, Stopping: stopping})
 	if err != nil {
 		return nil, err
 	}
+	trendsDone := make(chan struct{})
+	go func() { defer close(trendsDone); apiServer.RunTrends(runCtx) }()
+	s.cleanup = append(s.cleanup, func() { stopRun(); <-trendsDone })
 	nf, err := nfuse.New(nfuse.Config{Broker: brk, Logger: log.With("component", "nfuse"),
 		Observe: func(k nfuse.Kind, errorID string, d time.Duration) { metrics.ObserveXML(k.String(), errorID, d) }})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/web"
 )
 
@@ -62,5 +64,18 @@ func TestPortalRefuses(t *testing.T) {
 		if resp, _ := get(t, h, path); resp.StatusCode != 404 && resp.StatusCode != 301 {
 			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
 		}
+	}
+}
+
+// TestIndexLinksTheConsole: /site points administrators to the console,
+// which has shipped, and no longer promises it for a later release.
+func TestIndexLinksTheConsole(t *testing.T) {
+	h := web.Index(func() *broker.Snapshot { return broker.NewSnapshot(1, &site.Config{}) })
+	resp, body := get(t, h, "/site")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /site: %d", resp.StatusCode)
+	}
+	if !bytes.Contains(body, []byte(`<a href="/console">/console</a>`)) || bytes.Contains(body, []byte("later release")) {
+		t.Errorf("GET /site does not link the console, or promises it later:\n%s", body)
 	}
 }

@@ -21,7 +21,7 @@ code{background:#f3f3f3;padding:0 .3em}table{border-collapse:collapse}td{padding
 <li><code>/api/v1/admin/</code>: the admin API, for scripts and tools (an admin account over HTTP basic, or a bearer token from <code>POST /api/v1/admin/tokens</code>)</li>
 <li><a href="/healthz">/healthz</a> and <a href="/readyz">/readyz</a></li>
 </ul>
-<p>The user portal is at <a href="/">/</a>; the console arrives with a later release.</p>
+<p>The user portal is at <a href="/">/</a>; the site's administrators manage it in the console at <a href="/console">/console</a>.</p>
 </body></html>`))
 
 // Index returns the handler of the site's index page, which describes the

@@ -43,9 +43,22 @@ const logonView = (page) => page.locator('#view-logon');
 const logonError = (page) => page.locator('#logon-error');
 const machineRows = (page) => page.locator('#machines tbody tr[data-machine]');
 const machineRow = (page, name) => page.locator(`#machines tr[data-machine="${cssString(name)}"]`);
-// The toggle's name is its visible text, "In service" or "In
-// maintenance", then ", maintenance of NAME".
-const maintenanceToggle = (page, name) => machineRow(page, name).getByRole('button', { name: new RegExp(`, maintenance of ${reEscape(name)}$`) });
+// The maintenance button's name is its visible text, the action ("Put in
+// maintenance" or "Return to service"), then ": NAME"; the row's
+// data-maintenance says the machine's state.
+const maintenanceToggle = (page, name) => machineRow(page, name).getByRole('button', { name: new RegExp(`: ${reEscape(name)}$`) });
+const inMaintenance = (page, name) => machineRow(page, name).getAttribute('data-maintenance');
+
+// confirmInView confirms the console's own dialog (never window.confirm,
+// which fails the test: the page has no dialog handler), saying okLabel.
+async function confirmInView(page, title, okLabel) {
+  const dlg = confirmDialog(page);
+  await dlg.waitFor({ state: 'visible' });
+  assert.match(await text(dlg.locator('#confirm-title')), title);
+  assert.equal(await text(dlg.locator('#confirm-ok')), okLabel);
+  await dlg.locator('#confirm-ok').click();
+  await dlg.waitFor({ state: 'hidden' });
+}
 const sessionRows = (page) => page.locator('#csessions tbody tr[data-session]');
 const sessionRow = (page, id) => page.locator(`#csessions tr[data-session="${cssString(id)}"]`);
 const confirmDialog = (page) => page.locator('dialog#confirm');
@@ -346,15 +359,30 @@ async function scenario() {
     await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill(m);
     await page.waitForFunction(() => document.querySelectorAll('#machines tbody tr[data-machine]').length === 1, null, { timeout });
     const toggle = maintenanceToggle(page, m);
-    assert.equal(await toggle.getAttribute('aria-pressed'), 'false', `${m} shows as in maintenance already`);
-    assert.match(await text(toggle), /^In service\b/);
+    assert.equal(await inMaintenance(page, m), 'false', `${m} shows as in maintenance already`);
+    assert.match(await text(toggle), /^Put in maintenance\b/);
+    assert.match(await text(machineRow(page, m).locator('td.maintenance .state')), /^In service$/);
+    // Cancelled in the dialog, nothing is sent.
+    let puts = 0;
+    const countPuts = (r) => { if (r.method() === 'PUT') puts++; };
+    page.on('request', countPuts);
+    await toggle.click();
+    await confirmDialog(page).waitFor({ state: 'visible' });
+    await axe(page, 'console maintenance confirmation');
+    await confirmDialog(page).locator('#confirm-cancel').click();
+    await confirmDialog(page).waitFor({ state: 'hidden' });
+    page.off('request', countPuts);
+    assert.equal(puts, 0, 'a cancelled maintenance change was sent');
+    assert.equal(await inMaintenance(page, m), 'false', `${m} went into maintenance although the admin cancelled`);
     const put = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/machines/${m}`);
     await toggle.click();
+    await confirmInView(page, new RegExp(`^Put ${reEscape(m)} in maintenance\\?$`), 'Put in maintenance');
     const resp = await put;
     assert.equal(resp.status(), 200, `PUT /api/v1/admin/machines/${m} answered ${resp.status()}`);
-    await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute('aria-pressed') === 'true',
-      `#machines tr[data-machine="${cssString(m)}"] button[aria-pressed]`, { timeout });
-    assert.match(await text(maintenanceToggle(page, m)), /^In maintenance\b/);
+    await page.waitForFunction((sel) => document.querySelector(sel)?.dataset.maintenance === 'true',
+      `#machines tr[data-machine="${cssString(m)}"]`, { timeout });
+    assert.match(await text(maintenanceToggle(page, m)), /^Return to service\b/);
+    assert.match(await text(machineRow(page, m).locator('td.maintenance .state')), /^In maintenance$/);
     const said = await resultSays(page, new RegExp(`${reEscape(m)}.*maintenance`));
     assert.equal(await resultBox(page).getAttribute('role'), 'status');
     info(`#result: "${said}"`);
@@ -384,10 +412,11 @@ async function scenario() {
     const m = ctx.m;
     const put = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/machines/${m}`);
     await maintenanceToggle(page, m).click();
+    await confirmInView(page, new RegExp(`^Return ${reEscape(m)} to service\\?$`), 'Return to service');
     assert.equal((await put).status(), 200);
-    await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute('aria-pressed') === 'false',
-      `#machines tr[data-machine="${cssString(m)}"] button[aria-pressed]`, { timeout });
-    assert.match(await text(maintenanceToggle(page, m)), /^In service\b/);
+    await page.waitForFunction((sel) => document.querySelector(sel)?.dataset.maintenance === 'false',
+      `#machines tr[data-machine="${cssString(m)}"]`, { timeout });
+    assert.match(await text(maintenanceToggle(page, m)), /^Put in maintenance\b/);
     info(`#result: "${await resultSays(page, new RegExp(`${reEscape(m)}.*back in service`))}"`);
     assert.equal((await adminMachine(page, m)).maintenance ?? false, false, `the admin API shows ${m} in maintenance still`);
     // The first launch's session, logged off, has left M.
@@ -405,6 +434,50 @@ async function scenario() {
     assert.equal(l.machine, m, `the launch went to ${l.machine}; ${m}, back in service, is the only free machine`);
     ctx.onM = l;
     await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill('');
+  });
+
+  await step('machines: at phone width, hyphenated machine and catalog names keep one line box each', async () => {
+    const wide = page.viewportSize();
+    await page.setViewportSize({ width: 360, height: 740 });
+    try {
+      await page.locator('#view-machines').getByLabel('Filter', { exact: true }).fill('');
+      await page.waitForFunction((n) => document.querySelectorAll('#machines tbody tr[data-machine]').length === n, machineCount, { timeout });
+      const lines = () => page.locator('#machines tbody span.name').evaluateAll((els) =>
+        els.filter((el) => el.textContent.includes('-')).map((el) => [el.textContent, el.getClientRects().length]));
+      const got = await lines();
+      assert.ok(got.length >= machineCount, `only ${got.length} hyphenated names in the machines table`);
+      const wrapped = got.filter(([, n]) => n !== 1);
+      assert.deepEqual(wrapped, [], 'names wrap');
+      // The check can fail: with white-space back to normal, the narrow
+      // table does break names at their hyphens.
+      // (Through the CSSOM: the page's CSP refuses a style element.)
+      const setWrap = (v) => page.locator('#machines tbody span.name').evaluateAll((els, w) => { for (const el of els) el.style.whiteSpace = w; }, v);
+      await setWrap('normal');
+      const loose = (await lines()).filter(([, n]) => n > 1);
+      await setWrap('');
+      assert.ok(loose.length > 0, 'no name wraps at 360 px even without nowrap: the check proves nothing');
+      info(`at 360 px: ${got.length} names on one line each; ${loose.length} would wrap without nowrap`);
+      await screenshot(page, 'console-machines-phone');
+    } finally {
+      await page.setViewportSize(wide);
+    }
+  });
+
+  await step('brokers: the Brokers page lists this broker, up, its zone\'s leader, with no Local Host Cache; axe', async () => {
+    await page.locator('#nav-brokers').click();
+    await rendered(page, 'brokers');
+    assert.equal(new URL(page.url()).hash, '#/brokers');
+    const listed = (await api(page, 'GET', '/api/v1/admin/brokers')).json.items;
+    assert.equal(listed.length, 1, `an all-in-one serve lists ${listed.length} brokers`);
+    const b = listed[0];
+    assert.equal(b.self, true);
+    const row = page.locator(`#brokers tr[data-broker="${cssString(b.name)}"]`);
+    const cells = await row.locator('td').evaluateAll((tds) => tds.map((td) => td.textContent.trim()));
+    info(`brokers: ${cells.join(' | ')}`);
+    assert.deepEqual(cells.slice(0, 6), [`${b.name} (this broker)`, b.zone, b.address, 'up', 'yes', 'none (embedded site DB)']);
+    assert.equal(await text(page.locator('#broker-count')), '1 broker, 1 up');
+    await screenshot(page, 'console-brokers');
+    await axe(page, 'console brokers page');
   });
 
   await step('machines: every row shows its catalog\'s zone, and M\'s "Sessions" link lists the sessions on M', async () => {
@@ -444,7 +517,11 @@ async function scenario() {
     assert.deepEqual(rows.map((r) => r.id), [target.session], `the search for ${target.user} found ${JSON.stringify(rows)}`);
     const [user, resource, machine, state] = rows[0].cells;
     info(`${target.user}: ${rows[0].cells.slice(0, 5).join(' | ')}`);
-    assert.deepEqual([user, resource, machine], [target.user, pooledDesktop, target.machine]);
+    // The user and the resource show by their display names, their
+    // names after them when they differ.
+    const u = (await api(page, 'GET', `/api/v1/admin/users/${target.user}`)).json;
+    const wantUser = u.display_name && u.display_name !== target.user ? `${u.display_name} ${target.user}` : target.user;
+    assert.deepEqual([user, resource, machine], [wantUser, pooledDesktop, target.machine]);
     assert.match(state, /^(active|pending)$/);
 
     await search(page, { machine: ctx.m });
@@ -619,14 +696,17 @@ async function scenario() {
     // Disabled until it is entitled: published on a delivery group that
     // every domain user may use, it would show to all of them at once.
     await page.locator('#editor').getByLabel('Disabled (users do not see it)', { exact: true }).check();
-    // No command line: the API's error shows at that field.
+    // No command line: the API's error shows at that field, in the
+    // form's words ("Command line", not command_line).
     await saved(page, 'POST', '/api/v1/admin/applications', 400);
-    await fieldError(page, 'command_line', /command_line is empty/);
+    await fieldError(page, 'command_line', /“Command line” is empty/);
     await page.locator('#editor').getByLabel('Command line', { exact: true }).fill('/usr/bin/e2e-tool --flag "a b"');
     // A text file as the icon: the application is saved, the icon refused.
     await page.locator('#editor').getByLabel('Icon', { exact: true }).setInputFiles({ name: 'not-an-image.png', mimeType: 'image/png', buffer: Buffer.from('<svg onload="alert(1)"></svg>') });
+    // Waited for before the save, which sends it at once after the POST.
+    const iconAnswer = page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
     await saved(page, 'POST', '/api/v1/admin/applications', 201);
-    const iconRefused = await page.waitForResponse((r) => r.request().method() === 'PUT' && new URL(r.url()).pathname === `/api/v1/admin/applications/${cfg.app}/icon`);
+    const iconRefused = await iconAnswer;
     assert.equal(iconRefused.status(), 400, `a text file as the icon: ${iconRefused.status()}`);
     await fieldError(page, 'icon', /not a PNG, JPEG or GIF image/);
     assert.equal(await page.evaluate(() => location.hash), `#/config/applications/edit/${cfg.app}`, 'the editor did not go on with the saved application');
@@ -695,8 +775,12 @@ async function scenario() {
     const l = await launch(cfg.user, cfg.app);
     assert.equal(l.status, 200, `${cfg.user}'s launch of ${cfg.app}: ${describe(l)}`);
     info(`launch: ${describe(l)}`);
+    // A page behind another is not painted: its screenshot waits for a
+    // frame that never comes.
+    await userPage.bringToFront();
     await screenshot(userPage, 'portal-admin-added-app');
     await axe(userPage, 'portal with the admin\'s new application');
+    await page.bringToFront();
     showOnFailure(page);
     const r = await fetchJSON('POST', `/api/v1/sessions/${encodeURIComponent(l.session)}/logoff`, { token: await userToken(l.user) });
     assert.ok(r.status < 300, `logoff: ${r.status}`);
@@ -706,8 +790,19 @@ async function scenario() {
     await page.locator('#config-kinds a[data-kind="groups"]').click();
     await configList(page, 'groups');
     await page.locator('#config-list').getByLabel('Filter', { exact: true }).fill(cfg.group);
-    await configRow(page, cfg.group).getByRole('button', { name: `Delete group ${cfg.group}`, exact: true }).click();
+    // Edit and Delete sit on one line, alike; Delete is a text button,
+    // the danger colour is the confirmation's.
+    const delButton = configRow(page, cfg.group).getByRole('button', { name: `Delete group ${cfg.group}`, exact: true });
+    const editLink = configRow(page, cfg.group).getByRole('link', { name: `Edit group ${cfg.group}`, exact: true });
+    const [eb, db] = [await editLink.boundingBox(), await delButton.boundingBox()];
+    assert.ok(Math.abs(eb.y - db.y) < 1 && Math.abs(eb.height - db.height) < 1, `Edit ${JSON.stringify(eb)} and Delete ${JSON.stringify(db)} are not aligned`);
+    const look = (l) => l.evaluate((el) => { const c = getComputedStyle(el); return { bg: c.backgroundColor, fg: c.color }; });
+    const delLook = await look(delButton);
+    assert.equal(delLook.bg, 'rgba(0, 0, 0, 0)', `Delete has a background: ${JSON.stringify(delLook)}`);
+    assert.deepEqual(delLook, await look(editLink), 'Delete does not look like Edit');
+    await delButton.click();
     await confirmDialog(page).waitFor({ state: 'visible' });
+    assert.equal(await page.locator('#confirm-ok').evaluate((el) => getComputedStyle(el).backgroundColor), 'rgb(179, 38, 30)', 'the confirmation is not in the danger colour');
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'confirm-cancel', 'the focus is not on Cancel');
     const del = page.waitForResponse((r) => r.request().method() === 'DELETE' && new URL(r.url()).pathname === `/api/v1/admin/groups/${cfg.group}`);
     await page.locator('#confirm-ok').click();
@@ -720,7 +815,24 @@ async function scenario() {
     const before = (await api(page, 'GET', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`)).json;
     await page.goto(`${origin}/console#/config/delivery-groups/edit/${encodeURIComponent(cfg.deliveryGroup)}`);
     await editor(page, `Edit delivery group ${cfg.deliveryGroup}`);
-    assert.equal(await page.locator('#editor').getByLabel('Name', { exact: true }).getAttribute('readonly'), '', 'the name can be changed');
+    // The name of an existing object is text, not a field.
+    const nameShown = page.locator('#editor #f-name');
+    assert.equal(await nameShown.evaluate((el) => el.tagName), 'OUTPUT', 'the name of an existing object is a form field');
+    assert.equal(await text(nameShown), cfg.deliveryGroup);
+    assert.equal(await page.locator('#editor input[name="name"]').count(), 0, 'the editor has a name input');
+    // An error names the field as the form does, not by the API's name.
+    const limitBox = page.locator('#editor').getByLabel('Limit the sessions per machine', { exact: true });
+    const limit = page.locator('#editor').getByLabel('Sessions per machine at most', { exact: true });
+    const [wasOn, wasLimit] = [await limitBox.isChecked(), await limit.inputValue()];
+    await limitBox.check();
+    await limit.fill('20000');
+    const refused = await saved(page, 'PUT', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`, 400);
+    info(`refused: ${JSON.stringify(refused)}`);
+    const said = await fieldError(page, 'load_rules.max_sessions.limit', /“Sessions per machine at most” 20000 is outside 1\.\.10000/);
+    assert.ok(!/load_rules|max_sessions/.test(said ?? await text(page.locator('#editor-fields .field[data-key="load_rules.max_sessions.limit"] .field-error'))),
+      'the error names the API\'s field');
+    await limitBox.setChecked(wasOn);
+    await limit.fill(wasLimit);
     await page.locator('#editor').getByLabel('Description', { exact: true }).fill('Edited by the e2e suite');
     await saved(page, 'PUT', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`, 200);
     const after = (await api(page, 'GET', `/api/v1/admin/delivery-groups/${encodeURIComponent(cfg.deliveryGroup)}`)).json;

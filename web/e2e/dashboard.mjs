@@ -179,6 +179,33 @@ async function scenario() {
     await screenshot(page, 'dashboard-launch');
   });
 
+  await step('trends: the launch, the logon and the session show in this minute\'s bars of the last hour, drawn by the page as inline SVG; screenshot, axe', async () => {
+    const doc = (await api(page, 'GET', '/api/v1/admin/dashboard')).json;
+    assert.equal(doc.trends.samples.length, 60, `the dashboard's trends have ${doc.trends.samples.length} minutes, not 60`);
+    const last = (key) => page.evaluate((k) => {
+      const v = document.querySelector(`figure[data-trend="${k}"] svg`)?.dataset.values;
+      return v ? v.split(',').map(Number) : null;
+    }, key);
+    await page.waitForFunction(() => ['launches', 'logons', 'sessions'].every((k) => {
+      const v = document.querySelector(`figure[data-trend="${k}"] svg`)?.dataset.values?.split(',').map(Number);
+      return v && v.length === 60 && v[59] >= 1;
+    }), null, { timeout }).catch(async () => {
+      assert.fail(`this minute's bars: launches ${(await last('launches'))?.at(-1)}, logons ${(await last('logons'))?.at(-1)}, sessions ${(await last('sessions'))?.at(-1)}`);
+    });
+    for (const key of ['launches', 'logons', 'sessions']) {
+      const chart = page.locator(`figure[data-trend="${key}"]`);
+      assert.ok(await chart.locator('svg rect').count() >= 1, `the ${key} chart draws no bar`);
+      assert.match(await chart.locator('svg').getAttribute('aria-label'), /over the last hour/);
+      info(`${key}: ${(await chart.locator('figcaption').textContent()).trim()}`);
+    }
+    // Drawn by the page's own script: no script is from elsewhere (the
+    // inline one is axe-core's, which this test injects).
+    const elsewhere = await page.evaluate(() => [...document.scripts].map((x) => x.src).filter((src) => src && new URL(src).origin !== location.origin));
+    assert.deepEqual(elsewhere, [], 'a script from elsewhere');
+    await screenshot(page, 'dashboard-trends');
+    await axe(page, 'dashboard with its trends');
+  });
+
   await step('no polling: not one request for /metrics, and the one event stream', async () => {
     const metrics = requests.filter((r) => r.path === '/metrics');
     assert.deepEqual(metrics, [], 'the console asked for /metrics');

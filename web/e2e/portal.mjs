@@ -105,6 +105,32 @@ async function sessionsShown(page) {
   assert.equal(await logonForm(page).isVisible(), false, 'the logon form still shows');
 }
 
+// quietLoad loads url in page and waits for ready(page), and fails if any
+// response during it was an error (status 400 or more) or the page logged
+// an error to its console.
+async function quietLoad(page, url, ready) {
+  const failures = [];
+  const onResponse = (r) => { if (r.status() >= 400) failures.push(`${r.request().method()} ${new URL(r.url()).pathname}: ${r.status()}`); };
+  const onConsole = (m) => { if (m.type() === 'error') failures.push(`console error: ${m.text()}`); };
+  page.on('response', onResponse);
+  page.on('console', onConsole);
+  try {
+    await page.goto(url);
+    await ready(page);
+    // Requests still on their way as the page rendered are awaited too.
+    await page.waitForLoadState('networkidle');
+  } finally {
+    page.off('response', onResponse);
+    page.off('console', onConsole);
+  }
+  assert.deepEqual(failures, [], `loading ${new URL(url).pathname}${new URL(url).hash} failed requests or logged errors`);
+}
+
+// reEscape escapes s for a regular expression.
+function reEscape(s) {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
 async function hash(page) {
   return new URL(page.url()).hash;
 }
@@ -116,9 +142,8 @@ const ctx = {}; // what later steps need from earlier ones
 async function scenario() {
   const page = await newPage();
 
-  await step('logon page: the form, no inline scripts, screenshot, axe', async () => {
-    await page.goto(`${origin}/`);
-    await loggedOut(page);
+  await step('logon page: the form, no failing request nor console error while loading, no inline scripts, screenshot, axe', async () => {
+    await quietLoad(page, `${origin}/`, loggedOut);
     assert.equal(await userNameInput(page).getAttribute('name'), 'username');
     assert.equal(await passwordInput(page).getAttribute('name'), 'password');
     assert.equal(await passwordInput(page).getAttribute('type'), 'password');
@@ -174,6 +199,10 @@ async function scenario() {
     assert.equal(await n.getByRole('link', { name: 'Apps', exact: true }).getAttribute('href'), '#/apps');
     assert.equal(await n.getByRole('link', { name: 'Sessions', exact: true }).getAttribute('href'), '#/sessions');
     assert.equal(await page.locator('main#main').count(), 1, 'no <main id="main">');
+  });
+
+  await step('reload with the session: the apps page loads with no failing request nor console error', async () => {
+    await quietLoad(page, `${origin}/#/apps`, (p) => rendered(p, 'apps'));
   });
 
   await step('apps page: every resource listed, screenshot, axe', async () => {
@@ -321,7 +350,9 @@ async function scenario() {
       const text = document.querySelector('#launch-result')?.textContent ?? '';
       return text.includes(h) && /rdp/i.test(text);
     }, [host], { timeout });
-    info(`#launch-result: "${(await result.textContent()).replace(/\s+/g, ' ').trim()}"`);
+    const said = (await result.textContent()).replace(/\s+/g, ' ').trim();
+    info(`#launch-result: "${said}"`);
+    assert.match(said, new RegExp(`^Your ${reEscape(t.display_name)} session is ready on \\S+ \\(machine [^)]+\\), over RDP\\.`));
     const link = page.locator('a#launch-file');
     assert.equal((await link.textContent()).trim(), 'Download launch file');
     assert.notEqual(await link.getAttribute('download'), null, 'a#launch-file has no download attribute');
@@ -366,7 +397,11 @@ async function scenario() {
       const el = document.querySelector('#launch-result');
       return el && el.getAttribute('role') === 'status' && !el.querySelector('[role="alert"]') && /rdp/i.test(el.textContent);
     }, null, { timeout });
-    info(`#launch-result: "${(await launchResult(page).textContent()).replace(/\s+/g, ' ').trim()}"`);
+    const said = (await launchResult(page).textContent()).replace(/\s+/g, ' ').trim();
+    info(`#launch-result: "${said}"`);
+    // The first launch's session is still there: the portal says so in
+    // English.
+    assert.match(said, new RegExp(`^Your ${reEscape(t.display_name)} session is still running on \\S+ \\(machine [^)]+\\): open it again, over RDP\\.`));
     // Clear the search for the steps that follow.
     await page.getByLabel('Search', { exact: true }).fill('');
   });
@@ -563,6 +598,11 @@ async function scenario() {
     const [scrollWidth, innerWidth] = await phone.evaluate(() => [document.scrollingElement.scrollWidth, window.innerWidth]);
     info(`scrollWidth ${scrollWidth}, innerWidth ${innerWidth}`);
     assert.ok(scrollWidth <= 390, `the apps page is ${scrollWidth} px wide on a 390 px phone`);
+    // The "Show" label stays on the line of its select.
+    const [label, select] = [await phone.locator('label[for="folder"]').boundingBox(), await phone.locator('select#folder').boundingBox()];
+    info(`"Show" at ${JSON.stringify(label)}, its select at ${JSON.stringify(select)}`);
+    assert.ok(label.y >= select.y - 1 && label.y + label.height <= select.y + select.height + 1 && label.x < select.x,
+      'the "Show" label is not on the line of its select, before it');
     await screenshot(phone, 'apps-phone', false);
     await phone.context().close();
   });

@@ -54,6 +54,8 @@ type Client struct {
 	mu sync.Mutex
 	// runs holds each peer's run, as its last proven State told it.
 	runs map[string]string
+	// contact holds when each peer last gave a proven answer.
+	contact map[string]time.Time
 }
 
 // NewClient returns the Client of the broker cfg.Name.
@@ -78,7 +80,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{cfg: cfg, key: key, runs: map[string]string{}}, nil
+	return &Client{cfg: cfg, key: key, runs: map[string]string{}, contact: map[string]time.Time{}}, nil
 }
 
 // State asks the peer p whether it brokers from its local copy. An error
@@ -94,6 +96,14 @@ func (c *Client) State(ctx context.Context, p site.BrokerRecord) (State, error) 
 	}
 	c.setRun(p.Name, st.Run)
 	return st, nil
+}
+
+// Contacted returns when the peer named last gave a proven answer to a
+// call of this Client; zero when it never did.
+func (c *Client) Contacted(peer string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.contact[peer]
 }
 
 func (c *Client) setRun(peer, run string) {
@@ -212,6 +222,9 @@ func (c *Client) call(ctx context.Context, p site.BrokerRecord, run, op string, 
 		}
 		return fmt.Errorf("peer %q at %s: %s: %w (status %s)", p.Name, p.Address, op, ErrUnproven, resp.Status)
 	}
+	c.mu.Lock()
+	c.contact[p.Name] = c.cfg.Now()
+	c.mu.Unlock()
 	if resp.StatusCode >= 300 {
 		var e errorBody
 		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {

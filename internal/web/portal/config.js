@@ -217,13 +217,16 @@ function renderList() {
     const td = document.createElement("td");
     const box = document.createElement("div");
     box.className = "buttons";
+    box.className = "buttons row-actions";
     const edit = document.createElement("a");
+    edit.className = "button quiet";
     edit.href = "#/config/" + cache.kind + "/edit/" + enc(o.name);
     edit.textContent = "Edit";
     edit.setAttribute("aria-label", "Edit " + spec.noun + " " + o.name);
     const del = document.createElement("button");
     del.type = "button";
-    del.className = "danger";
+    // A text button: the danger colour is the confirmation's.
+    del.className = "quiet";
     del.textContent = "Delete";
     del.setAttribute("aria-label", "Delete " + spec.noun + " " + o.name);
     del.addEventListener("click", () => remove(cache.kind, o.name).catch(report));
@@ -350,7 +353,10 @@ function field(f, base, existing, choices) {
     control.name = f.key;
     if (f.required) control.required = true;
     if (f.key === "name" && existing) {
-      control.readOnly = true;
+      // An existing object's name is text, not a field: it cannot be
+      // changed (objects are not renamed).
+      control = nameText(value);
+      control.id = id;
       hint.textContent = "Objects cannot be renamed.";
     }
     if (f.type === "checkbox") {
@@ -375,13 +381,23 @@ function field(f, base, existing, choices) {
   return wrap;
 }
 
+// nameText shows an existing object's name where the editor would have
+// its Name field.
+function nameText(name) {
+  const out = document.createElement("output");
+  out.className = "name readonly";
+  out.textContent = name;
+  out.dataset.readonly = "true";
+  return out;
+}
+
 // read returns the body to send: the object as the API gave it with the
 // form's fields set. On a new object, empty optional fields are left
 // out, so that the server's defaults apply.
 function read(spec, base, existing) {
   const body = structuredClone(base);
   for (const f of spec.fields) {
-    if (f.type === "icon") continue;
+    if (f.type === "icon" || (f.key === "name" && existing)) continue;
     const el = $("f-" + f.key.replaceAll(".", "-"));
     let v;
     switch (f.type) {
@@ -412,10 +428,22 @@ function clearErrors() {
   for (const el of document.querySelectorAll("#editor-fields [aria-invalid]")) el.removeAttribute("aria-invalid");
 }
 
+// inFormWords returns an API message with the API's field names in it
+// (display_name, load_rules.max_sessions.limit) replaced by the labels
+// the form shows for them. One-word keys (name, image) are left alone:
+// they are words of the message too, and their labels say the same.
+export function inFormWords(message, spec) {
+  const labels = new Map(spec.fields.filter((f) => /[_.]/.test(f.key)).map((f) => [f.key, f.label.replace(/ \(.*\)$/, "")]));
+  if (!labels.size) return message;
+  const keys = [...labels.keys()].sort((a, b) => b.length - a.length).map((k) => k.replaceAll(".", "\\."));
+  return message.replace(new RegExp("(^|[^\\w.])(" + keys.join("|") + ")(?![\\w.])", "g"), (_, pre, key) => pre + "“" + labels.get(key) + "”");
+}
+
 // showError puts an API error at its field when the form has it, else at
 // the top of the form; the field (or the message) gets the focus.
 function showError(e, fallbackField) {
   const key = e.field || fallbackField || "";
+  e = { ...e, message: inFormWords(e.message, KINDS[editing.kind]) };
   const wrap = key && [...document.querySelectorAll("#editor-fields .field")].find((w) => w.dataset.key === key);
   if (wrap) {
     wrap.querySelector(".field-error").textContent = e.message[0].toUpperCase() + e.message.slice(1);
@@ -457,7 +485,10 @@ async function save() {
         editing = { kind, name: saved.name, base: saved };
         if (!existing) history.replaceState(null, "", "#/config/" + kind + "/edit/" + enc(saved.name));
         $("editor-title").textContent = "Edit " + spec.noun + " " + saved.name;
-        $("f-name").readOnly = true;
+        const text = nameText(saved.name);
+        text.id = "f-name";
+        text.setAttribute("aria-describedby", $("f-name").getAttribute("aria-describedby"));
+        $("f-name").replaceWith(text);
         const why = e.status === 413 ? "The file is too large: the limit is 1 MiB." : e.status === 415 ? "Choose a PNG, JPEG or GIF file." :
           e.message[0].toUpperCase() + e.message.slice(1) + (e.message.endsWith(".") ? "" : ".");
         showError({ message: why + " The rest is saved.", field: "icon" });

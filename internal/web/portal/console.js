@@ -38,7 +38,7 @@ function sessionEnded() {
   throw new SessionEnded();
 }
 
-const views = ["logon", "dashboard", "machines", "sessions", "config", "history"];
+const views = ["logon", "dashboard", "machines", "sessions", "brokers", "config", "history"];
 
 function show(view) {
   for (const v of views) $("view-" + v).hidden = v !== view;
@@ -152,28 +152,34 @@ function renderMachines() {
     const tr = document.createElement("tr");
     tr.dataset.machine = m.name;
     const cells = [
-      [m.name], [m.catalog], [m.zone], [m.registration], [m.load_index, true], [m.sessions || 0, true],
+      [m.registration], [m.load_index, true], [m.sessions || 0, true],
       [Math.round(m.cpu_percent || 0) + " %", true], [Math.round(m.memory_percent || 0) + " %", true],
       [m.last_heartbeat ? new Date(m.last_heartbeat).toLocaleTimeString() : "never"],
     ];
+    tr.append(nameCell(m.name), nameCell(m.catalog), nameCell(m.zone));
     for (const [text, num] of cells) {
       const td = document.createElement("td");
       td.textContent = text;
       if (num) td.className = "num";
       tr.append(td);
     }
+    tr.dataset.maintenance = String(!!m.maintenance);
     const td = document.createElement("td");
+    td.className = "maintenance";
+    const now = document.createElement("span");
+    now.className = "state";
+    now.textContent = m.maintenance ? "In maintenance" : "In service";
     const b = document.createElement("button");
     b.type = "button";
-    // The visible text begins the accessible name (WCAG 2.5.3, label in
-    // name); the rest names the machine for those who do not see the row.
+    // The visible text, the action, begins the accessible name (WCAG
+    // 2.5.3, label in name); the rest names the machine for those who
+    // do not see the row.
     const which = document.createElement("span");
     which.className = "visually-hidden";
-    which.textContent = ", maintenance of " + m.name;
-    b.append(m.maintenance ? "In maintenance" : "In service", which);
-    b.setAttribute("aria-pressed", String(!!m.maintenance));
+    which.textContent = ": " + m.name;
+    b.append(m.maintenance ? "Return to service" : "Put in maintenance", which);
     b.addEventListener("click", () => setMaintenance(m, !m.maintenance, b));
-    td.append(b);
+    td.append(now, " ", b);
     tr.append(td);
     const sessions = document.createElement("td");
     const link = document.createElement("a");
@@ -193,7 +199,40 @@ function renderMachines() {
   }
 }
 
+// nameCell is a table cell holding an object's name, which never wraps
+// (at its hyphens or anywhere).
+function nameCell(text) {
+  const td = document.createElement("td");
+  const span = document.createElement("span");
+  span.className = "name";
+  span.textContent = text;
+  td.append(span);
+  return td;
+}
+
+// displayCell shows an object's display name, and its name after it when
+// they differ.
+function displayCell(display, name) {
+  const td = document.createElement("td");
+  if (!display || display === name) {
+    const span = document.createElement("span");
+    span.className = "name";
+    span.textContent = name;
+    td.append(span);
+    return td;
+  }
+  const small = document.createElement("span");
+  small.className = "name muted";
+  small.textContent = name;
+  td.append(display, " ", small);
+  return td;
+}
+
 async function setMaintenance(m, on, button) {
+  const ok = on
+    ? await confirmDialog("Put " + m.name + " in maintenance?", m.name + " takes no new session; its sessions go on until their users log off.", "Put in maintenance")
+    : await confirmDialog("Return " + m.name + " to service?", m.name + " takes new sessions again.", "Return to service");
+  if (!ok) return;
   button.disabled = true;
   try {
     const cur = await call("GET", "/api/v1/admin/machines/" + encodeURIComponent(m.name));
@@ -210,6 +249,33 @@ async function setMaintenance(m, on, button) {
   }
 }
 
+// ---- brokers ----
+
+const lhcWords = { none: "none (embedded site DB)", normal: "from the site DB", outage: "outage: from its local copy", unknown: "unknown (no answer)" };
+
+async function loadBrokers() {
+  const doc = await call("GET", "/api/v1/admin/brokers");
+  const when = (t) => (t ? new Date(t).toLocaleTimeString() : "-");
+  const rows = doc.items.map((b) => {
+    const tr = document.createElement("tr");
+    tr.dataset.broker = b.name;
+    tr.dataset.state = b.state;
+    const name = nameCell(b.name);
+    if (b.self) name.append(" (this broker)");
+    tr.append(name, nameCell(b.zone), nameCell(b.address));
+    for (const text of [b.state, b.zone_leader ? "yes" : "no", lhcWords[b.lhc] || b.lhc, when(b.last_seen), b.self ? "-" : when(b.last_contact)]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  });
+  $("brokers").querySelector("tbody").replaceChildren(...rows);
+  const up = doc.items.filter((b) => b.state === "up").length;
+  $("broker-count").textContent = doc.items.length + (doc.items.length === 1 ? " broker" : " brokers") + ", " + up + " up";
+  document.body.dataset.rendered = "brokers";
+}
+
 // ---- sessions ----
 
 async function searchSessions(ev) {
@@ -224,7 +290,8 @@ async function searchSessions(ev) {
   const rows = live.map((s) => {
     const tr = document.createElement("tr");
     tr.dataset.session = s.id;
-    for (const text of [s.user, s.resource, s.machine, s.state, new Date(s.created_at).toLocaleString()]) {
+    tr.append(displayCell(s.user_display_name, s.user), displayCell(s.resource_display_name, s.resource), nameCell(s.machine));
+    for (const text of [s.state, new Date(s.created_at).toLocaleString()]) {
       const td = document.createElement("td");
       td.textContent = text;
       tr.append(td);
@@ -254,7 +321,8 @@ async function searchSessions(ev) {
 function confirmAction(s, verb, label) {
   const dlg = $("confirm");
   $("confirm-title").textContent = label + "?";
-  $("confirm-text").textContent = label + " " + s.user + "'s session of " + s.resource + " on " + s.machine + "?" + (verb === "logoff" ? " Unsaved work in it is lost." : "");
+  const who = s.user_display_name ? s.user_display_name + " (" + s.user + ")" : s.user;
+  $("confirm-text").textContent = label + " the " + (s.resource_display_name || s.resource) + " session of " + who + " on " + s.machine + "?" + (verb === "logoff" ? " Unsaved work in it is lost." : "");
   $("confirm-ok").textContent = label;
   dlg.returnValue = "";
   dlg.onclose = async () => {
@@ -301,6 +369,7 @@ async function route() {
     const view = (location.hash || "#/dashboard").slice(2);
     if (view === "machines") { show("machines"); await loadMachines(); }
     else if (view === "sessions") { show("sessions"); await searchSessions(); }
+    else if (view === "brokers") { show("brokers"); await loadBrokers(); }
     else if (view.startsWith("sessions/machine/")) {
       // A machine's sessions, from the machines' table.
       show("sessions");

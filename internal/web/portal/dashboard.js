@@ -172,5 +172,69 @@ function render(fig) {
     return tr;
   });
   $("zones").querySelector("tbody").replaceChildren(...rows);
+  renderTrends(fig.trends);
   document.body.dataset.rendered = "dashboard";
+}
+
+// ---- the trends: small bar charts of the last hour, drawn here ----
+
+const SVG = "http://www.w3.org/2000/svg";
+const trendKinds = [
+  ["launches", "Launches", "launches a minute", (n) => n + (n === 1 ? " launch" : " launches") + " in the last hour"],
+  ["logons", "Logons", "logons a minute", (n) => n + (n === 1 ? " logon" : " logons") + " in the last hour"],
+  ["sessions", "Sessions", "live sessions", (n, last, top) => last + " live now, at most " + top + " in the last hour"],
+];
+
+function renderTrends(trends) {
+  const samples = (trends && trends.samples) || [];
+  const box = $("trends");
+  if (!samples.length) { box.hidden = true; return; }
+  box.hidden = false;
+  const charts = trendKinds.map(([key, title, unit, summary]) => {
+    const values = samples.map((x) => x[key] || 0);
+    const top = Math.max(...values);
+    const total = values.reduce((a, b) => a + b, 0);
+    const said = summary(total, values[values.length - 1], top);
+    const fig = document.createElement("figure");
+    fig.className = "trend";
+    fig.dataset.trend = key;
+    const cap = document.createElement("figcaption");
+    const h = document.createElement("strong");
+    h.textContent = title;
+    cap.append(h, " ", said);
+    fig.append(cap, bars(values, top, title + " over the last hour, " + unit + ": " + said, samples));
+    return fig;
+  });
+  box.replaceChildren(...charts);
+}
+
+// bars draws values as an SVG bar chart, a bar a minute, scaled to top.
+function bars(values, top, label, samples) {
+  const w = 240, h = 48, step = w / values.length;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 " + w + " " + (h + 1));
+  svg.setAttribute("width", String(w));
+  svg.setAttribute("height", String(h + 1));
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  svg.dataset.values = values.join(",");
+  const base = document.createElementNS(SVG, "line");
+  base.setAttribute("x1", "0"); base.setAttribute("x2", String(w));
+  base.setAttribute("y1", String(h + 0.5)); base.setAttribute("y2", String(h + 0.5));
+  base.setAttribute("class", "axis");
+  svg.append(base);
+  values.forEach((v, i) => {
+    if (!v) return;
+    const bh = Math.max(1, Math.round((v / (top || 1)) * h));
+    const r = document.createElementNS(SVG, "rect");
+    r.setAttribute("x", (i * step + 0.5).toFixed(1));
+    r.setAttribute("y", String(h - bh));
+    r.setAttribute("width", Math.max(1, step - 1).toFixed(1));
+    r.setAttribute("height", String(bh));
+    const t = document.createElementNS(SVG, "title");
+    t.textContent = new Date(samples[i].at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) + ": " + v;
+    r.append(t);
+    svg.append(r);
+  });
+  return svg;
 }

@@ -44,6 +44,9 @@ function sessionEnded() {
   if (state.me !== null || document.body.dataset.view !== "logon") {
     sessionStorage.setItem("usher.wanted", location.hash || "#/apps");
     state.me = null;
+    // The marker of a session that has ended goes too: the next load
+    // shows the logon form without asking.
+    document.cookie = "usher_portal=; Max-Age=0; Path=/; SameSite=Strict";
     showLogon("Your session has ended. Log on again to go on.");
   }
   throw new SessionEnded();
@@ -443,8 +446,10 @@ function deliver(what, l) {
   a.href = url;
   a.download = file.filename;
   a.textContent = "Download launch file";
-  const where = para((l.reconnected ? "Back to your session of " : "Your session of ") + what + " is on " + l.host +
-    (l.port ? ":" + l.port : "") + " (machine " + l.machine + "), over " + l.protocol.toUpperCase() + ".");
+  const at = l.host + (l.port ? ":" + l.port : "") + " (machine " + l.machine + ")";
+  const where = para(l.reconnected
+    ? "Your " + what + " session is still running on " + at + ": open it again, over " + l.protocol.toUpperCase() + "."
+    : "Your " + what + " session is ready on " + at + ", over " + l.protocol.toUpperCase() + ".");
   const next = para("Open the downloaded file (" + file.filename + ") to connect; its ticket is good for one connection, until " +
     new Date(l.expires_at).toLocaleTimeString() + ".");
   const p = document.createElement("p");
@@ -577,6 +582,9 @@ async function route() {
   }
 }
 
+// NoSession: the page has no session cookie to try.
+class NoSession extends Error {}
+
 function init() {
   $("logon").addEventListener("submit", logon);
   $("logoff").addEventListener("click", logoff);
@@ -587,12 +595,15 @@ function init() {
     $("launch-result").hidden = true;
     if (state.me) route();
   });
-  // First load: a session cookie may already be there.
+  // First load: a session cookie may already be there. The page cannot
+  // read it (HttpOnly); the marker that goes with it says whether to ask,
+  // so that a visitor with no session makes no request that fails.
   (async () => {
     try {
+      if (!document.cookie.split(/;\s*/).includes("usher_portal=1")) throw new NoSession();
       await start();
     } catch (e) {
-      if (!(e instanceof SessionEnded) && e.status !== 401) showLogon(e.message);
+      if (!(e instanceof SessionEnded) && !(e instanceof NoSession) && e.status !== 401) showLogon(e.message);
       else {
         sessionStorage.setItem("usher.wanted", location.hash || "#/apps");
         showLogon("");
