@@ -47,6 +47,9 @@ func TestBenchLaunch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
+	if !regexp.MustCompile(`Logging 60 users on first \(untimed: one password hash each, \d+ at a time\)\.\.\.\n60 users logged on in [0-9.]+m?s\.\n`).MatchString(stdout) {
+		t.Errorf("output does not say it logs the users on first, and how long it took:\n%s", stdout)
+	}
 	for _, want := range []string{"the zones-and-latency test launches/s", "| 12         |", "11m57s", "no WAN"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)

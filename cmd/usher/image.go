@@ -104,7 +104,12 @@ Modes ('usher stream' picks one from the version's state; there is no flag):
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s\n", a[1], v.Number, v.Parent, imageexport.Name(a[1], v.Number))
+		export := imageexport.Name(a[1], v.Number)
+		fmt.Fprintf(m.Stdout, "%s version %d (maintenance, over version %d): write to it as export %s, one writer at a time\n", a[1], v.Number, v.Parent, export)
+		// A stream as started without TLS (the README's) refuses the
+		// export: say what opens it.
+		fmt.Fprintf(m.Stdout, "  usher stream opens it to writers whose client certificate --tls-client-ca verifies (usher stream --tls-cert F --tls-key F --tls-client-ca CA;\n"+
+			"  usher target --upstream nbds://HOST:PORT/%s --tls-ca F --tls-cert F --tls-key F), or to any client with --auth none\n", export)
 	case "promote", "merge":
 		n, err := version(a[2])
 		if err != nil {

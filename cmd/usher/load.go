@@ -79,10 +79,13 @@ Examples:
 type loadFlags struct {
 	target, url, ca, bodyFile, usersFile, encoding, apps, flow, method string
 	demoUsers                                                          int
-	password                                                           string
-	headers, thresholds                                                multiFlag
-	expectStatus, expectBody, expectMatch                              string
-	reuseTokens                                                        bool
+	// credUsers is how many users the target sends credentials of (set
+	// by buildTarget): a broker hashes each one's password once.
+	credUsers                             int
+	password                              string
+	headers, thresholds                   multiFlag
+	expectStatus, expectBody, expectMatch string
+	reuseTokens                           bool
 
 	executor, concurrency, rate, ramp, policy string
 	stepDuration, warmup, cooldown, window    time.Duration
@@ -173,6 +176,10 @@ func (m *Main) load(ctx context.Context, args []string) error {
 	progress := m.progressLine()
 	opts.Progress = progress.update
 	fmt.Fprintf(m.Stderr, "usher load: %s at %s, %s\n", f.target, f.url, exec)
+	if f.credUsers > 0 {
+		fmt.Fprintf(m.Stderr, "usher load: the first pass over the %d users pays one password hash each on the broker (cold users, tens of ms of CPU each); "+
+			"later passes come from its verified-password cache, so measure warm after --warmup or a first step\n", f.credUsers)
+	}
 	res, runErr := exec.Run(ctx, target, opts)
 	progress.clear()
 	if res == nil {
@@ -274,6 +281,7 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 		if err := n.Check(); err != nil {
 			return nil, usageError{err.Error() + " (--users, --apps)"}
 		}
+		f.credUsers = len(users)
 		return n, nil
 	case "rest":
 		flow, err := loadgen.ParseFlow(f.flow)
@@ -285,6 +293,7 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 		if err := r.Check(); err != nil {
 			return nil, usageError{err.Error() + " (--users, --flow, --apps)"}
 		}
+		f.credUsers = len(users)
 		return r, nil
 	case "http":
 		r := &loadgen.Request{Client: client, Method: strings.ToUpper(f.method), URL: f.url, Header: http.Header{}, Body: body,
@@ -315,6 +324,9 @@ func (f *loadFlags) buildTarget() (loadgen.Target, error) {
 		tmpl := loadgen.ParseTemplate(f.url + body)
 		if (tmpl.Uses("user") || tmpl.Uses("password")) && len(users) == 0 {
 			return nil, usageError{"the request has credential placeholders but no --users"}
+		}
+		if tmpl.Uses("password") {
+			f.credUsers = len(users)
 		}
 		return r, nil
 	case "":

@@ -219,6 +219,19 @@ func TestLoadDemoUsers(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 		}
+		if strings.Contains(stderr, "password hash") {
+			t.Errorf("a request without passwords warns of password hashes:\n%s", stderr)
+		}
+	})
+	t.Run("cold users cost a hash each", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "load", "--target", "http", "--url", srv.URL+"/?u={{user}}&p={{password}}", "--demo-users", "2",
+			"--password", "pw", "--executor", "fixed", "--concurrency", "2", "--requests", "4")
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+		}
+		if !strings.Contains(stderr, "the first pass over the 2 users pays one password hash each on the broker") {
+			t.Errorf("stderr does not say that cold users cost a password hash each:\n%s", stderr)
+		}
 	})
 	for _, args := range [][]string{{"--demo-users", "2"}, {"--password", "pw"}, {"--demo-users", "2", "--password", "pw", "--users", "u.txt"}} {
 		code, _, stderr := run(t, "", append([]string{"load", "--target", "http", "--url", srv.URL}, args...)...)

@@ -23,7 +23,11 @@ import (
 // TestREADME runs every shell block of README.md, in order, as a new user
 // would after a clone: in a fresh directory holding the repository's
 // files, with a fresh HOME (so the default data directory is new), and
-// fails when a command fails. It keeps the README true to the code.
+// fails when a command fails. It keeps the README true to the code. The
+// blocks run as in one terminal: a block's cd holds for the blocks after
+// it. It fails too when the blocks changed the repository (git status),
+// which they must leave as they found it: their files go in a directory
+// of their own.
 //
 // An HTML comment just before a block steers it:
 //
@@ -71,6 +75,14 @@ func TestREADME(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	status := gitStatus(t, repo)
+	t.Cleanup(func() {
+		if after := gitStatus(t, repo); after != status {
+			t.Errorf("the README's blocks changed the repository; git status --porcelain before:\n%s\nafter:\n%s", status, after)
+		}
+	})
+	// cwd is the blocks' working directory, as a cd left it.
+	cwd, cwdFile := work, filepath.Join(t.TempDir(), "cwd")
 	port := freePort(t)
 	// A new HOME, but the Go caches of this machine: the blocks build usher
 	// as a user would, without downloading every module again.
@@ -118,7 +130,7 @@ func TestREADME(t *testing.T) {
 		if b.background {
 			p := &bgProc{line: b.line, out: &syncBuffer{}, done: make(chan struct{})}
 			p.cmd = exec.Command("bash", "-euo", "pipefail", "-c", "exec "+strings.TrimSpace(script))
-			p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = work, cmdEnv, p.out, p.out
+			p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = cwd, cmdEnv, p.out, p.out
 			p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := p.cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -143,12 +155,15 @@ func TestREADME(t *testing.T) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir, cmd.Env = work, cmdEnv
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", `trap 'pwd >"$USHER_README_CWD"' EXIT`+"\n"+script)
+		cmd.Dir, cmd.Env = cwd, append(cmdEnv, "USHER_README_CWD="+cwdFile)
 		out, err := cmd.CombinedOutput()
 		cancel()
 		if err != nil {
 			t.Fatalf("README line %d failed: %v\n%s\n--- output:\n%s", b.line, err, script, tail(string(out), 4000))
+		}
+		if d, err := os.ReadFile(cwdFile); err == nil && len(d) > 1 {
+			cwd = strings.TrimSuffix(string(d), "\n")
 		}
 		t.Logf("README line %d: ok (%d bytes of output)", b.line, len(out))
 	}
@@ -284,6 +299,17 @@ func leaf(pid int) int {
 		}
 		pid = child
 	}
+}
+
+// gitStatus is git status --porcelain of the repository at dir, or "" when
+// it is no git checkout (a source tarball) or git is missing.
+func gitStatus(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=all").Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
 }
 
 // freePort is benchkit.FreePort for a test, as a string.

@@ -257,7 +257,11 @@ func notReady(cfg server.Config, why error) (stop func()) {
 func (m *Main) printBanner(s *server.Server, isDemo bool) {
 	base := s.URL()
 	_, secretPath := s.EnrolmentSecret()
-	fmt.Fprintf(m.Stdout, "usher is serving the site in %s as broker %q of zone %q\n\n", s.SiteDB(), s.Name(), s.Zone())
+	if z := s.Zone(); z != "" {
+		fmt.Fprintf(m.Stdout, "usher is serving the site in %s as broker %q of zone %q\n\n", s.SiteDB(), s.Name(), z)
+	} else {
+		fmt.Fprintf(m.Stdout, "usher is serving the site in %s as broker %q (the site has no zones yet: usher apply -f FILE makes them)\n\n", s.SiteDB(), s.Name())
+	}
 	fmt.Fprintf(m.Stdout, "  Portal:       %s/  (users)\n", base)
 	fmt.Fprintf(m.Stdout, "  Console:      %s/console  (admins)\n", base)
 	fmt.Fprintf(m.Stdout, "  Admin API:    %s/api/v1/admin/  (HTTP basic or bearer token)\n", base)
@@ -278,20 +282,24 @@ func (m *Main) printBanner(s *server.Server, isDemo bool) {
 		fmt.Fprintf(m.Stdout, "  TLS:          certificate %s (%s, until %s)\n", s.TLSCertFile(), leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.DateOnly))
 		fmt.Fprintf(m.Stdout, "                SHA-256 fingerprint %s\n", tlsconf.Fingerprint(leaf.Raw))
 		if leaf.IsCA && leaf.CheckSignatureFrom(leaf) == nil {
-			curl = "curl --cacert " + s.TLSCertFile()
+			curl = "curl --cacert " + shellQuote(s.TLSCertFile())
 		}
 	}
 	if isDemo {
 		password := s.DemoPassword()
+		user := shellQuote(demo.Admin + ":" + password)
 		if password != "" {
 			fmt.Fprintf(m.Stdout, "\nDemo credentials (password for all of them: %s)\n", password)
 		} else {
-			fmt.Fprintf(m.Stdout, "\nDemo credentials (passwords unchanged since the demo site was loaded; --demo-password P sets new ones)\n")
-			password = "PASSWORD"
+			// The site keeps only the passwords' hashes: a restart cannot
+			// show the password printed at the first start.
+			fmt.Fprintf(m.Stdout, "\nDemo credentials (password unchanged since the first start, which printed it; to set a new one for all of them,\n"+
+				"restart with --demo-password P: usher serve --demo --demo-password 'NEW PASSWORD')\n")
+			user = `"` + demo.Admin + `:$PASSWORD"`
 		}
 		fmt.Fprintf(m.Stdout, "  admin:        %s\n", demo.Admin)
 		fmt.Fprintf(m.Stdout, "  users:        user0001 .. user1000 (domain DEMO)\n")
-		fmt.Fprintf(m.Stdout, "\nTry: %s -u %s:%s %s/api/v1/admin/applications?limit=5\n", curl, demo.Admin, password, base)
+		fmt.Fprintf(m.Stdout, "\nTry: %s -u %s %s\n", curl, user, shellQuote(base+"/api/v1/admin/applications?limit=5"))
 	}
 	fmt.Fprintln(m.Stdout)
 }

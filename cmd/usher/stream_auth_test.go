@@ -260,3 +260,35 @@ func TestTargetPersistDiscardsAfterPromotion(t *testing.T) {
 		t.Fatalf("no log line about the discarded cache:\n%s", stderr.String())
 	}
 }
+
+// TestImageVersionHintMatchesTheStream: usher image version names what
+// opens the new maintenance version, and it holds: the stream as the
+// README starts it (no TLS) refuses the export, and one with --auth none
+// lets a client write it.
+func TestImageVersionHintMatchesTheStream(t *testing.T) {
+	store, _ := importImage(t, t.TempDir(), "golden", make([]byte, 1<<20))
+	out := mustImage(t, "version", "golden", "--store", store)
+	for _, want := range []string{"export golden@1", "--tls-client-ca", "nbds://HOST:PORT/golden@1 --tls-ca F --tls-cert F --tls-key F", "--auth none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("image version's hint lacks %q:\n%s", want, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	readme := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0")
+	if c, err := (&nbd.Dialer{}).Dial(ctx, "tcp", readme, "golden@1"); err == nil {
+		c.Close()
+		t.Fatal("the README's stream opened the maintenance version to an anonymous client")
+	} else if !strings.Contains(err.Error(), "needs authentication") {
+		t.Errorf("the README's stream: %v", err)
+	}
+	open := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--auth", "none")
+	c, err := (&nbd.Dialer{}).Dial(ctx, "tcp", open, "golden@1")
+	if err != nil {
+		t.Fatalf("--auth none: %v", err)
+	}
+	defer c.Close()
+	if err := c.WriteAt(ctx, []byte("changed"), 0, block.FUA); err != nil {
+		t.Fatalf("--auth none: write: %v", err)
+	}
+}

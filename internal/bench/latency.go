@@ -8,7 +8,6 @@ import (
 	"maps"
 	"math"
 	"net/url"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,16 +175,10 @@ func LaunchOverLatency(ctx context.Context, env Env, cfg LatencyConfig) (_ *load
 
 	rest := &loadgen.REST{Client: loadgen.NewClient(256), BaseURL: s.URL(), Users: Users(cfg.Launches, password),
 		Flow: []string{loadgen.StepLaunch}, Resources: Applications(), ClientName: "usher-bench"}
-	fmt.Fprintf(out, "Logging %d users on (untimed, RTT 0)...\n", cfg.Launches)
-	start = time.Now()
-	conc := cfg.LogonConcurrency
-	if conc <= 0 {
-		conc = 2 * runtime.NumCPU()
+	logons, err := logOnFirst(ctx, out, rest, cfg.Launches, cfg.LogonConcurrency, ", RTT 0")
+	if err != nil {
+		return nil, err
 	}
-	if err := rest.LogOn(ctx, conc); err != nil {
-		return nil, fmt.Errorf("log users on: %w", err)
-	}
-	logons := time.Since(start)
 
 	var cells []latencyCell
 	var runErr error

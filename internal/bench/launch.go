@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"runtime"
 	"strconv"
@@ -27,6 +28,25 @@ type LaunchConfig struct {
 // full size is Launches 10,000.
 var DefaultLaunchConfig = LaunchConfig{Launches: 2000, Concurrency: []int{12, 24, 36, 48, 60}}
 
+// logOnFirst logs rest's n users on before a run, saying so on out first
+// (each logon costs one password hash, so that it takes a while: seconds
+// per thousand users on two cores) and how long it took after. conc is
+// how many at once (0: two per CPU); note goes in the first line's
+// parentheses beside "untimed".
+func logOnFirst(ctx context.Context, out io.Writer, rest *loadgen.REST, n, conc int, note string) (time.Duration, error) {
+	if conc <= 0 {
+		conc = 2 * runtime.NumCPU()
+	}
+	fmt.Fprintf(out, "Logging %d users on first (untimed%s: one password hash each, %d at a time)...\n", n, note, conc)
+	start := time.Now()
+	if err := rest.LogOn(ctx, conc); err != nil {
+		return 0, fmt.Errorf("log users on: %w", err)
+	}
+	took := time.Since(start)
+	fmt.Fprintf(out, "%d users logged on in %s.\n", n, took.Round(10*time.Millisecond))
+	return took, nil
+}
+
 // Launch runs the zones-and-latency test on the embedded site DB: Launches launches through
 // the REST API at each concurrency, each by another user, onto 57
 // simulated VDAs of one delivery group. Users log on before the run; a
@@ -45,17 +65,10 @@ func Launch(ctx context.Context, env Env, cfg LaunchConfig) (*loadgen.Report, er
 
 	rest := &loadgen.REST{Client: loadgen.NewClient(256), BaseURL: s.URL(), Users: Users(cfg.Launches, password),
 		Flow: []string{loadgen.StepLaunch}, Resources: Applications(), ClientName: "usher-bench"}
-	start := time.Now()
-	fmt.Fprintf(env.out(), "Logging %d users on (untimed)...\n", cfg.Launches)
-	conc := cfg.LogonConcurrency
-	if conc <= 0 {
-		conc = 2 * runtime.NumCPU()
+	logons, err := logOnFirst(ctx, env.out(), rest, cfg.Launches, cfg.LogonConcurrency, "")
+	if err != nil {
+		return nil, err
 	}
-	if err := rest.LogOn(ctx, conc); err != nil {
-		return nil, fmt.Errorf("log users on: %w", err)
-	}
-	logons := time.Since(start)
-	log.Info("users logged on", "users", cfg.Launches, "took", logons.Round(time.Millisecond))
 
 	exec := loadgen.FixedWork{Concurrency: cfg.Concurrency, Requests: cfg.Launches,
 		Before: func(ctx context.Context, step int) error {

@@ -164,13 +164,17 @@ type Broker struct {
 	// sweepBlocked is set while expireMachines finds the site DB
 	// unavailable (the sweeping goroutine's alone).
 	sweepBlocked bool
-	events       batcher[*pendingEvent]
-	heartbeats   batcher[*pendingHeartbeat]
-	machines     *table
-	obs          Observer
-	guard        *auth.Guard
-	siteClear    siteClear
-	admission    *admission
+	// started is when New made the broker: a machine whose last heartbeat
+	// is older was registered in an earlier run, and is unregistered
+	// with the others in one log line, not warned of one by one.
+	started    time.Time
+	events     batcher[*pendingEvent]
+	heartbeats batcher[*pendingHeartbeat]
+	machines   *table
+	obs        Observer
+	guard      *auth.Guard
+	siteClear  siteClear
+	admission  *admission
 	// delegate, when set, hands brokering to another broker (SetDelegate).
 	delegate Delegate
 	// refusing is set once a registration was refused because another
@@ -238,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, store: cfg.Store, machines: newTable(cfg.Now), obs: cfg.Observer,
-		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy}
+		guard: cfg.Guard, admission: newAdmission(cfg.MaxConcurrent), dummyHash: dummy, started: cfg.Now()}
 	b.initBatchers()
 	if err := b.Refresh(ctx); err != nil {
 		return nil, err

@@ -50,3 +50,69 @@ func TestExpireMachinesWhileTheSiteDBIsDown(t *testing.T) {
 		t.Errorf("%d log lines, want one naming the 50 machines:\n%s", lines, logs.String())
 	}
 }
+
+// statusStore keeps machine statuses in a map (only Update, MachineStatus
+// and SetMachineStatus are called).
+type statusStore struct {
+	site.Store
+	status map[string]site.MachineStatus
+}
+
+type statusTx struct {
+	site.Tx
+	s *statusStore
+}
+
+func (s *statusStore) Update(ctx context.Context, f func(site.Tx) error) error {
+	return f(statusTx{s: s})
+}
+
+func (tx statusTx) MachineStatus(_ context.Context, name string) (site.MachineStatus, error) {
+	return tx.s.status[name], nil
+}
+
+func (tx statusTx) SetMachineStatus(_ context.Context, name string, st site.MachineStatus) error {
+	tx.s.status[name] = st
+	return nil
+}
+
+// TestExpireMachinesOfAnEarlierRun: a restarted broker finds the machines
+// that the site DB says are registered, last heard of before it started;
+// its first sweep unregisters them all in one log line (a restarted demo
+// logged 57 warnings), and a machine that heartbeated to this broker and
+// went silent is still warned of by name.
+func TestExpireMachinesOfAnEarlierRun(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Now()
+	clock := func() time.Time { return now }
+	st := &statusStore{status: map[string]site.MachineStatus{}}
+	b := &Broker{store: st, machines: newTable(clock), started: now,
+		cfg: Config{Now: clock, HeartbeatTimeout: 10 * time.Second},
+		log: slog.New(slog.NewTextHandler(&logs, nil))}
+	add := func(name string, last time.Time) {
+		s := site.MachineStatus{Registration: site.Registered, LastHeartbeat: last}
+		st.status[name] = s
+		b.machines.machines[name] = &machineState{name: name}
+		b.machines.sync(name, s)
+	}
+	for i := range 57 {
+		add(fmt.Sprintf("m%02d", i), now.Add(-time.Minute))
+	}
+	b.expireMachines(context.Background())
+	if got := strings.Count(logs.String(), "\n"); got != 1 || !strings.Contains(logs.String(), "machines=57") || strings.Contains(logs.String(), "WARN") {
+		t.Errorf("first sweep logged %d lines, want one info line counting 57 machines:\n%s", got, logs.String())
+	}
+	for name, s := range st.status {
+		if s.Registration != site.Unregistered {
+			t.Fatalf("%s is still %s", name, s.Registration)
+		}
+	}
+
+	logs.Reset()
+	add("late", now.Add(time.Second)) // heartbeated to this broker
+	now = now.Add(time.Minute)
+	b.expireMachines(context.Background())
+	if got := logs.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "WARN") || !strings.Contains(got, "machine=late") {
+		t.Errorf("a machine silent since it heartbeated to this broker: want one warning naming it, got:\n%s", got)
+	}
+}

@@ -436,10 +436,19 @@ func (b *Broker) sessionEvent(ctx context.Context, ev SessionEvent, byVDA bool) 
 
 // expireMachines unregisters machines whose heartbeats stopped.
 // While the site DB is unavailable a sweep stops at the first machine and
-// says so once, not once per machine and sweep.
+// says so once, not once per machine and sweep. Machines last heard of
+// before this broker started (registered in the site DB by an earlier
+// run, as every machine of a restarted demo is) are counted in one line:
+// their silence says the broker restarted, not that they failed.
 func (b *Broker) expireMachines(ctx context.Context) {
 	deadline := b.cfg.Now().Add(-b.cfg.HeartbeatTimeout)
 	stale := b.machines.stale(deadline)
+	earlier := 0
+	defer func() {
+		if earlier > 0 {
+			b.log.Info("machines registered before this broker started are unregistered until they heartbeat to it", "machines", earlier)
+		}
+	}()
 	for i, name := range stale {
 		var st site.MachineStatus
 		expired := false
@@ -469,6 +478,9 @@ func (b *Broker) expireMachines(ctx context.Context) {
 		switch {
 		case err != nil:
 			b.log.Warn("unregister silent machine", "machine", name, "err", err)
+		case expired && st.LastHeartbeat.Before(b.started):
+			b.machines.sync(name, st)
+			earlier++
 		case expired:
 			b.machines.sync(name, st)
 			b.log.Warn("machine missed its heartbeats; unregistered", "machine", name, "last_heartbeat", st.LastHeartbeat)

@@ -7,9 +7,11 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -33,6 +35,7 @@ const (
 	figureWidth  = 7 * vg.Inch
 	figureHeight = 4 * vg.Inch
 	legendGap    = 12 // points between the data area and the legend
+	titleMargin  = 6  // points at least between the title and each side
 
 	maxLevelTicks = 12 // X values labelled one by one up to this many
 	maxMarkers    = 40 // points marked one by one up to this many
@@ -78,7 +81,6 @@ func linePlot(name, title, xLabel, yLabel string, logY bool, series []Series) (F
 	logY = logY && ymax > 0 && ymax/ymin >= 10
 
 	p := plot.New()
-	p.Title.Text = title
 	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = xLabel
 	if logY {
@@ -155,12 +157,22 @@ func linePlot(name, title, xLabel, yLabel string, logY bool, series []Series) (F
 	ylabel.Rotation, ylabel.XAlign, ylabel.YAlign = math.Pi/2, draw.XCenter, draw.YCenter
 	labelWidth := ylabel.Height(yLabel) + p.Y.Label.Padding
 	p.Y.Label.Text = ""
-	pc := draw.Crop(dc, labelWidth, -legendWidth, 0, 0)
+	// The title is drawn here too, centred on the whole figure and
+	// wrapped to its width: the plot centres it on its own canvas, left
+	// of the legend, where a long title ran off both edges of the SVG.
+	ts := p.Title.TextStyle
+	ts.XAlign, ts.YAlign = draw.XCenter, draw.YTop
+	wrapped := balancedWrap(ts, title, figureWidth-2*titleMargin)
+	top := vg.Length(0)
+	if wrapped != "" {
+		top = ts.Height(wrapped) + p.Title.Padding
+		dc.FillText(ts, vg.Point{X: dc.Center().X, Y: dc.Max.Y - p.Title.Padding/2}, wrapped)
+	}
+	pc := draw.Crop(dc, labelWidth, -legendWidth, 0, -top)
 	p.Draw(pc)
 	da := p.DataCanvas(pc)
 	dc.FillText(ylabel, vg.Point{X: dc.Min.X + labelWidth/2, Y: da.Center().Y}, yLabel)
 	if legendWidth > 0 {
-		top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
 		legend.Draw(draw.Crop(dc, figureWidth-legendWidth+legendGap, 0, 0, -top))
 	}
 	var buf bytes.Buffer
@@ -168,6 +180,47 @@ func linePlot(name, title, xLabel, yLabel string, logY bool, series []Series) (F
 		return Figure{}, fmt.Errorf("plot %s: %w", name, err)
 	}
 	return Figure{Name: name, Title: title, SVG: buf.Bytes()}, nil
+}
+
+// balancedWrap wraps s to width in as few lines as wrapText does, with
+// lines as even as they go (no last word alone on its line).
+func balancedWrap(style text.Style, s string, width vg.Length) string {
+	best := wrapText(style, s, width)
+	n := strings.Count(best, "\n")
+	if n == 0 {
+		return best
+	}
+	lo, hi := width/vg.Length(n+1), width
+	for range 20 {
+		mid := (lo + hi) / 2
+		if w := wrapText(style, s, mid); strings.Count(w, "\n") == n {
+			best, hi = w, mid
+		} else {
+			lo = mid
+		}
+	}
+	return best
+}
+
+// wrapText breaks s at spaces into lines of at most width in style (a
+// word longer than width alone on its line), joined with newlines.
+func wrapText(style text.Style, s string, width vg.Length) string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case style.Width(line+" "+w) <= width:
+			line += " " + w
+		default:
+			lines, line = append(lines, line), w
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // LogTicks marks a log axis at 1, 2 and 5 of each decade, labelled, when

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot"
 )
 
 var plotsDir = flag.String("plots", "", "write the test figures as SVG into this directory, to look at")
@@ -222,5 +224,38 @@ func TestLogTicks(t *testing.T) {
 		if f, c := floor125(tc.v), ceil125(tc.v); f != tc.floor || c != tc.ceil {
 			t.Errorf("%v: %v..%v, want %v..%v", tc.v, f, c, tc.floor, tc.ceil)
 		}
+	}
+}
+
+// TestTitleFitsTheFigure: a title wider than the figure (the WAN launch
+// bench's) is wrapped into lines that all lie inside the SVG's viewBox;
+// it ran off both edges, centred left of the legend.
+func TestTitleFitsTheFigure(t *testing.T) {
+	const title = "Launches per second over a WAN to the site DB, usher beside the zones-and-latency test (higher is better)"
+	f, err := LogLinePlot("long-title", title, "concurrent launches", "launches per second",
+		Series{Name: "usher, 10 ms RTT", X: levels, Y: []float64{100, 400, 900, 1400, 2000}},
+		Series{Name: "the zones-and-latency test, Citrix, 10 ms RTT", X: levels, Y: []float64{1, 4, 9, 14, 20}})
+	texts, _ := readPlot(t, f, err)
+	m := regexp.MustCompile(`viewBox="0 0 ([0-9.]+) ([0-9.]+)"`).FindSubmatch(f.SVG)
+	if m == nil {
+		t.Fatalf("no viewBox in %.200s", f.SVG)
+	}
+	width, _ := strconv.ParseFloat(string(m[1]), 64)
+	style := plot.New().Title.TextStyle
+	var lines []string
+	for _, tx := range texts {
+		if len(tx.S) < 10 || !strings.Contains(title, tx.S) {
+			continue
+		}
+		lines = append(lines, tx.S)
+		if w := float64(style.Width(tx.S).Points()); tx.X < 0 || tx.X+w > width {
+			t.Errorf("title line %q spans x %.1f to %.1f, outside the viewBox's 0 to %.0f", tx.S, tx.X, tx.X+w, width)
+		}
+	}
+	if got := strings.Join(lines, " "); got != title {
+		t.Errorf("the title's lines read %q, want %q", got, title)
+	}
+	if len(lines) < 2 {
+		t.Errorf("a title wider than the figure is on %d line(s)", len(lines))
 	}
 }
