@@ -18,7 +18,7 @@ type usherProc struct {
 	done           chan struct{} // closed when cmd has exited
 }
 
-func startUsher(t *testing.T, args ...string) *usherProc {
+func startUsherProc(t *testing.T, args ...string) *usherProc {
 	t.Helper()
 	p := &usherProc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(testSelf[0], append(append([]string{}, testSelf[1:]...), args...)...)
@@ -96,7 +96,7 @@ func TestDemoBannerAcrossRestarts(t *testing.T) {
 	try := regexp.MustCompile(`(?m)^Try: (.*)$`)
 	args := []string{"serve", "--demo", "--sim-vdas", "-1", "--listen", "127.0.0.1:0", "--data", data}
 
-	first := startUsher(t, args...)
+	first := startUsherProc(t, args...)
 	password := first.waitOutput(t, regexp.MustCompile(`password for all of them: (\S+)\)`))[1]
 	line := first.waitOutput(t, try)[1]
 	first.waitOutput(t, regexp.MustCompile(`Press Ctrl-C`))
@@ -108,7 +108,7 @@ func TestDemoBannerAcrossRestarts(t *testing.T) {
 	}
 	first.interrupt(t)
 
-	second := startUsher(t, args...)
+	second := startUsherProc(t, args...)
 	line = second.waitOutput(t, try)[1]
 	second.waitOutput(t, regexp.MustCompile(`Press Ctrl-C`))
 	out := second.stdout.String()
