@@ -24,7 +24,12 @@ import (
 //
 //	go test -run XXX -bench AdminChangeLarge -benchtime 20x ./internal/api
 func BenchmarkAdminChangeLarge(b *testing.B) {
-	s := sitetest.New(b, sitetest.Options{Config: sitegen.Generate(sitegen.LargeSize, "")})
+	size := sitegen.LargeSize
+	if raceEnabled {
+		size = sitegen.DemoSize
+		b.Log("under the race detector: the demo site, not the large one")
+	}
+	s := sitetest.New(b, sitetest.Options{Config: sitegen.Generate(size, "")})
 	signer, err := auth.NewSigner([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		b.Fatal(err)
