@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,12 +20,18 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 )
 
-// The browser tests' tools: Debian's chromium, and the npm packages of
-// web/e2e (playwright-core, axe-core), which `npm ci` installs there.
+// The browser tests' tools: Debian's chromium, node (the one on PATH, or
+// the one $USHER_E2E_NODE names), and the npm packages of web/e2e
+// (playwright-core, axe-core), which `npm ci` installs there.
 const (
-	chromiumPath    = "/usr/bin/chromium"
-	e2eDir          = "../../web/e2e"
-	e2eMinNode      = 20 // the oldest Node.js playwright-core supports
+	chromiumPath = "/usr/bin/chromium"
+	e2eDir       = "../../web/e2e"
+	// e2eMinNode is the oldest Node.js that web/e2e's playwright-core
+	// supports: 18, Debian 12's, which is why package.json pins
+	// playwright-core 1.61.1, the last release whose engines say
+	// node >=18 (1.62 needs 20).
+	e2eMinNode      = 18
+	e2eNodeEnv      = "USHER_E2E_NODE"
 	e2eTimeout      = 5 * time.Minute
 	e2eNpmTimeout   = 5 * time.Minute
 	e2eDemoPassword = "demo-pass-1"
@@ -107,8 +116,10 @@ func (e *e2e) run(t *testing.T, script string, env ...string) {
 
 // e2eTools returns node's path once node, chromium and web/e2e's npm
 // packages are there, running `npm ci` in dir when its packages are
-// missing and npm is there. Otherwise it skips the test, or under
-// CI=true fails it.
+// missing or not the versions package.json pins, and npm is there.
+// Otherwise it skips the test, or under CI=true fails it. node is
+// $USHER_E2E_NODE when set (a path, or a name looked up on PATH), else
+// the node on PATH.
 func e2eTools(t *testing.T, dir string) string {
 	t.Helper()
 	unavailable := func(format string, args ...any) {
@@ -120,7 +131,11 @@ func e2eTools(t *testing.T, dir string) string {
 		t.Skipf("%s (scripts/test installs what the browser test needs)", msg)
 	}
 	node, err := exec.LookPath("node")
-	if err != nil {
+	if env := os.Getenv(e2eNodeEnv); env != "" {
+		if node, err = exec.LookPath(env); err != nil {
+			unavailable("%s=%s: %v", e2eNodeEnv, env, err)
+		}
+	} else if err != nil {
 		unavailable("node is not installed")
 	}
 	out, err := exec.Command(node, "--version").Output()
@@ -132,10 +147,11 @@ func e2eTools(t *testing.T, dir string) string {
 	if n, err := strconv.Atoi(major); err != nil || n < e2eMinNode {
 		unavailable("node is %s; playwright-core needs %d or later", version, e2eMinNode)
 	}
+	t.Logf("node %s (%s)", version, node)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		unavailable("chromium is not installed (%s)", chromiumPath)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
+	if stale := e2eStale(dir); stale != "" {
 		npm, err := exec.LookPath("npm")
 		if err != nil {
 			unavailable("%s/node_modules is missing, and npm is not installed to run npm ci", dir)
@@ -144,7 +160,7 @@ func e2eTools(t *testing.T, dir string) string {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
-		t.Logf("npm ci in %s", dir)
+		t.Logf("npm ci in %s: %s", dir, stale)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			unavailable("npm ci in %s: %v\n%s", dir, err, out)
 		}
@@ -155,6 +171,40 @@ func e2eTools(t *testing.T, dir string) string {
 		}
 	}
 	return node
+}
+
+// e2eStale returns why dir's node_modules must be installed again: a
+// package of package.json's devDependencies missing, or at another
+// version than the one pinned there (a checkout that moved to a new pin
+// keeps the old node_modules); "" when none.
+func e2eStale(dir string) string {
+	var pkg struct {
+		DevDependencies map[string]string `json:"devDependencies"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &pkg)
+	}
+	if err != nil {
+		return fmt.Sprintf("package.json: %v", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(pkg.DevDependencies)) {
+		want := pkg.DevDependencies[name]
+		var got struct {
+			Version string `json:"version"`
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "node_modules", name, "package.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &got)
+		}
+		if err != nil {
+			return fmt.Sprintf("%s is not installed", name)
+		}
+		if got.Version != want {
+			return fmt.Sprintf("node_modules has %s %s, package.json pins %s", name, got.Version, want)
+		}
+	}
+	return ""
 }
 
 // runLogged runs cmd with its output, line by line, in the test's log.
