@@ -25,6 +25,9 @@ func TestBenchBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots VMs")
 	}
+	// A boot test: it waits for a VM slot (internal/vmrun), not for the
+	// package's other tests.
+	t.Parallel()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && os.Getenv("CI") != "true" {
 		t.Skip("qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)")
 	}

@@ -39,6 +39,9 @@ func TestNetBootDeviceCache(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two VMs (a minute or two)")
 	}
+	// A boot test: it waits for a VM slot (internal/vmrun), not for the
+	// package's other tests.
+	t.Parallel()
 	img := vmruntest.Image(t)
 	agent := vmruntest.Agent(t)
 	store, sum := bootStore(t, img)

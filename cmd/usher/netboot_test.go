@@ -31,6 +31,9 @@ func TestNetBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM (tens of seconds)")
 	}
+	// A boot test: it waits for a VM slot (internal/vmrun), not for the
+	// package's other tests.
+	t.Parallel()
 	img := vmruntest.Image(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "images")
@@ -101,6 +104,9 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two VMs (a minute or two)")
 	}
+	// A boot test: it waits for a VM slot (internal/vmrun), not for the
+	// package's other tests.
+	t.Parallel()
 	img := vmruntest.Image(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "images")
