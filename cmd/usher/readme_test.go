@@ -40,7 +40,7 @@ import (
 //	                                              later blocks from the first
 //	                                              submatch of the block's output
 //
-// Background commands get SIGINT at the end and must exit 0. The blocks'
+// Background commands get SIGTERM at the end (a service manager's stop) and must exit 0. The blocks'
 // port 8080 is replaced by a free port, as CI machines may have 8080 taken,
 // and usher serve gets --listen with it.
 func TestREADME(t *testing.T) {
@@ -99,9 +99,9 @@ func TestREADME(t *testing.T) {
 	defer func() {
 		for _, p := range background {
 			// The command itself, or what it runs: go run exits 1 when it
-			// gets a SIGINT, whatever its child does, so only the child
+			// gets a signal, whatever its child does, so only the child
 			// (the leaf of the process tree) is told to stop.
-			syscall.Kill(leaf(p.cmd.Process.Pid), syscall.SIGINT)
+			syscall.Kill(leaf(p.cmd.Process.Pid), syscall.SIGTERM)
 			select {
 			case <-p.done:
 				if p.err != nil {
@@ -110,7 +110,7 @@ func TestREADME(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 				<-p.done
-				t.Errorf("README line %d (background) did not stop within 30s of SIGINT", p.line)
+				t.Errorf("README line %d (background) did not stop within 30s of SIGTERM", p.line)
 			}
 		}
 	}()

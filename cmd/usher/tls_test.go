@@ -386,8 +386,9 @@ func TestServeTLSSIGHUPProcess(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("usher serve after SIGINT: %v\n%s", waitErr, stderr)
+		// An interrupted command exits 130, as a shell's does.
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Fatalf("usher serve after SIGINT: %v, want exit status 130\n%s", waitErr, stderr)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("usher serve did not stop at SIGINT")
