@@ -16,7 +16,8 @@ import (
 const header = `# usher site configuration.
 #
 # "usher apply -f FILE" makes the site match this file: it creates and
-# updates the objects listed here and deletes those it does not list.
+# updates the objects listed here and, with --prune, deletes those it does
+# not list (without --prune an apply that would delete refuses).
 # "usher export" writes it. Users' password hashes and the directory's
 # bind password are left out unless asked for; apply keeps the current
 # password of a user, or of the directory, without one.
