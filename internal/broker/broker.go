@@ -715,14 +715,20 @@ func (b *Broker) place(ctx context.Context, ln *launching, dg *site.DeliveryGrou
 	skip := map[string]bool{}
 	resynced := false
 	for range maxAttempts {
-		cands, picked := b.candidates(ln.s, req.User, dg, skip)
-		if len(cands) == 0 && !resynced && b.cfg.StatusSyncInterval > 0 {
-			// The broker holds every machine full or unregistered, but
-			// other brokers share the site: read the statuses as they
-			// are before saying so.
+		cands, picked, preferred := b.candidates(ln.s, req.User, dg, skip)
+		if (len(cands) == 0 || !preferred) && !resynced && b.cfg.StatusSyncInterval > 0 {
+			// The broker holds every machine full or unregistered, or
+			// every machine of the zone the launch prefers, but other
+			// brokers share the site and register machines there: read
+			// the statuses as they are before refusing the launch or
+			// seating it in a zone it likes less. Concurrent launches
+			// share the read (resyncStatuses).
 			resynced = true
+			if picked != "" {
+				b.machines.settle(picked, site.Placed{}, false) // the pick's in-flight count
+			}
 			b.resyncStatuses(ctx, time.Now())
-			cands, picked = b.candidates(ln.s, req.User, dg, skip)
+			cands, picked, _ = b.candidates(ln.s, req.User, dg, skip)
 		}
 		if len(cands) == 0 && ln.looked {
 			return nil, nil
@@ -792,8 +798,11 @@ func cand(cands []site.Candidate, machine string) site.Candidate {
 // least-loaded free machines of the first zone in the group's preference
 // (zoneOrder) that has any. The first, picked, counts the session at
 // once (so that concurrent launches spread) until settle; the others are
-// fallbacks in case the broker's view is stale.
-func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, skip map[string]bool) (cands []site.Candidate, picked string) {
+// fallbacks in case the broker's view is stale. preferred says that the
+// candidates are the launch's first choice: the user's own machine, the
+// first zone of the preference, or any machine when the group has no
+// zone preference; it is false when there are none.
+func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, skip map[string]bool) (cands []site.Candidate, picked string, preferred bool) {
 	for _, m := range s.MachinesOf(dg.Name) {
 		if m.AssignedUser == user && !skip[m.Name] {
 			var ms machineState
@@ -804,28 +813,31 @@ func (b *Broker) candidates(s *Snapshot, user string, dg *site.DeliveryGroup, sk
 				}
 			})
 			if ms.name == "" {
-				return nil, ""
+				return nil, "", false
 			}
-			return []site.Candidate{ms.candidate(true)}, ms.name
+			return []site.Candidate{ms.candidate(true)}, ms.name, true
 		}
 	}
 	order, only := zoneOrder(s, dg, user, b.cfg.Zone)
 	var best []machineState
-	for _, z := range order {
+	preferred = true
+	for i, z := range order {
 		if best = b.machines.pickN(dg.Name, z, skip, maxCandidates); len(best) > 0 {
+			preferred = i == 0
 			break
 		}
 	}
 	if len(best) == 0 && !only {
 		best = b.machines.pickN(dg.Name, "", skip, maxCandidates)
+		preferred = len(order) == 0
 	}
 	if len(best) == 0 {
-		return nil, ""
+		return nil, "", false
 	}
 	for i, ms := range best {
 		cands = append(cands, ms.candidate(i == 0))
 	}
-	return cands, best[0].name
+	return cands, best[0].name, preferred
 }
 
 // prepare tells the VDA of a placed session that it is coming. It

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/pgtest"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/site/pgstore"
 	"github.com/usher-vdi/usher/internal/sitetest"
 )
 
@@ -127,5 +129,61 @@ func TestVDAsRegisterInTheirZone(t *testing.T) {
 				t.Errorf("refused %v, want %v", refused, tc.refused)
 			}
 		})
+	}
+}
+
+// TestPreferredZoneRegisteredElsewhere: a machine of the user's home zone
+// registers through another broker (its zone's) after this broker read
+// the statuses; a launch through this broker, which holds the home zone
+// empty, reads them again before seating the user in a zone they like
+// less, and lands at home. Without that read the session went to hq, the
+// broker's own zone, until the next status sync.
+func TestPreferredZoneRegisteredElsewhere(t *testing.T) {
+	cfg := zonedSite(site.ZoneUserHome, "")
+	dsn := pgtest.DSN(t)
+	ctx := t.Context()
+	open := func(zone string) *broker.Broker {
+		store, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		// No Run: the periodic sync never comes, so only the launch's own
+		// read can learn of the branch's machines.
+		b, err := broker.New(ctx, broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1, Zone: zone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	first, err := pgstore.Open(ctx, dsn, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	hq := open("hq")
+	branch := open("branch")
+	for i, m := range cfg.Machines {
+		via := hq
+		if strings.HasPrefix(m.Name, "branch-") {
+			via = branch
+		}
+		if err := via.Register(ctx, sitetest.Registration(i, m.Name)); err != nil {
+			t.Fatalf("register %s: %v", m.Name, err)
+		}
+	}
+	l, err := hq.Launch(ctx, broker.LaunchRequest{User: "b01", Resource: "calc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(l.Session.Machine, "branch-") {
+		t.Errorf("b01 (home zone branch) launched through hq's broker landed on %s; want a branch machine", l.Session.Machine)
+	}
+	// A user with no home zone stays in the broker's zone.
+	if l, err := hq.Launch(ctx, broker.LaunchRequest{User: "n01", Resource: "calc"}); err != nil || !strings.HasPrefix(l.Session.Machine, "hq-") {
+		t.Errorf("n01 through hq: %v, %v; want an hq machine", l, err)
 	}
 }
