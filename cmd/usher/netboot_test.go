@@ -20,66 +20,6 @@ import (
 // names none: the target's in TestNetBoot.
 const netbootMAC = "52:54:00:12:34:56"
 
-// TestNetBoot boots a real Debian (internal/vmrun) from the network
-// as PVS boots a target: QEMU's iPXE ROM fetches usher serve's chain
-// script, then the target's script, the kernel and the initramfs of the
-// image version its binding names (read out of the version's ext4
-// filesystem), and the initramfs mounts its root disk from usher stream
-// over NBD (server-side write cache); the workload's marker comes on the
-// serial console and the boot is in the boot log.
-func TestNetBoot(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM (tens of seconds)")
-	}
-	// A boot test: it waits for a VM slot (internal/vmrun), not for the
-	// package's other tests.
-	t.Parallel()
-	img := vmruntest.Image(t)
-	dir := t.TempDir()
-	store := filepath.Join(dir, "images")
-	if code, _, stderr := run(t, "", "image", "import", "netboot", img.Disk, "--store", store); code != 0 {
-		t.Fatalf("image import: %d %s", code, stderr)
-	}
-	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"))
-	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
-		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream),
-		"--boot-append", strings.Join(vmrun.KernelArgs(nil, 1), " "))
-	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
-	if m == nil {
-		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
-	}
-	bootURL := "http://" + vmrun.GuestAddr(m[1]) + "/boot/script.ipxe"
-
-	// The target, bound through the admin API.
-	target := fmt.Sprintf(`{"name":"netboot-01","mac":%q,"image":"netboot","cache":"server-disk"}`, netbootMAC)
-	if code, body := postBasic(t, s.url+"/api/v1/admin/targets", "admin", "demo-pass-1", target); code != 201 {
-		t.Fatalf("create the target: %d %s", code, body)
-	}
-
-	r := vmruntest.Boot(t, vmrun.VMOptions{Name: "netboot-01", BootURL: bootURL})
-	if r.Marker != "" || r.Wrote != "USHER-WROTE 1 MiB" {
-		t.Errorf("marker %q, writes %q; want no earlier marker and 1 MiB written\nserve's log:\n%s", r.Marker, r.Wrote, s.stderr.String())
-	}
-	t.Logf("network boot (iPXE, usher's script, kernel and initramfs, nbdroot on usher stream): booted in %v, powered off after %v",
-		r.BootTime.Round(100*time.Millisecond), r.Total.Round(100*time.Millisecond))
-
-	code, body := get(t, s.url+"/api/v1/admin/boots?target=netboot-01", "admin", "demo-pass-1")
-	var boots struct{ Items []site.BootRecord }
-	if err := json.Unmarshal(body, &boots); code != 200 || err != nil {
-		t.Fatalf("boot log: %d %s", code, body)
-	}
-	var steps []string
-	for _, r := range boots.Items {
-		steps = append(steps, string(r.Step))
-		if r.Image != "netboot" || r.Version != 0 || r.MAC != netbootMAC || r.Cache != site.CacheServerDisk || r.Error != "" {
-			t.Errorf("boot record %+v", r)
-		}
-	}
-	if got := strings.Join(steps, ","); got != "initrd,kernel,script" {
-		t.Errorf("boot log steps (newest first) %s, want initrd,kernel,script", got)
-	}
-}
-
 // postBasic posts a JSON body with an admin's basic credentials.
 func postBasic(t *testing.T, url, user, password, body string) (int, []byte) {
 	t.Helper()
@@ -95,12 +35,18 @@ func postBasic(t *testing.T, url, user, password, body string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// TestNetBootPrivateThenPromoted updates an image as PVS does: a target
-// pinned to a maintenance version boots it in private mode and writes
-// to it; the version is promoted to production; the target, following
-// production again, boots the new version in standard mode and finds
-// the first boot's file there.
-func TestNetBootPrivateThenPromoted(t *testing.T) {
+// TestNetBoot boots a real Debian (internal/vmrun) from the network as
+// PVS boots a target, and updates its image as PVS does. QEMU's iPXE ROM
+// fetches usher serve's chain script, then the target's script, the kernel
+// and the initramfs of the image version its binding names (read out of
+// the version's ext4 filesystem), and the initramfs mounts its root disk
+// from usher stream over NBD (server-side write cache); the workload's
+// marker comes on the serial console and the boots are in the boot log.
+// The target, pinned to a maintenance version, boots it in private mode
+// and writes to it; the version is promoted to production; the target,
+// following production again, boots the new version in standard mode and
+// finds the first boot's file there.
+func TestNetBoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two VMs (a minute or two)")
 	}
@@ -118,7 +64,7 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"), "--auth", "none")
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
 		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream),
-		"--boot-append", strings.Join(vmrun.KernelArgs(nil, 0), " "))
+		"--boot-append", strings.Join(vmrun.KernelArgs(nil, 1), " "))
 	m := regexp.MustCompile(`boot server listening.* addr=(\S+)`).FindStringSubmatch(s.stderr.String())
 	if m == nil {
 		t.Fatalf("no boot listener in the log:\n%s", s.stderr.String())
@@ -130,8 +76,8 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	}
 
 	first := vmruntest.Boot(t, vmrun.VMOptions{Name: "nb-private", BootURL: bootURL})
-	if first.Marker != "" || !strings.HasPrefix(first.Wrote, "USHER-WROTE") {
-		t.Fatalf("private-mode boot: marker %q, writes %q", first.Marker, first.Wrote)
+	if first.Marker != "" || first.Wrote != "USHER-WROTE 1 MiB" {
+		t.Fatalf("private-mode boot: marker %q, writes %q; want no earlier marker and 1 MiB written\nserve's log:\n%s", first.Marker, first.Wrote, s.stderr.String())
 	}
 	for range 2 { // maintenance -> test -> production
 		if code, _, stderr := run(t, "", "image", "promote", "nb", "1", "--store", store); code != 0 {
@@ -160,10 +106,15 @@ func TestNetBootPrivateThenPromoted(t *testing.T) {
 	if err := json.Unmarshal(body, &boots); code != 200 || err != nil || len(boots.Items) != 6 {
 		t.Fatalf("boot log: %d %s", code, body)
 	}
+	var steps []string
 	for _, r := range boots.Items {
-		if r.Version != 1 {
-			t.Errorf("boot record %+v: want version 1", r)
+		steps = append(steps, string(r.Step))
+		if r.Image != "nb" || r.Version != 1 || r.MAC != netbootMAC || r.Cache != site.CacheServerDisk || r.Error != "" {
+			t.Errorf("boot record %+v: want image nb version 1, the target's MAC, server-disk, no error", r)
 		}
+	}
+	if got := strings.Join(steps, ","); got != "initrd,kernel,script,initrd,kernel,script" {
+		t.Errorf("boot log steps (newest first) %s, want initrd,kernel,script twice", got)
 	}
 	t.Logf("private-mode boot in %v; the promoted version's standard-mode boot in %v",
 		first.BootTime.Round(100*time.Millisecond), second.BootTime.Round(100*time.Millisecond))
