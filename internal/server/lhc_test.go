@@ -679,6 +679,11 @@ func TestFlappingSiteDB(t *testing.T) {
 	cs.wan.Cut()
 	waitFor(t, 10*time.Second, "outage mode", s.LHC().InOutage)
 	for range 3 {
+		// The broker judges by its probes: a cut shorter than its probe
+		// interval is one it never saw, and its --recover-after would
+		// then rightly count from the flap before. Each flap begins once
+		// a probe found the site DB gone.
+		waitFor(t, 10*time.Second, "a probe that finds the site DB gone", func() bool { return !s.LHC().Status().DBAnswers })
 		flapAt := time.Now()
 		brokered(t, h, flapAt, 3, "between flaps")
 		back := time.Now()
