@@ -372,7 +372,10 @@ func TestUnansweringDatabaseFailsFast(t *testing.T) {
 // the Local Host Cache cuts off the transactions under way on a site DB
 // that stopped answering, and they must not wait out AnswerTimeout.
 func TestTransactionContextCutsOff(t *testing.T) {
-	s, w := openWire(t, Options{AnswerTimeout: 20 * time.Second, MaxConns: 4})
+	// An answer timeout well above the cut-off's bound (3 s), so that only
+	// the context can end the update in time; the hung connection's own
+	// wait, which the store's close sits out, is the timeout's.
+	s, w := openWire(t, Options{AnswerTimeout: 6 * time.Second, MaxConns: 4})
 	fill(t, s)
 	bg := context.Background()
 	if err := s.View(bg, func(tx site.Tx) error { _, err := tx.MachineStatus(bg, "m1"); return err }); err != nil {
