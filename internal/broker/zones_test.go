@@ -142,12 +142,17 @@ func TestPreferredZoneRegisteredElsewhere(t *testing.T) {
 	cfg := zonedSite(site.ZoneUserHome, "")
 	dsn := pgtest.DSN(t)
 	ctx := t.Context()
-	open := func(zone string) *broker.Broker {
+	open := func(zone string, apply bool) *broker.Broker {
 		store, err := pgstore.Open(ctx, dsn, pgstore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
+		if apply {
+			if err := store.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// No Run: the periodic sync never comes, so only the launch's own
 		// read can learn of the branch's machines.
 		b, err := broker.New(ctx, broker.Config{Store: store, Control: sitetest.NewControl(), AllowAddressChange: true, MaxConcurrent: -1, Zone: zone})
@@ -156,16 +161,8 @@ func TestPreferredZoneRegisteredElsewhere(t *testing.T) {
 		}
 		return b
 	}
-	first, err := pgstore.Open(ctx, dsn, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Update(ctx, func(tx site.Tx) error { _, err := site.ApplyConfig(ctx, tx, cfg, false); return err }); err != nil {
-		t.Fatal(err)
-	}
-	first.Close()
-	hq := open("hq")
-	branch := open("branch")
+	hq := open("hq", true)
+	branch := open("branch", false)
 	for i, m := range cfg.Machines {
 		via := hq
 		if strings.HasPrefix(m.Name, "branch-") {
