@@ -43,3 +43,20 @@ func FuzzValidPin(f *testing.F) {
 		}
 	})
 }
+
+func TestTicketFromSubprotocols(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"binary"}, ""},
+		{[]string{"binary", TicketSubprotocol("abc_-1")}, "abc_-1"},
+		{[]string{"binary, usher.ticket.xyz"}, "xyz"},
+		{[]string{"usher.ticket."}, ""},
+	} {
+		if got := TicketFromSubprotocols(c.in); got != c.want {
+			t.Errorf("TicketFromSubprotocols(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
