@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestApplyPrune: an apply that would delete objects refuses without
@@ -80,4 +85,62 @@ machines:
 			t.Fatalf("exit %d: %s%s", code, out, stderr)
 		}
 	})
+	before = export()
+	// On a terminal the apply asks instead of refusing outright.
+	onTerminal := func(t *testing.T, answer string) (int, string, string) {
+		t.Helper()
+		tty := openTerminal(t)
+		if _, err := tty.master.WriteString(answer + "\n"); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb syncBuffer
+		m := &Main{Stdin: tty.slave, Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Self: testSelf}
+		code := m.Run(context.Background(), []string{"apply", "-f", less, "--data", data, "-q"})
+		return code, out.String(), errb.String()
+	}
+	question := less + " would delete 1 catalog, 2 machines; delete them? [y/N] "
+	t.Run("a terminal that answers no keeps everything", func(t *testing.T) {
+		code, out, stderr := onTerminal(t, "n")
+		if code != 1 || out != "" || !strings.Contains(stderr, question+"usher apply: "+less+" would delete 1 catalog, 2 machines (nothing was changed)") {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want the question %q, then the refusal", code, out, stderr, question)
+		}
+		if after := export(); after != before {
+			t.Fatalf("an apply refused on the terminal changed the site:\n%s", after)
+		}
+	})
+	t.Run("a terminal that answers yes deletes", func(t *testing.T) {
+		code, out, stderr := onTerminal(t, "yes")
+		if code != 0 || !strings.HasSuffix(stderr, "\n"+question) || !strings.Contains(out, "deleted 3 objects") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+		}
+		if after := export(); strings.Contains(after, "m1") || strings.Contains(after, "c1") {
+			t.Fatalf("the site after a yes:\n%s", after)
+		}
+	})
+}
+
+// terminal is a pseudo-terminal: what is written to master is read, a
+// line at a time, from slave, a character device as a user's terminal is.
+type terminal struct{ master, slave *os.File }
+
+func openTerminal(t *testing.T) terminal {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open a pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("the pseudo-terminal's number: %v", err)
+	}
+	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the pseudo-terminal's slave: %v", err)
+	}
+	t.Cleanup(func() { slave.Close() })
+	return terminal{master, slave}
 }

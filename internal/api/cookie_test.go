@@ -179,6 +179,11 @@ func TestAdminCookie(t *testing.T) {
 	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("admin cookie %+v: want HttpOnly, SameSite=Strict", ck)
 	}
+	// The console's marker: the page logged off shows the logon form
+	// without a request that fails.
+	if mk := cookieOf(t, resp.Header, api.ConsoleMarkerName); mk.HttpOnly || mk.Value != "1" || !mk.Expires.Equal(ck.Expires) {
+		t.Fatalf("console marker %+v: want 1, readable by the page, expiring with %v", mk, ck.Expires)
+	}
 	if code, _, body := a.do("GET", "/api/v1/admin/machines?limit=1", nil); code != 200 {
 		t.Fatalf("the admin cookie on the admin API: %d %s", code, body)
 	}
@@ -190,8 +195,12 @@ func TestAdminCookie(t *testing.T) {
 		t.Fatalf("a cross-site change with the admin cookie: %d", code)
 	}
 	a.site = "same-origin"
-	if code, _, _ := a.do("POST", "/api/v1/logout", nil); code != 204 {
+	code, h, _ := a.do("POST", "/api/v1/logout", nil)
+	if code != 204 {
 		t.Fatalf("logout: %d", code)
+	}
+	if mk := cookieOf(t, h, api.ConsoleMarkerName); mk.MaxAge >= 0 {
+		t.Fatalf("logout leaves the console marker: %+v", mk)
 	}
 	if code, _, _ := a.do("GET", "/api/v1/admin/machines?limit=1", nil); code != 401 {
 		t.Fatalf("the admin API after logout: %d", code)

@@ -244,7 +244,8 @@ func (s *Server) registerAdmins() {
 		}
 		tok, exp := s.cfg.Signer.IssueClaims(auth.Claims{Subject: name, Audience: AdminAudience, Expires: exp, Stamp: s.cfg.Signer.Stamp(hash)})
 		if req.SessionCookie {
-			return withCookie{v: TokenResponse{ExpiresAt: exp}, cookie: sessionCookie(r, AdminCookieName, tok, exp)}, nil
+			return withCookie{v: TokenResponse{ExpiresAt: exp}, cookie: sessionCookie(r, AdminCookieName, tok, exp),
+				more: []*http.Cookie{sessionMarker(r, ConsoleMarkerName, exp)}}, nil
 		}
 		return TokenResponse{Token: tok, ExpiresAt: exp}, nil
 	})

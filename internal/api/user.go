@@ -42,6 +42,10 @@ const SessionCookieName = "usher_session"
 // request that fails.
 const SessionMarkerName = "usher_portal"
 
+// ConsoleMarkerName is SessionMarkerName for the console's session cookie
+// (AdminCookieName).
+const ConsoleMarkerName = "usher_console"
+
 // LoginResponse carries the user's bearer token.
 type LoginResponse struct {
 	Token       string    `json:"token,omitempty"`
@@ -189,7 +193,7 @@ func (s *Server) login(r *http.Request) (any, error) {
 		return resp, nil
 	}
 	resp.Token = ""
-	return withCookie{v: resp, cookie: sessionCookie(r, SessionCookieName, tok, exp), more: []*http.Cookie{sessionMarker(r, exp)}}, nil
+	return withCookie{v: resp, cookie: sessionCookie(r, SessionCookieName, tok, exp), more: []*http.Cookie{sessionMarker(r, SessionMarkerName, exp)}}, nil
 }
 
 // logout clears the session cookies (the portal's and the console's).
@@ -202,16 +206,18 @@ func (s *Server) logout(r *http.Request) (any, error) {
 		c.MaxAge = -1
 		cookies = append(cookies, c)
 	}
-	marker := sessionMarker(r, time.Time{})
-	marker.MaxAge = -1
-	cookies = append(cookies, marker)
+	for _, name := range []string{SessionMarkerName, ConsoleMarkerName} {
+		marker := sessionMarker(r, name, time.Time{})
+		marker.MaxAge = -1
+		cookies = append(cookies, marker)
+	}
 	return withCookie{cookie: cookies[0], more: cookies[1:]}, nil
 }
 
-// sessionMarker is the SessionMarkerName cookie of a session until exp:
+// sessionMarker is the marker cookie name of a session until exp:
 // readable by the page, SameSite=Strict, Secure over TLS.
-func sessionMarker(r *http.Request, exp time.Time) *http.Cookie {
-	return &http.Cookie{Name: SessionMarkerName, Value: "1", Path: "/", Expires: exp, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+func sessionMarker(r *http.Request, name string, exp time.Time) *http.Cookie {
+	return &http.Cookie{Name: name, Value: "1", Path: "/", Expires: exp, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
 // sessionCookie is a session cookie holding token until exp: HttpOnly,

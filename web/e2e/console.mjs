@@ -188,10 +188,19 @@ const ctx = {}; // what later steps need from earlier ones
 async function scenario() {
   const page = await newPage();
 
-  await step('console logon page: the form, no inline scripts, screenshot, axe', async () => {
-    await page.goto(`${origin}/console`);
-    await loggedOut(page);
-    await rendered(page, 'logon');
+  await step('console logon page: the form, no failing request, no inline scripts, screenshot, axe', async () => {
+    const failures = [];
+    const onResponse = (r) => { if (r.status() >= 400) failures.push(`${r.request().method()} ${new URL(r.url()).pathname}: ${r.status()}`); };
+    page.on('response', onResponse);
+    try {
+      await page.goto(`${origin}/console`);
+      await loggedOut(page);
+      await rendered(page, 'logon');
+      await page.waitForLoadState('networkidle');
+    } finally {
+      page.off('response', onResponse);
+    }
+    assert.deepEqual(failures, [], 'the console logged off made failing requests while loading');
     assert.equal(await page.locator('#logon').getByLabel('Password', { exact: true }).getAttribute('type'), 'password');
     const scripts = await page.evaluate(() => [...document.scripts].map((s) => s.src || `inline: ${s.textContent.slice(0, 60)}`));
     for (const s of scripts) {

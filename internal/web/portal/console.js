@@ -403,8 +403,11 @@ function init() {
     if (state.flash) { result(state.flash.kind, state.flash.text); state.flash = null; }
     if (state.admin) route();
   });
+  // The console's session cookie is HttpOnly; its marker says whether
+  // there may be one, so that a page with none asks nothing that fails.
   (async () => {
     try {
+      if (!document.cookie.split(/;\s*/).includes("usher_console=1")) throw new SessionEnded();
       await start();
     } catch (e) {
       sessionStorage.setItem("usher.console.wanted", location.hash || "#/dashboard");
