@@ -5,63 +5,9 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// usherProc is usher (this test binary run as usher) in a process of its
-// own, so that it gets real signals and its output is the program's.
-type usherProc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
-	done           chan struct{} // closed when cmd has exited
-}
-
-func startUsherProc(t *testing.T, args ...string) *usherProc {
-	t.Helper()
-	p := &usherProc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(testSelf[0], append(append([]string{}, testSelf[1:]...), args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// waitOutput waits until stdout matches re and returns the match.
-func (p *usherProc) waitOutput(t *testing.T, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if m := re.FindStringSubmatch(p.stdout.String()); m != nil {
-			return m
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("usher exited before printing %q:\n%s\n%s", re, p.stdout.String(), p.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q within 2 minutes:\n%s\n%s", re, p.stdout.String(), p.stderr.String())
-		}
-	}
-}
-
-func (p *usherProc) interrupt(t *testing.T) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("usher did not stop within 30s of SIGINT")
-	}
-}
 
 var totalRE = regexp.MustCompile(`"total": ?400\b`)
 
@@ -96,7 +42,7 @@ func TestDemoBannerAcrossRestarts(t *testing.T) {
 	try := regexp.MustCompile(`(?m)^Try: (.*)$`)
 	args := []string{"serve", "--demo", "--sim-vdas", "-1", "--listen", "127.0.0.1:0", "--data", data}
 
-	first := startUsherProc(t, args...)
+	first := startUsherProc(t, nil, args...)
 	password := first.waitOutput(t, regexp.MustCompile(`password for all of them: (\S+)\)`))[1]
 	line := first.waitOutput(t, try)[1]
 	first.waitOutput(t, regexp.MustCompile(`Press Ctrl-C`))
@@ -108,7 +54,7 @@ func TestDemoBannerAcrossRestarts(t *testing.T) {
 	}
 	first.interrupt(t)
 
-	second := startUsherProc(t, args...)
+	second := startUsherProc(t, nil, args...)
 	line = second.waitOutput(t, try)[1]
 	second.waitOutput(t, regexp.MustCompile(`Press Ctrl-C`))
 	out := second.stdout.String()

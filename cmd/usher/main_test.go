@@ -19,13 +19,18 @@ import (
 
 // syncBuffer is a bytes.Buffer safe for a server goroutine and a test.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu   sync.Mutex
+	b    bytes.Buffer
+	grew chan struct{} // closed at the next write; nil until asked for
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.grew != nil {
+		close(s.grew)
+		s.grew = nil
+	}
 	return s.b.Write(p)
 }
 
@@ -33,6 +38,17 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// changed returns a channel that is closed at the next write: ask for it
+// before reading String, so that no write between the two goes unseen.
+func (s *syncBuffer) changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grew == nil {
+		s.grew = make(chan struct{})
+	}
+	return s.grew
 }
 
 // run runs usher with args to completion.
