@@ -109,19 +109,27 @@ func (d *Directory) provisionSamba(ca *CA, users int) error {
 		}
 	}
 	conf := filepath.Join(d.root, "etc", "smb.conf")
-	if out, err := exec.Command("samba-tool", "domain", "provision", "--realm="+SambaRealm, "--domain="+Domain,
+	// A test's domain lives as long as the test: its databases need no
+	// fsync (TDB_NO_FSYNC, as Samba's own test suite runs).
+	env := append(os.Environ(), "TDB_NO_FSYNC=1")
+	command := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		return cmd
+	}
+	if out, err := command("samba-tool", "domain", "provision", "--realm="+SambaRealm, "--domain="+Domain,
 		"--server-role=dc", "--dns-backend=NONE", "--adminpass="+d.BindPassword, "--targetdir="+d.root,
 		"--option=interfaces=lo", "--option=bind interfaces only=yes", "--option=tls enabled=yes",
 		"--option=tls keyfile="+filepath.Join(tlsDir, "key.pem"), "--option=tls certfile="+filepath.Join(tlsDir, "cert.pem"),
 		"--option=tls cafile="+filepath.Join(tlsDir, "ca.pem"), "--option=rpc server dynamic port range="+sambaRPCPorts()).CombinedOutput(); err != nil {
 		return fmt.Errorf("provision: %v\n%s", err, out)
 	}
-	if out, err := exec.Command("samba-tool", "domain", "passwordsettings", "set", "-s", conf, "--complexity=off",
+	if out, err := command("samba-tool", "domain", "passwordsettings", "set", "-s", conf, "--complexity=off",
 		"--min-pwd-age=0", fmt.Sprintf("--account-lockout-threshold=%d", sambaLockout)).CombinedOutput(); err != nil {
 		return fmt.Errorf("password settings: %v\n%s", err, out)
 	}
 	s := &Server{LDAPS: "ldaps://127.0.0.1:636", StartTLS: "ldap://127.0.0.1:389", dir: d.root, logs: new(logBuffer)}
-	cmd := exec.Command("samba", "-i", "-M", "single", "-s", conf)
+	cmd := command("samba", "-i", "-M", "single", "-s", conf)
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start samba: %w", err)

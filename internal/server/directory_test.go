@@ -58,7 +58,7 @@ func startDirectorySite(t *testing.T, samba bool, opts ...func(*server.Config)) 
 	var servers []string
 	userAttr := site.AttrUID
 	if samba {
-		d = dirservertest.StartSamba(t, dirserver.Options{Users: 100})
+		d = dirservertest.StartSamba(t, dirserver.Options{Users: 40})
 		servers = []string{d.Servers[0].LDAPS, d.Servers[0].StartTLS}
 		userAttr = site.AttrSAMAccountName
 	} else {

@@ -153,6 +153,14 @@ func open(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		if ce := (*connectError)(nil); errors.As(err, &ce) {
+			// A server that answers and refuses usher's role or password,
+			// or has no such database, will not change its mind: that is
+			// no database that does not answer (EUnavailable), which
+			// serve --db-retry would try again for as long as it may.
+			if refusal := refusedLogon(err); refusal != "" {
+				return nil, fmt.Errorf("open site database: %w: %w", site.Errorf(site.EUnauthorized,
+					"the server %s (check the user, the password and the database name of --db)", refusal), ce)
+			}
 			return nil, fmt.Errorf("open site database: %w", err) // it names the database
 		}
 		return nil, fmt.Errorf("open site database %s: %w", s.target, err)
@@ -401,6 +409,22 @@ const codeTooManyConnections = "53300"
 func tooManyConnections(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && pg.Code == codeTooManyConnections
+}
+
+// refusedLogon says how a server refused a connection for its
+// credentials or database name (SQLSTATE class 28, invalid
+// authorization, or 3D000, no such database), or "" for any other error.
+func refusedLogon(err error) string {
+	var pg *pgconn.PgError
+	switch {
+	case !errors.As(err, &pg):
+		return ""
+	case strings.HasPrefix(pg.Code, "28"):
+		return "refused the logon"
+	case pg.Code == "3D000":
+		return "has no such database"
+	}
+	return ""
 }
 
 // timedOut reports whether err is a wait that ran out of time.
