@@ -253,7 +253,9 @@ func newServer(dir string, ca *CA, adminPW string, ldif []byte) (*Server, error)
 	return s, nil
 }
 
-// config returns slapd.conf for a server in dir.
+// config returns slapd.conf for a server in dir. A test's directory
+// lives as long as the test: its database is written without fsync
+// (dbnosync).
 func config(dir, adminPW string) string {
 	return fmt.Sprintf(`include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
@@ -275,6 +277,7 @@ rootdn "%[3]s"
 rootpw %[4]s
 directory %[1]s/db
 maxsize 268435456
+dbnosync
 index objectClass eq
 index uid,cn,sAMAccountName,userPrincipalName eq
 index member eq
