@@ -564,7 +564,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("GET /healthz", api.Healthz)
 	mux.Handle("GET /readyz", api.Readyz(store, log))
-	portal := web.Portal()
+	// The portal's display origins (direct mode's agents) come with the
+	// gateway's configuration; none yet: displays are same-origin.
+	portal, err := web.Portal(web.PortalConfig{})
+	if err != nil {
+		return nil, err
+	}
 	mux.Handle("GET /{$}", portal)
 	mux.Handle("GET /portal/", portal)
 	mux.Handle("GET /console", portal)
