@@ -56,7 +56,7 @@ func TestPortalPages(t *testing.T) {
 		}
 	}
 	// Nothing the pages load comes from elsewhere.
-	for _, path := range []string{"/", "/console", "/portal/portal.js", "/portal/console.js", "/portal/portal.css"} {
+	for _, path := range []string{"/", "/console", "/portal/portal.js", "/portal/session.js", "/portal/console.js", "/portal/portal.css"} {
 		_, body := get(t, h, path)
 		for _, bad := range []string{"http://", "https://", "//cdn", "@import", "<script>"} {
 			if bytes.Contains(body, []byte(bad)) {
@@ -100,6 +100,7 @@ func TestPortalServesNoVNC(t *testing.T) {
 		"/portal/novnc/core/rfb.js":                     "export default class RFB",
 		"/portal/novnc/core/input/keyboard.js":          "export default class Keyboard",
 		"/portal/novnc/vendor/pako/lib/zlib/inflate.js": "inflate",
+		"/portal/session.js":                            `from "./novnc/core/rfb.js"`,
 	} {
 		resp, body := get(t, h, path)
 		if resp.StatusCode != 200 || !bytes.Contains(body, []byte(want)) {

@@ -16,6 +16,8 @@ const state = {
   viewStart: 0,      // when the view being shown was asked for (0: the page's load)
   prefs: emptyPrefs(), // {favourites, recent: [{resource, at}], updated_at}: the user's preferences
   prefsReady: null,  // the load of the preferences under way (a promise that never rejects)
+  desktop: null,     // the session view's desktop (session.js), while it shows
+  opening: null,     // {what, launch, res}: the launch the session view is to open
 };
 
 // ---- the API ----
@@ -195,9 +197,15 @@ function addRecent(name) {
 
 // ---- views ----
 
-const views = ["logon", "apps", "sessions"];
+const views = ["logon", "apps", "sessions", "session"];
 
-function show(view) {
+function show(view, title) {
+  // Leaving the session view disconnects its desktop; the session goes
+  // on, and Sessions reconnects to it.
+  if (view !== "session" && state.desktop) {
+    state.desktop.close();
+    state.desktop = null;
+  }
   for (const v of views) $("view-" + v).hidden = v !== view;
   const loggedOn = view !== "logon";
   $("nav").hidden = !loggedOn;
@@ -207,7 +215,8 @@ function show(view) {
     else $(id).removeAttribute("aria-current");
   }
   document.body.dataset.view = view;
-  document.title = ({ logon: "Log on", apps: "Apps", sessions: "Sessions" })[view] + (state.me ? " · " + state.me.site : "") + " · usher";
+  document.title = (title || ({ logon: "Log on", apps: "Apps", sessions: "Sessions", session: "Desktop" })[view]) +
+    (state.me ? " · " + state.me.site : "") + " · usher";
 }
 
 function showLogon(note) {
@@ -466,21 +475,81 @@ function deliver(what, l) {
   setTimeout(() => URL.revokeObjectURL(url), 10 * 60 * 1000);
 }
 
+// present shows a launch answer: its desktop in the page when it has a
+// display, else its launch file for a desktop app.
+function present(what, l, res) {
+  if (!l.display_url) {
+    deliver(what, l);
+    return;
+  }
+  state.opening = { what, launch: l, res };
+  const hash = "#/session/" + encodeURIComponent(l.session_id);
+  if (location.hash === hash) route(); else location.hash = hash;
+}
+
 async function launch(res, button) {
   if (state.launching.has(res.name)) return; // a double click launches once
   state.launching.add(res.name);
-  button.disabled = true;
+  if (button) button.disabled = true;
   launchResult("ok", para("Starting " + res.display_name + "…"));
   try {
     const l = await authed("POST", "/api/v1/resources/" + encodeURIComponent(res.name) + "/launch", { client_name: "usher portal" });
     addRecent(res.name);
-    deliver(res.display_name, l);
+    if (l.display_url) $("launch-result").hidden = true;
+    present(res.display_name, l, res);
   } catch (e) {
     if (!(e instanceof SessionEnded)) launchFailed(res.display_name, e, () => launch(res, button));
   } finally {
     state.launching.delete(res.name);
-    button.disabled = false;
+    if (button) button.disabled = false;
   }
+}
+
+// ---- the session view ----
+
+// showSession shows the desktop of session id: the launch just made, or,
+// after a reload or from a link, a reconnection with a fresh ticket.
+async function showSession(id) {
+  let o = state.opening;
+  state.opening = null;
+  if (!o || o.launch.session_id !== id) {
+    // To the sessions' page (without a hashchange, which would clear the
+    // result), and then what came of it.
+    const toSessions = async (then) => {
+      history.replaceState(null, "", "#/sessions");
+      await showSessions();
+      then();
+    };
+    if (state.resources.length === 0) state.resources = (await authed("GET", "/api/v1/resources")).resources;
+    const s = (await authed("GET", "/api/v1/sessions")).sessions.find((x) => x.id === id);
+    if (!s) return toSessions(() => launchResult("failed", para("That session has ended.")));
+    const what = displayName(s.resource);
+    let l;
+    try {
+      l = await authed("POST", "/api/v1/sessions/" + encodeURIComponent(id) + "/reconnect", { client_name: "usher portal" });
+    } catch (e) {
+      if (e instanceof SessionEnded) throw e;
+      return toSessions(() => launchFailed(what, e, () => reconnect(s, what)));
+    }
+    if (!l.display_url) return toSessions(() => deliver(what, l));
+    o = { what, launch: l, res: state.resources.find((x) => x.name === s.resource) };
+  }
+  if (state.desktop) {
+    state.desktop.close();
+    state.desktop = null;
+  }
+  show("session", o.what);
+  $("main").focus({ preventScroll: true });
+  const session = await import("./session.js");
+  if (document.body.dataset.view !== "session" || location.hash !== "#/session/" + encodeURIComponent(id)) return; // gone meanwhile
+  state.desktop = session.openDesktop($("view-session"), o.launch, {
+    title: o.what,
+    call: authed,
+    confirm: ask,
+    relaunch: o.res ? () => launch(o.res, null) : null,
+    leave: () => { location.hash = "#/apps"; },
+  });
+  document.body.dataset.rendered = "session";
 }
 
 // ---- sessions ----
@@ -541,7 +610,9 @@ function sessionButton(label, what, onClick, cls) {
 
 async function reconnect(s, what) {
   try {
-    deliver(what, await authed("POST", "/api/v1/sessions/" + encodeURIComponent(s.id) + "/reconnect", { client_name: "usher portal" }));
+    const l = await authed("POST", "/api/v1/sessions/" + encodeURIComponent(s.id) + "/reconnect", { client_name: "usher portal" });
+    present(what, l, state.resources.find((x) => x.name === s.resource));
+    if (l.display_url) return;
   } catch (e) {
     if (!(e instanceof SessionEnded)) launchFailed(what, e, () => reconnect(s, what));
   }
@@ -558,15 +629,23 @@ async function act(s, action) {
   await loadSessions().catch(() => {});
 }
 
-function confirmLogoff(s, what) {
+// ask asks the user in the confirmation dialog; it resolves to whether
+// they chose ok.
+function ask(title, text, ok) {
   const dlg = $("confirm");
-  $("confirm-text").textContent = "Log off your session of " + what + " on " + s.machine + "? Unsaved work in it is lost.";
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = ok;
   dlg.returnValue = "";
-  dlg.onclose = () => {
-    if (dlg.returnValue === "ok") act(s, "logoff");
-  };
-  dlg.showModal();
-  $("confirm-cancel").focus();
+  return new Promise((resolve) => {
+    dlg.onclose = () => resolve(dlg.returnValue === "ok");
+    dlg.showModal();
+    $("confirm-cancel").focus();
+  });
+}
+
+async function confirmLogoff(s, what) {
+  if (await ask("Log off?", "Log off your session of " + what + " on " + s.machine + "? Unsaved work in it is lost.", "Log off")) act(s, "logoff");
 }
 
 // ---- routing ----
@@ -574,7 +653,9 @@ function confirmLogoff(s, what) {
 async function route() {
   try {
     if (!state.me) await start();
-    if (location.hash === "#/sessions") await showSessions();
+    const session = /^#\/session\/([^/]+)$/.exec(location.hash);
+    if (session) await showSession(decodeURIComponent(session[1]));
+    else if (location.hash === "#/sessions") await showSessions();
     else await showApps();
   } catch (e) {
     if (e instanceof SessionEnded) return;
