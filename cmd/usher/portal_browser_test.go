@@ -86,16 +86,30 @@ func newE2E(t *testing.T) *e2e {
 // it fails, or when the demo password shows in the site's logs.
 func (e *e2e) run(t *testing.T, script string, env ...string) {
 	t.Helper()
+	err := runE2EScript(t, e.node, e.dir, script, append([]string{
+		"BASE_URL=" + e.site.url,
+		"DEMO_PASSWORD=" + e2eDemoPassword,
+		"SCREENSHOT_DIR=" + e.shots,
+	}, env...)...)
+	if err != nil {
+		t.Logf("usher serve's log (end):\n%s", tail(e.site.stderr.String(), 6000))
+		t.Fatalf("%s failed (%v); screenshots in %s", script, err, e.shots)
+	}
+	if strings.Contains(e.site.stderr.String(), e2eDemoPassword) {
+		t.Fatal("the password appears in the logs")
+	}
+}
+
+// runE2EScript runs script, one of dir's (web/e2e), with node, env added
+// to its environment (and CHROMIUM), its output in the test's log, within
+// e2eTimeout.
+func runE2EScript(t *testing.T, node, dir, script string, env ...string) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.node, script)
-	cmd.Dir = e.dir
-	cmd.Env = append(append(os.Environ(),
-		"BASE_URL="+e.site.url,
-		"DEMO_PASSWORD="+e2eDemoPassword,
-		"SCREENSHOT_DIR="+e.shots,
-		"CHROMIUM="+chromiumPath,
-	), env...)
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "CHROMIUM="+chromiumPath), env...)
 	// node and the browser it starts in a process group of their own, so
 	// that a test that runs out of time leaves no chromium behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -105,13 +119,7 @@ func (e *e2e) run(t *testing.T, script string, env ...string) {
 	if ctx.Err() != nil {
 		t.Errorf("%s did not finish within %s", script, e2eTimeout)
 	}
-	if err != nil {
-		t.Logf("usher serve's log (end):\n%s", tail(e.site.stderr.String(), 6000))
-		t.Fatalf("%s failed (%v); screenshots in %s", script, err, e.shots)
-	}
-	if strings.Contains(e.site.stderr.String(), e2eDemoPassword) {
-		t.Fatal("the password appears in the logs")
-	}
+	return err
 }
 
 // e2eTools returns node's path once node, chromium and web/e2e's npm
@@ -124,11 +132,7 @@ func e2eTools(t *testing.T, dir string) string {
 	t.Helper()
 	unavailable := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s; CI=true, where the browser test must run (scripts/test installs what it needs)", msg)
-		}
-		t.Skipf("%s (scripts/test installs what the browser test needs)", msg)
+		e2eUnavailable(t, format, args...)
 	}
 	node, err := exec.LookPath("node")
 	if env := os.Getenv(e2eNodeEnv); env != "" {
@@ -171,6 +175,17 @@ func e2eTools(t *testing.T, dir string) string {
 		}
 	}
 	return node
+}
+
+// e2eUnavailable skips the test for want of a tool, or under CI=true,
+// where the browser tests must run, fails it.
+func e2eUnavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s; CI=true, where the browser test must run (scripts/test installs what it needs)", msg)
+	}
+	t.Skipf("%s (scripts/test installs what the browser test needs)", msg)
 }
 
 // e2eStale returns why dir's node_modules must be installed again: a
