@@ -209,8 +209,12 @@ func (st *Starter) account(name string, fixed bool) (*account, error) {
 		return nil, fmt.Errorf("session account %q is not a Unix account name", name)
 	}
 	a, err := lookupAccount(name)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		return nil, fmt.Errorf("session account %q does not exist on this host", name)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("session account: %w", err)
+		return nil, fmt.Errorf("session account %q: %w", name, err)
 	}
 	switch {
 	case a.uid == 0 && !fixed:
@@ -481,16 +485,22 @@ func (d *Display) isStopping() bool {
 	return d.stopping
 }
 
-// lastWords is the end of what Xvnc wrote, for errors.
+// lastWords is the last lines Xvnc wrote, for errors.
 func (d *Display) lastWords() string {
-	s := strings.TrimSpace(d.xvncOut.String())
-	if s == "" {
+	var lines []string
+	for l := range strings.SplitSeq(d.xvncOut.String(), "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
 		return "no output"
 	}
-	if i := strings.LastIndex(s, "\n\n"); i >= 0 && len(s)-i > 40 {
-		s = s[i+2:]
+	s := strings.Join(lines[max(len(lines)-4, 0):], " | ")
+	if len(s) > 400 {
+		s = "..." + s[len(s)-400:]
 	}
-	return strings.Join(strings.Fields(s), " ")
+	return s
 }
 
 // kill sends SIGKILL to Xvnc's and the command's process groups.
