@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -281,4 +283,49 @@ func TestStartFailures(t *testing.T) {
 			t.Fatalf("Start for a user named root: %v, want a refusal", err)
 		}
 	})
+}
+
+// TestDisplayAsAnotherAccount: an agent running as root runs the display
+// and the desktop as the session's account, whose directory it is.
+func TestDisplayAsAnotherAccount(t *testing.T) {
+	needXvnc(t)
+	if os.Geteuid() != 0 {
+		t.Skip("only root runs displays as another account")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip(err)
+	}
+	// The sessions' directories go in a directory the account may reach.
+	parent, err := os.MkdirTemp("", "usher-xvnc-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := newStarter(t, func(c *xvnc.Config) { c.Account, c.Dir = "nobody", parent })
+	d := start(t, st, xvnc.Session{ID: "s-1", User: "x"})
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(d.Pid()) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^Uid:\s+` + nobody.Uid + `\s`).Match(status) {
+		t.Errorf("Xvnc does not run as nobody (uid %s):\n%s", nobody.Uid, status)
+	}
+	dir := filepath.Dir(strings.TrimPrefix(d.Environ()[1], "XAUTHORITY="))
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; strconv.Itoa(int(uid)) != nobody.Uid {
+		t.Errorf("the session directory belongs to uid %d, not nobody's %s", uid, nobody.Uid)
+	}
+	c, err := d.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	awaitColour(t, c, 10, 10, blue)
 }
