@@ -52,10 +52,10 @@ type Display interface {
 }
 
 const (
-	// DisplayPingInterval is how often the agent pings a viewer's
+	// DefaultDisplayPingInterval is how often the agent pings a viewer's
 	// WebSocket: middleboxes cut idle ones, and a viewer that stopped
 	// answering is gone.
-	DisplayPingInterval = 20 * time.Second
+	DefaultDisplayPingInterval = 20 * time.Second
 	// MaxDisplayMessage bounds one WebSocket message from a viewer.
 	MaxDisplayMessage = 1 << 20
 	// displayBuffer is the buffer of each direction of a splice.
@@ -386,7 +386,7 @@ func (m *Machine) splice(d Display, v *viewer, conn net.Conn) {
 		}
 	})
 	wg.Go(func() {
-		t := time.NewTicker(DisplayPingInterval)
+		t := time.NewTicker(m.cfg.DisplayPingInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -394,7 +394,7 @@ func (m *Machine) splice(d Display, v *viewer, conn net.Conn) {
 				return
 			case <-t.C:
 			}
-			pctx, pcancel := context.WithTimeout(ctx, DisplayPingInterval)
+			pctx, pcancel := context.WithTimeout(ctx, m.cfg.DisplayPingInterval)
 			err := v.ws.Ping(pctx)
 			pcancel()
 			if err != nil {

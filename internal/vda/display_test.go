@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -445,4 +446,43 @@ func TestDisplayConfig(t *testing.T) {
 			t.Fatalf("the display of a machine without: %v %s", err, refusal(resp))
 		}
 	})
+}
+
+// TestDisplayPingsViewers: the agent pings its viewers; one that stops
+// answering is cut, and its session disconnected.
+func TestDisplayPingsViewers(t *testing.T) {
+	needXvnc(t)
+	fb := newFakeBroker(t, time.Second, "vda-p")
+	a := startAgent(t, fb, "vda-p", func(c *vda.MachineConfig) {
+		c.Display, c.DisplayPingInterval = newDisplays(t, nil), 50*time.Millisecond
+	})
+	waitFor(t, "registration", a.Registered)
+	mustPrepare(t, fb, "vda-p", "s-1", "ticket-1", false)
+	var pings atomic.Int32
+	var answer atomic.Bool
+	answer.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, a.url+vdaproto.PathDisplay, &websocket.DialOptions{
+		Subprotocols: []string{vdaproto.DisplaySubprotocol, vdaproto.TicketSubprotocol("ticket-1")},
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings.Add(1)
+			return answer.Load()
+		}})
+	if err != nil {
+		t.Fatalf("open the display: %v (%s)", err, refusal(resp))
+	}
+	defer ws.CloseNow()
+	read := make(chan struct{})
+	go func() { // reading is what answers pings
+		defer close(read)
+		io.Copy(io.Discard, websocket.NetConn(ctx, ws, websocket.MessageBinary))
+	}()
+	waitFor(t, "three pings", func() bool { return pings.Load() >= 3 })
+	if got := fb.eventsOf("s-1"); strings.Join(got, ",") != "logon" {
+		t.Fatalf("events %v while the viewer answered pings", got)
+	}
+	answer.Store(false)
+	waitFor(t, "the silent viewer's disconnect", func() bool { return strings.Join(fb.eventsOf("s-1"), ",") == "logon,disconnect" })
+	<-read
 }

@@ -77,6 +77,10 @@ type MachineConfig struct {
 	// "*.example.com") or of scheme://host; a request without Origin
 	// (not from a browser) needs none.
 	DisplayOrigins []string
+	// DisplayPingInterval is how often a viewer's WebSocket is pinged; one
+	// that does not answer within the interval is cut, and its session
+	// disconnected. 0 means DefaultDisplayPingInterval.
+	DisplayPingInterval time.Duration
 	// HeartbeatInterval, when set, overrides the broker's.
 	HeartbeatInterval time.Duration
 	// MinBackoff and MaxBackoff bound the wait between attempts to enrol
@@ -181,6 +185,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 			return nil, fmt.Errorf("machine %q: display origin %q is not a pattern", cfg.Name, p)
 		}
 	}
+	cfg.DisplayPingInterval = cmp.Or(max(cfg.DisplayPingInterval, 0), DefaultDisplayPingInterval)
 	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), DefaultMinBackoff)
 	cfg.MaxBackoff = max(cmp.Or(max(cfg.MaxBackoff, 0), DefaultMaxBackoff), cfg.MinBackoff)
 	if cfg.Logger == nil {
