@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/usher-vdi/usher/internal/display/xvnc"
 	"github.com/usher-vdi/usher/internal/tlsconf"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
@@ -42,16 +43,24 @@ type vdaFlags struct {
 	maxSessions                                                       int
 	enrolmentToken                                                    string
 
+	// The sessions' displays.
+	display, displayAccount, xvncProgram, displayGeometry, displayCommand string
+	displayOrigins                                                        multiFlag
+
 	// The simulator.
 	simulate                              string
 	machines, prefix, catalog, group      string
 	logonDelay, sessionLen, sessionJitter time.Duration
 	manualConnect                         bool
+
+	set map[string]bool // the flags given
 }
 
 var (
 	agentOnlyFlags = []string{"machine", "address", "protocol", "control-url", "session-command", "state-file", "max-sessions", "enrolment-token",
-		"tls-cert", "tls-key"}
+		"tls-cert", "tls-key", "display", "display-account", "xvnc", "display-geometry", "display-command", "display-origin"}
+	// displayFlags are the flags that need --display.
+	displayFlags = []string{"display-account", "xvnc", "display-geometry", "display-command", "display-origin"}
 	simOnlyFlags = []string{"machines", "machine-prefix", "catalog", "delivery-group", "logon-delay", "session-length", "session-jitter", "manual-connect"}
 )
 
@@ -85,6 +94,16 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 		"instead of the site's enrolment secret; the agent renews its credential from then on (agent)")
 	fs.StringVar(&f.stateFile, "state-file", "", "file (0600) that keeps the sessions and the machine credential across agent restarts, so that a token-enrolled agent registers again without a new token (agent)")
 	fs.IntVar(&f.maxSessions, "max-sessions", 0, "most sessions this host takes; 0 leaves it to the site's load rules (agent)")
+	fs.StringVar(&f.display, "display", "none", "the sessions' display: none, or xvnc to start a TigerVNC Xvnc per session when it is prepared "+
+		"and serve it to the session's ticket as a WebSocket at the control URL's "+vdaproto.PathDisplay+" (the machine registers protocol vnc) (agent)")
+	fs.StringVar(&f.displayAccount, "display-account", "", "run every session's display as this Unix account (hosts without directory accounts, demos); "+
+		"default: the account named after the session's user, DOMAIN\\name and name@domain as name (agent, --display)")
+	fs.StringVar(&f.xvncProgram, "xvnc", xvnc.DefaultProgram, "the Xvnc to run, a path or a name in $PATH (agent, --display xvnc)")
+	fs.StringVar(&f.displayGeometry, "display-geometry", xvnc.DefaultGeometry, "size of a session's display, WxH; a viewer may resize it (agent, --display)")
+	fs.StringVar(&f.displayCommand, "display-command", "", "shell command line of the desktop, run on the display of a session without a command line of its own, "+
+		"e.g. 'xsetroot -solid \"#1f6feb\"; exec xterm' (agent, --display)")
+	fs.Var(&f.displayOrigins, "display-origin", "origin of a web page that may open the displays, a host or scheme://host pattern "+
+		"(https://portal.example.com, *.example.com); repeat it or separate with commas. A request without Origin (usher's gateway) needs none (agent, --display)")
 
 	fs.StringVar(&f.simulate, "simulate", "", "run simulated VDAs instead of the agent: all of the site's machines (of the catalog, group or prefix given), or the first N")
 	fs.StringVar(&f.catalog, "catalog", "", "simulate the machines of this catalog")
@@ -102,6 +121,7 @@ func (m *Main) vda(ctx context.Context, args []string) error {
 
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	f.set = set
 	if f.broker == "" {
 		return usageError{"--broker URL is required"}
 	}
@@ -294,6 +314,18 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 			return usageError{fmt.Sprintf("--address %q is not HOST:PORT", f.address)}
 		}
 	}
+	log, err := f.logs.logger(m.Stderr)
+	if err != nil {
+		return err
+	}
+	displays, origins, err := agentDisplays(f, log)
+	if err != nil {
+		return err
+	}
+	protocol := f.protocol
+	if displays != nil {
+		protocol = vdaproto.ProtocolVNC
+	}
 	var hook vda.SessionHook
 	if f.sessionCommand != "" {
 		h, err := vda.ParseCommand(f.sessionCommand)
@@ -301,10 +333,6 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 			return usageError{err.Error()}
 		}
 		hook = h
-	}
-	log, err := f.logs.logger(m.Stderr)
-	if err != nil {
-		return err
 	}
 	brokerTLS, err := tlsconf.ClientConfig("--broker-ca", f.brokerCA)
 	if err != nil {
@@ -350,8 +378,8 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	}
 	machine, err := vda.NewMachine(vda.MachineConfig{
 		Name: f.machine, Client: client, Secret: secret, EnrolmentToken: f.enrolmentToken, ControlURL: controlURL, ControlPin: pin,
-		Address: f.address, Protocol: f.protocol, MaxSessions: f.maxSessions,
-		Load: &vda.ProcLoad{}, Hook: hook, HeartbeatInterval: f.heartbeat,
+		Address: f.address, Protocol: protocol, MaxSessions: f.maxSessions,
+		Load: &vda.ProcLoad{}, Hook: hook, Display: displays, DisplayOrigins: origins, HeartbeatInterval: f.heartbeat,
 		StateFile: f.stateFile, Logger: log,
 	})
 	if err != nil {
@@ -366,11 +394,62 @@ func (m *Main) runAgent(ctx context.Context, f vdaFlags, secret string) error {
 	if pin != nil {
 		attrs = append(attrs, "control_pin", pin())
 	}
+	if displays != nil {
+		attrs = append(attrs, "display", f.display, "display_url", controlURL+vdaproto.PathDisplay)
+	}
 	log.Info("VDA agent starting", attrs...)
 	if m.Listening != nil {
 		m.Listening("vda", ln.Addr().String())
 	}
 	return vda.RunAgent(ctx, machine, ln)
+}
+
+// agentDisplays returns the sessions' displays the flags ask for (nil
+// for --display none) and the allowed origins of their pages.
+func agentDisplays(f vdaFlags, log *slog.Logger) (vda.DisplayStarter, []string, error) {
+	var origins []string
+	for _, v := range f.displayOrigins {
+		for o := range strings.SplitSeq(v, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				origins = append(origins, o)
+			}
+		}
+	}
+	switch f.display {
+	case "none":
+		if name := firstSet(f.set, displayFlags); name != "" {
+			return nil, nil, usageError{fmt.Sprintf("--%s needs --display xvnc", name)}
+		}
+		return nil, nil, nil
+	case "xvnc":
+	default:
+		return nil, nil, usageError{fmt.Sprintf("--display %q: want none or xvnc", f.display)}
+	}
+	if f.set["protocol"] && f.protocol != vdaproto.ProtocolVNC {
+		return nil, nil, usageError{fmt.Sprintf("--protocol %s: a machine with --display xvnc speaks vnc", f.protocol)}
+	}
+	st, err := xvnc.New(xvnc.Config{Program: f.xvncProgram, Geometry: f.displayGeometry, DesktopCommand: f.displayCommand,
+		Account: f.displayAccount, MaxDisplays: f.maxSessions, Logger: log})
+	if errors.Is(err, xvnc.ErrNotInstalled) {
+		return nil, nil, fmt.Errorf("--display xvnc: %w; or give its path with --xvnc", err)
+	}
+	if err != nil {
+		return nil, nil, usageError{"--display xvnc: " + err.Error()}
+	}
+	return xvncDisplays{st}, origins, nil
+}
+
+// xvncDisplays is xvnc as the agent's DisplayStarter.
+type xvncDisplays struct{ *xvnc.Starter }
+
+var _ vda.Display = (*xvnc.Display)(nil)
+
+func (x xvncDisplays) StartDisplay(ctx context.Context, s vda.Session) (vda.Display, error) {
+	d, err := x.Start(ctx, xvnc.Session{ID: s.ID, User: s.User, Resource: s.Resource, CommandLine: s.CommandLine})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // warnPlainListener says loudly that a control listener off loopback
@@ -493,5 +572,13 @@ const vdaSessionHelp = `The life of a session on a real host:
      reports the change to the broker. A reconnection is a new ticket for the
      same session, presented at /connect again; the command does not run for it.
      The agent has no endpoint yet for a logoff that starts on the host.
+  With --display xvnc, step 2 starts the session's own Xvnc first (as the session's
+  account, see --display-account) and runs the session's command line, or
+  --display-command, on it; --session-command then also gets USHER_DISPLAY, DISPLAY
+  and XAUTHORITY. In step 3 the client (usher's gateway, or noVNC in a page of a
+  --display-origin) opens the display instead of POSTing /connect: a WebSocket at
+  ws(s)://VDA:8490/display offering the subprotocols "binary" and
+  "usher.ticket.TICKET". Closing it disconnects the session; a relaunch returns to
+  the same display; a second viewer takes the session over (close code 4001).
   examples/session-command.sh in the usher repository is a starting point.
 `

@@ -8,7 +8,8 @@ import (
 
 // RunAgent serves m's control endpoint on ln and runs m until ctx is done
 // or m gives up; it returns m's error, or the control server's if that
-// failed first. The listener is closed on return.
+// failed first. The listener is closed on return, and the sessions'
+// displays are stopped.
 func RunAgent(ctx context.Context, m *Machine, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -23,6 +24,7 @@ func RunAgent(ctx context.Context, m *Machine, ln net.Listener) error {
 	err := m.Run(ctx)
 	cancel()
 	wg.Wait()
+	m.stopDisplays(context.WithoutCancel(ctx))
 	if serveErr != nil {
 		return serveErr
 	}

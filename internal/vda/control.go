@@ -23,6 +23,7 @@ const (
 	codeNotFound     = "not_found"
 	codeConflict     = "conflict"
 	codeUnauthorized = "unauthorized"
+	codeForbidden    = "forbidden"
 	codeNoCapacity   = "no_capacity"
 	codeInternal     = "internal"
 )
@@ -43,12 +44,16 @@ func errorf(status int, code, format string, args ...any) *controlError {
 // Handler returns the machine's control endpoint, to be served at its
 // ControlURL: POST /prepare, /logoff and /disconnect for the broker, with
 // the machine's control token as a bearer token, and POST /connect for
-// clients presenting a ticket.
+// clients presenting a ticket. A machine that runs displays serves them
+// at GET /display, a WebSocket opened with the session's ticket.
 func (m *Machine) Handler() http.Handler { return http.HandlerFunc(m.serveControl) }
 
 func (m *Machine) serveControl(w http.ResponseWriter, r *http.Request) {
 	op := r.URL.Path
 	switch op {
+	case vdaproto.PathDisplay:
+		m.serveDisplay(w, r)
+		return
 	case vdaproto.PathPrepare, vdaproto.PathLogoff, vdaproto.PathDisconnect, vdaproto.PathConnect:
 	default:
 		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no such control operation: %s", op))
@@ -109,7 +114,8 @@ func (m *Machine) authorize(r *http.Request) error {
 }
 
 // prepare records a session the broker placed here, or a new ticket for a
-// session the user returns to. A new session goes through the hook first.
+// session the user returns to. A new session's display starts, then the
+// session goes through the hook.
 func (m *Machine) prepare(ctx context.Context, req vdaproto.PrepareRequest) error {
 	if err := validPrepare(req); err != nil {
 		return err
@@ -131,9 +137,19 @@ func (m *Machine) prepare(ctx context.Context, req vdaproto.PrepareRequest) erro
 
 	now := m.now()
 	s := Session{ID: req.SessionID, User: req.User, Resource: req.Resource, CommandLine: req.CommandLine, State: StatePending, Since: now}
+	var disp Display
+	if old == nil {
+		var err error
+		if disp, err = m.startDisplay(ctx, &s); err != nil {
+			return err
+		}
+	}
 	if old == nil && m.cfg.Hook != nil {
 		if err := m.cfg.Hook.Session(ctx, HookPrepare, s); err != nil {
 			m.log.WarnContext(ctx, "session command failed; refusing the session", keySession, s.ID, keyEvent, HookPrepare, keyErr, err)
+			if disp != nil {
+				disp.Stop(ctx)
+			}
 			return errorf(http.StatusInternalServerError, codeInternal, "the machine could not prepare the session")
 		}
 	}
@@ -141,8 +157,10 @@ func (m *Machine) prepare(ctx context.Context, req vdaproto.PrepareRequest) erro
 	m.mu.Lock()
 	cur := m.sessions[req.SessionID]
 	if cur == nil {
-		cur = &session{Session: s}
+		cur = &session{Session: s, display: disp}
 		m.sessions[s.ID] = cur
+		m.watchDisplay(s.ID, disp)
+		disp = nil
 	} else if t := m.tickets[cur.ticket]; t != nil && !t.used {
 		t.superseded = true
 	}
@@ -150,6 +168,9 @@ func (m *Machine) prepare(ctx context.Context, req vdaproto.PrepareRequest) erro
 	m.tickets[req.TicketHash] = &ticket{session: s.ID, expires: req.ExpiresAt}
 	state := cur.State
 	m.mu.Unlock()
+	if disp != nil { // a concurrent prepare of the session won, with its own
+		disp.Stop(ctx)
+	}
 	m.save()
 
 	m.log.DebugContext(ctx, "session prepared", keySession, s.ID, keyUser, s.User, "state", state, "reconnect", req.Reconnect)
@@ -260,6 +281,7 @@ func (m *Machine) end(ctx context.Context, id, why string) {
 	if ok {
 		m.save()
 		m.log.Log(ctx, m.chatter, "session ended: "+why, keySession, id, keyUser, s.User)
+		m.release(ctx, s, vdaproto.CloseSessionEnded, reasonLoggedOff)
 	}
 }
 
@@ -289,12 +311,17 @@ func (m *Machine) disconnect(ctx context.Context, id string) error {
 	}
 	m.mu.Lock()
 	changed := false
+	var v *viewer
 	if s := m.sessions[id]; s != nil && s.State == StateActive {
 		s.State, s.Since = StateDisconnected, m.now()
 		m.queue(id, vdaproto.EventDisconnect, "")
 		changed = true
+		v = s.takeViewer()
 	}
 	m.mu.Unlock()
+	if v != nil {
+		v.end(vdaproto.CloseDisconnected, reasonDisconnected)
+	}
 	if changed {
 		m.save()
 		m.log.Log(ctx, m.chatter, "session disconnected", keySession, id)

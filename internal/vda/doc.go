@@ -20,11 +20,22 @@
 // brokers send the control token only to that certificate's holder, and
 // registers again when the certificate is rotated.
 //
+// A machine with a [DisplayStarter] (the agent's --display xvnc) starts
+// each new session's display when the broker prepares it, registers
+// protocol vnc, and serves the display at vdaproto.PathDisplay: a
+// WebSocket that opens only to the session's single-use ticket, spliced
+// to the display's RFB stream unparsed. One viewer has a session at a
+// time; the agent tells the broker of disconnects, reconnections and of
+// displays that died, and closes the WebSocket with the close codes of
+// vdaproto when the session is taken over, logged off or disconnected.
+//
 // A [Simulator] runs many machines behind one control listener, with
 // simulated clients that arrive after a logon delay and simulated users
 // who log off after a session length.
 //
-// It imports vdaproto, tlsconf and atomicfile, and no broker package. Only cmd/usher,
+// It imports vdaproto, tlsconf, atomicfile and github.com/coder/websocket,
+// and no broker package nor a display server's (cmd/usher hands it
+// display/xvnc as a DisplayStarter). Only cmd/usher,
 // internal/server (for simulated VDAs) and tests import it; the broker
 // reaches VDAs through the wire protocol alone (broker/vdacontrol).
 package vda

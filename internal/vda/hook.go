@@ -37,6 +37,8 @@ type SessionHook interface {
 //	USHER_USER          the user, DOMAIN\name or name
 //	USHER_RESOURCE      the application or desktop
 //	USHER_COMMAND_LINE  the application's command line, if any
+//	USHER_DISPLAY       the session's display (":12"), on a machine that
+//	                    runs displays; then also DISPLAY and XAUTHORITY
 //
 // A command that exits non-zero, or runs longer than Timeout, fails.
 type CommandHook struct {
@@ -72,6 +74,9 @@ func (h *CommandHook) Session(ctx context.Context, event string, s Session) erro
 		"USHER_RESOURCE="+s.Resource,
 		"USHER_COMMAND_LINE="+s.CommandLine,
 	)
+	if s.Display != "" {
+		cmd.Env = append(append(cmd.Env, "USHER_DISPLAY="+s.Display), s.DisplayEnv...)
+	}
 	cmd.WaitDelay = time.Second
 	var out tailBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out

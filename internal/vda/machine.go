@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,8 @@ type MachineConfig struct {
 	// Address is where clients reach the display protocol, host:port; ""
 	// lets the broker use the address configured for the machine.
 	Address string
-	// Protocol is the display protocol, "rdp" or "ica"; "" means rdp.
+	// Protocol is the display protocol, "rdp" or "ica"; "" means rdp, or
+	// vnc with a Display.
 	Protocol string
 	// MaxSessions is the most sessions the host takes; 0 leaves the limit
 	// to the site's load rules.
@@ -66,6 +68,19 @@ type MachineConfig struct {
 	Load LoadSource
 	// Hook hands sessions to the host; nil only tracks them.
 	Hook SessionHook
+	// Display, when set, starts each new session's display at prepare,
+	// which the machine serves at vdaproto.PathDisplay (protocol vnc).
+	// RunAgent stops the displays when it returns.
+	Display DisplayStarter
+	// DisplayOrigins are the origins of the web pages that may open the
+	// displays, path.Match patterns of a host ("portal.example.com",
+	// "*.example.com") or of scheme://host; a request without Origin
+	// (not from a browser) needs none.
+	DisplayOrigins []string
+	// DisplayPingInterval is how often a viewer's WebSocket is pinged; one
+	// that does not answer within the interval is cut, and its session
+	// disconnected. 0 means DefaultDisplayPingInterval.
+	DisplayPingInterval time.Duration
 	// HeartbeatInterval, when set, overrides the broker's.
 	HeartbeatInterval time.Duration
 	// MinBackoff and MaxBackoff bound the wait between attempts to enrol
@@ -115,7 +130,9 @@ type Machine struct {
 
 type session struct {
 	Session
-	ticket string // hash of the newest ticket
+	ticket  string  // hash of the newest ticket
+	display Display // nil on a machine without displays
+	view    *viewer // the client's display WebSocket, if one is open
 }
 
 type ticket struct {
@@ -155,9 +172,20 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	} else if cfg.ControlPin != nil && u.Scheme != "https" {
 		return nil, fmt.Errorf("machine %q: a control pin needs an https control URL, not %q", cfg.Name, cfg.ControlURL)
 	}
-	if cfg.Protocol != "" && cfg.Protocol != "rdp" && cfg.Protocol != "ica" {
+	switch {
+	case cfg.Display != nil && cfg.Protocol != "" && cfg.Protocol != vdaproto.ProtocolVNC:
+		return nil, fmt.Errorf("machine %q: a machine that runs displays speaks %s, not %q", cfg.Name, vdaproto.ProtocolVNC, cfg.Protocol)
+	case cfg.Display != nil:
+		cfg.Protocol = vdaproto.ProtocolVNC
+	case cfg.Protocol != "" && cfg.Protocol != "rdp" && cfg.Protocol != "ica":
 		return nil, fmt.Errorf("machine %q: protocol %q is not rdp or ica", cfg.Name, cfg.Protocol)
 	}
+	for _, p := range cfg.DisplayOrigins {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return nil, fmt.Errorf("machine %q: display origin %q is not a pattern", cfg.Name, p)
+		}
+	}
+	cfg.DisplayPingInterval = cmp.Or(max(cfg.DisplayPingInterval, 0), DefaultDisplayPingInterval)
 	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), DefaultMinBackoff)
 	cfg.MaxBackoff = max(cmp.Or(max(cfg.MaxBackoff, 0), DefaultMaxBackoff), cfg.MinBackoff)
 	if cfg.Logger == nil {
@@ -180,6 +208,9 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.StateFile != "" {
 		if err := m.load(); err != nil {
 			return nil, fmt.Errorf("machine %q: %w", cfg.Name, err)
+		}
+		if cfg.Display != nil {
+			m.dropRestored()
 		}
 	}
 	return m, nil
@@ -647,7 +678,7 @@ func (m *Machine) spawn(f func(ctx context.Context)) {
 // client never came: the broker abandons them too, without telling the VDA.
 func (m *Machine) pruneSessions() {
 	now := m.now()
-	var abandoned []Session
+	var abandoned []*session
 	m.mu.Lock()
 	for h, t := range m.tickets {
 		if now.After(t.expires.Add(ticketMemory)) {
@@ -662,7 +693,7 @@ func (m *Machine) pruneSessions() {
 		if t == nil || now.After(t.expires.Add(pendingGrace)) {
 			delete(m.sessions, id)
 			m.queue(id, vdaproto.EventLogoff, "")
-			abandoned = append(abandoned, s.Session)
+			abandoned = append(abandoned, s)
 		}
 	}
 	m.mu.Unlock()
@@ -672,12 +703,13 @@ func (m *Machine) pruneSessions() {
 	m.save()
 	for _, s := range abandoned {
 		m.log.Log(context.Background(), m.chatter, "the client never arrived; session forgotten", keySession, s.ID, keyUser, s.User)
-		if m.cfg.Hook != nil {
-			m.spawn(func(ctx context.Context) {
-				if err := m.cfg.Hook.Session(ctx, HookLogoff, s); err != nil {
+		m.spawn(func(ctx context.Context) {
+			if m.cfg.Hook != nil {
+				if err := m.cfg.Hook.Session(ctx, HookLogoff, s.Session); err != nil {
 					m.log.Warn("session command failed", keySession, s.ID, keyEvent, HookLogoff, keyErr, err)
 				}
-			})
-		}
+			}
+			m.release(ctx, s, vdaproto.CloseSessionEnded, reasonLoggedOff)
+		})
 	}
 }

@@ -65,6 +65,10 @@ type Session struct {
 	ClientName  string
 	// Since is when the session entered its state.
 	Since time.Time
+	// Display is the session's display (":12") and DisplayEnv what
+	// reaches it (DISPLAY, XAUTHORITY), on a machine that runs displays.
+	Display    string
+	DisplayEnv []string
 }
 
 // Report returns the session as sent in a RegisterRequest.
@@ -85,6 +89,7 @@ const (
 	keyAddr     = "addr"
 	keyCount    = "machines"
 	keyPin      = "pin"
+	keyDisplay  = "display"
 )
 
 // discard is the logger of components given none.

@@ -14,6 +14,9 @@ import "strings"
 // splices binary messages to and from the session's display: the bytes
 // are RFB (RFC 6143), neither parsed nor re-encoded.
 //
+// An optional query parameter, DisplayClientParam, names the client, as
+// ConnectRequest.ClientName does for /connect.
+//
 // Refusals come before the upgrade, as the control endpoint's JSON errors
 // (401 for a missing, unknown, used or expired ticket). Once open, the
 // agent closes the WebSocket with one of the Close codes below, its reason
@@ -29,6 +32,8 @@ const (
 	// TicketSubprotocolPrefix prefixes the ticket in the second
 	// subprotocol offered. Tickets are base64url, valid in a subprotocol.
 	TicketSubprotocolPrefix = "usher.ticket."
+	// DisplayClientParam is the query parameter that names the client.
+	DisplayClientParam = "client_name"
 )
 
 // WebSocket close codes of the display (4000–4999 are the application's).

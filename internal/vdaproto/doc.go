@@ -26,6 +26,10 @@
 //
 //	POST {control}/connect      ConnectRequest -> ConnectResponse
 //
+// or, on a machine that runs the sessions' displays (ProtocolVNC),
+//
+//	GET {control}/display       WebSocket, the ticket in a subprotocol (display.go)
+//
 // It needs no other credential: the ticket is one. Until a ticket is
 // presented the session stays pending; a session whose ticket expired
 // unpresented is forgotten 30 seconds later, on both sides. On a real
