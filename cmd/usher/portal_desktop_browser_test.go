@@ -88,7 +88,7 @@ func TestPortalDesktopInBrowser(t *testing.T) {
 
 // ---- Xvnc and websockify ----
 
-type xvnc struct {
+type testXvnc struct {
 	display string // ":N"
 	socket  string // its RFB Unix socket
 	log     *syncBuffer
@@ -97,9 +97,9 @@ type xvnc struct {
 // startXvnc starts Xvnc on a display it picks (-displayfd) with its RFB
 // on a 0600 Unix socket only, as the agent runs it, and stops it when the
 // test ends.
-func startXvnc(t *testing.T) *xvnc {
+func startXvnc(t *testing.T) *testXvnc {
 	t.Helper()
-	x := &xvnc{socket: filepath.Join(t.TempDir(), "rfb.sock"), log: &syncBuffer{}}
+	x := &testXvnc{socket: filepath.Join(t.TempDir(), "rfb.sock"), log: &syncBuffer{}}
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
