@@ -6,6 +6,7 @@ require go.yaml.in/yaml/v3 v3.0.6
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
+	github.com/coder/websocket v1.8.15
 	github.com/diskfs/go-diskfs v1.9.4
 	github.com/go-ldap/ldap/v3 v3.4.15
 	github.com/jackc/pgx/v5 v5.12.0
