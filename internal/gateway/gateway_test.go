@@ -81,6 +81,7 @@ func newFixture(t *testing.T, mod func(*gateway.Config)) *fixture {
 	s := sitetest.New(t, sitetest.Options{Config: testSite(), Broker: func(c *broker.Config) {
 		c.Control = vdacontrol.New()
 		c.SourceFree = -1
+		c.PasswordParams = sitetest.Cheap
 		c.Logger = log
 	}})
 	f := &fixture{t: t, broker: s.Broker, registry: prometheus.NewRegistry(), agent: newTestAgent(t), gone: newTestAgent(t), logs: logs}
@@ -189,14 +190,13 @@ func (f *fixture) launch(cookie *http.Cookie, resource string) api.LaunchRespons
 // open is what a portal page does: the display's WebSocket on the
 // portal's origin, with its cookie and the launch's ticket.
 type open struct {
-	cookie  *http.Cookie
-	path    string // the display's path and query
-	ticket  string // "" offers none
-	origin  string // "" sends the portal's own; "-" none
-	header  http.Header
-	host    string
-	onPing  func()
-	noProto bool
+	cookie *http.Cookie
+	path   string // the display's path and query
+	ticket string // "" offers none
+	origin string // "" sends the portal's own; "-" none
+	header http.Header
+	host   string
+	onPing func()
 }
 
 func (f *fixture) open(ctx context.Context, o open) (*websocket.Conn, *http.Response, error) {
@@ -332,7 +332,7 @@ func TestDisplayHappyPath(t *testing.T) {
 		t.Fatalf("launch: display_url %q, protocol %q; want %q, vnc", l.DisplayURL, l.Protocol, want)
 	}
 
-	up, down := stream(1, 3<<20), stream(2, 3<<20)
+	up, down := stream(1, 2<<20), stream(2, 2<<20)
 	upSum, upSizes := digest(up)
 	downSum, downSizes := digest(down)
 	// Both sides wait to be pinged twice before the agent closes: the

@@ -82,7 +82,9 @@ func (g *Gateway) splice(log *slog.Logger, browser, agent *websocket.Conn) {
 	case <-g.ctx.Done():
 		outcome, code = outcomeShutdown, websocket.StatusGoingAway
 		var closing sync.WaitGroup
-		closing.Go(func() { browser.Close(websocket.StatusGoingAway, "the gateway is shutting down: open the session again") })
+		closing.Go(func() {
+			browser.Close(websocket.StatusGoingAway, "the gateway is shutting down: open the session again")
+		})
 		closing.Go(func() { agent.Close(websocket.StatusGoingAway, "the gateway is shutting down") })
 		closing.Wait()
 	}
