@@ -25,6 +25,7 @@ import (
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/broker/vdacontrol"
 	"github.com/usher-vdi/usher/internal/gateway"
+	"github.com/usher-vdi/usher/internal/gateway/gatewaytest"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/sitetest"
 	"github.com/usher-vdi/usher/internal/vdaproto"
@@ -65,8 +66,8 @@ type fixture struct {
 	gw       *gateway.Gateway
 	broker   *broker.Broker
 	registry *prometheus.Registry
-	agent    *testAgent // desk-01's
-	gone     *testAgent // gone-01's
+	agent    *gatewaytest.Agent // desk-01's
+	gone     *gatewaytest.Agent // gone-01's
 	logs     *syncBuffer
 
 	mu      sync.Mutex
@@ -84,10 +85,10 @@ func newFixture(t *testing.T, mod func(*gateway.Config)) *fixture {
 		c.PasswordParams = sitetest.Cheap
 		c.Logger = log
 	}})
-	f := &fixture{t: t, broker: s.Broker, registry: prometheus.NewRegistry(), agent: newTestAgent(t), gone: newTestAgent(t), logs: logs}
-	for machine, a := range map[string]*testAgent{"desk-01": f.agent, "gone-01": f.gone} {
+	f := &fixture{t: t, broker: s.Broker, registry: prometheus.NewRegistry(), agent: gatewaytest.NewAgent(t), gone: gatewaytest.NewAgent(t), logs: logs}
+	for machine, a := range map[string]*gatewaytest.Agent{"desk-01": f.agent, "gone-01": f.gone} {
 		err := s.Broker.Register(ctx, broker.Registration{Machine: machine, Address: "127.0.0.1:5900", Protocol: vdaproto.ProtocolVNC,
-			Control: a.control(machine)})
+			Control: a.Control(machine)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,9 +339,9 @@ func TestDisplayHappyPath(t *testing.T) {
 	// Both sides wait to be pinged twice before the agent closes: the
 	// first ping's round trip is measured before the second is sent.
 	agentPinged, browserPinged := pingedTwice(), pingedTwice()
-	f.agent.onPing = agentPinged.ping
+	f.agent.OnPing(agentPinged.ping)
 	got := make(chan [][]byte, 1)
-	f.agent.setScript(func(_ context.Context, _ string, c *websocket.Conn) {
+	f.agent.SetScript(func(_ context.Context, _ string, c *websocket.Conn) {
 		// The agent reads the browser's messages, then on (the pings
 		// are answered as it reads) until it closes.
 		allIn := make(chan struct{})

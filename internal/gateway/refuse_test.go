@@ -15,6 +15,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/gateway"
+	"github.com/usher-vdi/usher/internal/gateway/gatewaytest"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -94,7 +95,7 @@ func TestDisplayRefusals(t *testing.T) {
 			t.Fatalf("a plain GET: %s", resp.Status)
 		}
 	})
-	if n := f.agent.requests.Load(); n != 0 {
+	if n := f.agent.Requests(); n != 0 {
 		t.Errorf("the agent was asked for %d displays by refused requests", n)
 	}
 	// The ticket was never spent: the display still opens with it.
@@ -117,7 +118,7 @@ func TestDisplayHostIsTheBrokers(t *testing.T) {
 	cookie := f.logon("u0001")
 	l := f.launch(cookie, "desk")
 	opened := make(chan string, 1)
-	f.agent.setScript(func(_ context.Context, session string, c *websocket.Conn) {
+	f.agent.SetScript(func(_ context.Context, session string, c *websocket.Conn) {
 		opened <- session
 		readAll(ctx, c)
 	})
@@ -138,7 +139,7 @@ func TestDisplayHostIsTheBrokers(t *testing.T) {
 	if n := decoy.hits.Load(); n != 0 {
 		t.Errorf("the decoy the request named was dialled %d times", n)
 	}
-	if n := f.gone.requests.Load(); n != 0 {
+	if n := f.gone.Requests(); n != 0 {
 		t.Errorf("the machine the request named was dialled %d times", n)
 	}
 }
@@ -166,12 +167,12 @@ func TestDisplayAgentUnreachable(t *testing.T) {
 
 	t.Run("gone", func(t *testing.T) {
 		l := f.launch(cookie, "gone")
-		f.gone.srv.Close()
+		f.gone.Close()
 		want(t, open{cookie: cookie, path: l.DisplayURL, ticket: l.Ticket}, "cannot be reached")
 	})
 	t.Run("ticket spent", func(t *testing.T) {
 		l := f.launch(cookie, "desk")
-		f.agent.setScript(func(_ context.Context, _ string, c *websocket.Conn) { readAll(ctx, c) })
+		f.agent.SetScript(func(_ context.Context, _ string, c *websocket.Conn) { readAll(ctx, c) })
 		c, resp, err := f.open(ctx, open{cookie: cookie, path: l.DisplayURL, ticket: l.Ticket})
 		if err != nil {
 			t.Fatalf("first open: %v (%v)", err, resp)
@@ -202,7 +203,7 @@ func TestDisplayLimitPerUser(t *testing.T) {
 		launches = append(launches, f.launch(cookie, "desk"))
 	}
 	closed := make(chan error, opens)
-	f.agent.setScript(func(_ context.Context, _ string, c *websocket.Conn) {
+	f.agent.SetScript(func(_ context.Context, _ string, c *websocket.Conn) {
 		if err := c.Write(ctx, websocket.MessageBinary, []byte("RFB 003.008\n")); err != nil {
 			closed <- err
 			return
@@ -244,7 +245,7 @@ func TestDisplayLimitPerUser(t *testing.T) {
 	if len(held) != limit || len(limited) != opens-limit {
 		t.Fatalf("%d displays opened and %d limited, want %d and %d", len(held), len(limited), limit, opens-limit)
 	}
-	if n := f.agent.opened.Load(); n != limit {
+	if n := f.agent.Opened(); n != limit {
 		t.Errorf("the agent opened %d displays, want %d", n, limit)
 	}
 	for _, c := range held {
@@ -283,7 +284,7 @@ func TestDisplaySlowReaderStallsOnlyItself(t *testing.T) {
 	slow, fast := f.launch(slowCookie, "desk"), f.launch(fastCookie, "desk")
 	var sent atomic64
 	flooding := make(chan struct{})
-	f.agent.setScript(func(_ context.Context, session string, c *websocket.Conn) {
+	f.agent.SetScript(func(_ context.Context, session string, c *websocket.Conn) {
 		if session == slow.SessionID {
 			close(flooding)
 			chunk := make([]byte, 64<<10)
@@ -295,15 +296,7 @@ func TestDisplaySlowReaderStallsOnlyItself(t *testing.T) {
 			}
 			return
 		}
-		for { // echo
-			typ, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			if err := c.Write(ctx, typ, b); err != nil {
-				return
-			}
-		}
+		gatewaytest.Echo(ctx, session, c)
 	})
 	sc, resp, err := f.open(ctx, open{cookie: slowCookie, path: slow.DisplayURL, ticket: slow.Ticket})
 	if err != nil {
