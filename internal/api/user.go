@@ -97,7 +97,7 @@ type LaunchResponse struct {
 	// followed by Ticket), for a machine that registered protocol vnc:
 	// the gateway's path on this origin, or in direct mode the machine
 	// agent's own wss:// URL; empty for other machines.
-	DisplayURL string `json:"display_url,omitempty"`
+	DisplayURL string `json:"display_url"`
 }
 
 // LaunchFile is a file a desktop client opens to connect.
