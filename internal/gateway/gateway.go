@@ -185,8 +185,8 @@ func (g *Gateway) Close() {
 	g.open.Wait()
 }
 
-// Open counts the displays open now.
-func (g *Gateway) Open() int { return g.limits.count() }
+// Displays counts the displays open (or being opened) now.
+func (g *Gateway) Displays() int { return g.limits.count() }
 
 // DisplayURL returns where a browser opens the display of the user's
 // session: the gateway's Path, or in direct mode the agent's own
@@ -282,6 +282,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	agent, err := g.dial(dctx, t, ticket)
 	stop()
 	cancel()
+	if err != nil && g.ctx.Err() != nil {
+		g.acceptAndClose(w, r, outcomeShutdown, websocket.StatusGoingAway, "the gateway is shutting down: open the session again")
+		return
+	}
 	if err != nil {
 		g.metrics.dialFailures.Inc()
 		log.WarnContext(r.Context(), "display: the session's agent cannot be reached", "err", err)
@@ -345,7 +349,13 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, user string, st
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(body)
-	g.log.InfoContext(r.Context(), "display refused", "status", status, "code", code, keyUser, user,
+	// A page of another site, or a session not the user's, is worth a
+	// line; a page logged off that tries again is not.
+	level := slog.LevelDebug
+	if status == http.StatusForbidden || status == http.StatusNotFound {
+		level = slog.LevelInfo
+	}
+	g.log.Log(r.Context(), level, "display refused", "status", status, "code", code, keyUser, user,
 		keySession, r.PathValue("id"), keyRemote, r.RemoteAddr)
 }
 

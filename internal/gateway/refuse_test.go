@@ -331,3 +331,52 @@ type atomic64 struct{ n atomic.Int64 }
 
 func (a *atomic64) add(n int) { a.n.Add(int64(n)) }
 func (a *atomic64) load() int { return int(a.n.Load()) }
+
+// TestDisplayEnds: a browser that goes without a close frame is told to
+// the agent as going away; the gateway's Close ends the displays open
+// with 1001 to both sides, and counts them.
+func TestDisplayEnds(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := testContext(t)
+	cookie := f.logon("u0006")
+	agentEnd := make(chan error, 2)
+	f.agent.SetScript(func(_ context.Context, _ string, c *websocket.Conn) {
+		c.Write(ctx, websocket.MessageBinary, []byte("hello"))
+		_, err := readAll(ctx, c)
+		agentEnd <- err
+	})
+	openOne := func() *websocket.Conn {
+		t.Helper()
+		l := f.launch(cookie, "desk")
+		c, resp, err := f.open(ctx, open{cookie: cookie, path: l.DisplayURL, ticket: l.Ticket})
+		if err != nil {
+			t.Fatalf("open: %v (%v)", err, resp)
+		}
+		if _, _, err := c.Read(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	openOne().CloseNow()
+	if err := <-agentEnd; websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Errorf("the agent of a browser gone: %v, want going away", err)
+	}
+
+	c := openOne()
+	f.gw.Close()
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("the browser at the gateway's Close: %v, want going away", err)
+	}
+	if err := <-agentEnd; websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Errorf("the agent at the gateway's Close: %v, want going away", err)
+	}
+	for outcome, want := range map[string]float64{"lost": 1, "shutdown": 1} {
+		if got := f.metric("usher_gateway_displays_total", "outcome", outcome); got != want {
+			t.Errorf("%v displays counted %s, want %v", got, outcome, want)
+		}
+	}
+	if f.gw.Displays() != 0 {
+		t.Errorf("%d displays open after Close", f.gw.Displays())
+	}
+}
