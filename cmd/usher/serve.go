@@ -15,6 +15,7 @@ import (
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/bytesize"
 	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/gateway"
 	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/site"
@@ -81,6 +82,11 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", broker.DefaultHeartbeatInterval, "how often VDAs report load")
 	fs.BoolVar(&cfg.AllowVDAAddressChange, "allow-vda-address-change", false, "let a VDA register an address on another host than its machine's configured address")
 	fs.BoolVar(&cfg.InsecureVDAControl, "insecure-vda-control", false, "send control tokens to VDAs' http:// control URLs off loopback (agents run with --insecure-listen); off, such VDAs get no sessions")
+	fs.StringVar(&cfg.DisplayMode, "display", server.DisplayGateway, "how browsers open the desktops of machines that register protocol vnc: gateway (through this broker at /api/v1/sessions/{id}/display, spliced to the machine's agent), direct (at the agent's own wss:// URL, for a LAN whose browsers reach the machines and trust their certificates) or off")
+	var displayOrigins multiFlag
+	fs.Var(&displayOrigins, "display-origin", "an origin (https://portal.example) besides this listener's own whose pages may open displays through the gateway, such as a proxy's public name; repeat for each")
+	fs.IntVar(&cfg.MaxDisplays, "max-displays", gateway.DefaultMaxSessions, "displays the gateway splices at once, all users together (0 or negative: no bound)")
+	fs.IntVar(&cfg.MaxDisplaysPerUser, "max-displays-per-user", gateway.DefaultMaxSessionsPerUser, "displays one user may have open at once through the gateway (0 or negative: no bound)")
 	fs.StringVar(&cfg.VDACA, "vda-ca", "", "PEM file of the CAs that sign VDAs' control listener certificates, for https control URLs registered without a pin (default: the system roots)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", broker.DefaultHeartbeatTimeout, "silence after which a VDA is unregistered")
 	fs.BoolVar(&cfg.MetricsAuth, "metrics-auth", false, "serve /metrics to admins only (HTTP basic or an admin bearer token); off, it shows anyone machine names and loads")
@@ -100,6 +106,16 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	}
 	if cfg.MaxConnsPerClient <= 0 {
 		cfg.MaxConnsPerClient = -1
+	}
+	if cfg.MaxDisplays <= 0 {
+		cfg.MaxDisplays = -1
+	}
+	if cfg.MaxDisplaysPerUser <= 0 {
+		cfg.MaxDisplaysPerUser = -1
+	}
+	cfg.DisplayOrigins = displayOrigins
+	if d := cfg.DisplayMode; d != server.DisplayGateway && d != server.DisplayDirect && d != server.DisplayOff {
+		return usageError{fmt.Sprintf("--display %q: want %s, %s or %s", d, server.DisplayGateway, server.DisplayDirect, server.DisplayOff)}
 	}
 	cfg.DataDir, cfg.DB = *data, *db
 	if err := server.CheckDB(cfg.DB); err != nil {

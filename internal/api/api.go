@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,7 +100,19 @@ type Config struct {
 	Metrics             Gatherer
 	MaxDashboardStreams int
 	Stopping            <-chan struct{}
+
+	// Display, when set, serves GET DisplayPattern: a session's desktop
+	// in the browser, as a WebSocket (internal/gateway), which does its
+	// own checks and answers (UserAuthenticator authenticates there as
+	// here). DisplayURL, when set, is what a launch of a session on a
+	// machine that registered vdaproto.ProtocolVNC answers as its
+	// display_url.
+	Display    http.Handler
+	DisplayURL func(ctx context.Context, user, sessionID string) (string, error)
 }
+
+// DisplayPattern is the route of a session's display (Config.Display).
+const DisplayPattern = "/api/v1/sessions/{id}/display"
 
 // Server serves the REST API.
 type Server struct {
@@ -239,6 +252,13 @@ func (s *Server) Routes() []Route { return s.routes }
 
 // OpenAPI returns the OpenAPI document.
 func (s *Server) OpenAPI() []byte { return s.doc }
+
+// mount registers rt, served by h alone: none of route's checks, which
+// h makes itself.
+func (s *Server) mount(rt Route, h http.Handler) {
+	s.routes = append(s.routes, rt)
+	s.mux.Handle(rt.Method+" "+rt.Pattern, h)
+}
 
 // route registers rt with h. A nil h serves the OpenAPI document.
 func (s *Server) route(rt Route, h handler) {

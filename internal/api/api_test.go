@@ -15,6 +15,7 @@ import (
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/gateway"
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/sitetest"
 )
@@ -33,6 +34,7 @@ type fixture struct {
 	store   site.Store
 	broker  *broker.Broker
 	control *sitetest.Control
+	signer  *auth.Signer
 }
 
 // newFixture serves the API over a real SQLite store holding the demo site
@@ -46,14 +48,21 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The display gateway as a site mounts it, so that its route is
+	// documented and served.
+	gw, err := gateway.New(gateway.Config{Authenticate: api.UserAuthenticator(signer, s.Broker), Resolver: gateway.FromBroker(s.Broker)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
 	a, err := api.New(api.Config{Store: s.Store, Signer: signer, PasswordParams: cheap, MaxBodyBytes: 64 << 10,
-		Broker: s.Broker, EnrolmentSecret: enrolmentSecret})
+		Broker: s.Broker, EnrolmentSecret: enrolmentSecret, Display: gw, DisplayURL: gw.DisplayURL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, srv: srv, api: a, store: s.Store, broker: s.Broker, control: s.Control}
+	return &fixture{t: t, srv: srv, api: a, store: s.Store, broker: s.Broker, control: s.Control, signer: signer}
 }
 
 const enrolmentSecret = "enrol-me-please-0123456789"
@@ -86,6 +95,12 @@ func (r response) errorMessage() string {
 // Authorization header or auth is "none").
 func (f *fixture) do(method, path string, body any, authz ...string) response {
 	f.t.Helper()
+	return f.doAt(f.srv.URL, method, path, body, authz...)
+}
+
+// doAt is do at another server of the fixture's site.
+func (f *fixture) doAt(base, method, path string, body any, authz ...string) response {
+	f.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -98,7 +113,7 @@ func (f *fixture) do(method, path string, body any, authz ...string) response {
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, f.srv.URL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		f.t.Fatal(err)
 	}

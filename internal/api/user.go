@@ -15,6 +15,7 @@ import (
 	"github.com/usher-vdi/usher/internal/auth"
 	"github.com/usher-vdi/usher/internal/broker"
 	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/vdaproto"
 )
 
 // UserAudience is the token audience of the user API.
@@ -95,6 +96,12 @@ type LaunchResponse struct {
 	ExpiresAt   time.Time  `json:"expires_at"`
 	Reconnected bool       `json:"reconnected"`
 	LaunchFile  LaunchFile `json:"launch_file"`
+	// DisplayURL is where a browser opens the session's desktop as a
+	// WebSocket (offering the subprotocols binary and usher.ticket.
+	// followed by Ticket), for a machine that registered protocol vnc:
+	// the gateway's path on this origin, or in direct mode the machine
+	// agent's own wss:// URL; empty for other machines.
+	DisplayURL string `json:"display_url"`
 }
 
 // LaunchFile is a file a desktop client opens to connect.
@@ -150,6 +157,13 @@ func (s *Server) registerUser() {
 	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/reconnect", OperationID: "reconnectSession", Tag: "user", Auth: AuthUser,
 		Summary: "Reconnect to one of the user's sessions", Request: reflect.TypeFor[LaunchRequestBody](),
 		Response: reflect.TypeFor[LaunchResponse]()}, s.admitted(s.reconnect))
+	if s.cfg.Display != nil {
+		s.mount(Route{Method: "GET", Pattern: DisplayPattern, OperationID: "openSessionDisplay", Tag: "user", Auth: AuthUser,
+			Status: http.StatusSwitchingProtocols,
+			Summary: "Open the session's desktop in the browser: a WebSocket (subprotocols binary and usher.ticket.<ticket>) " +
+				"that the gateway splices to the session's machine; refusals before the upgrade are JSON errors, " +
+				"after it close codes 4001-4005 and 1013"}, s.cfg.Display)
+	}
 	s.route(Route{Method: "POST", Pattern: "/api/v1/sessions/{id}/disconnect", OperationID: "disconnectSession", Tag: "user", Auth: AuthUser,
 		Summary: "Disconnect one of the user's sessions"}, func(r *http.Request) (any, error) {
 		return nil, s.cfg.Broker.Disconnect(r.Context(), userFrom(r.Context()), r.PathValue("id"))
@@ -238,6 +252,21 @@ func (s *Server) loginUser(ctx context.Context, req LoginRequest, source string)
 // authenticateUser accepts a user token of an enabled user: a bearer
 // token, or the portal's session cookie.
 func (s *Server) authenticateUser(r *http.Request) (string, error) {
+	return authenticateUser(r, s.cfg.Signer, s.cfg.Broker)
+}
+
+// UserAuthenticator returns what authenticates an end user's request as
+// the user API does: a user bearer token or the portal's session cookie,
+// of an enabled user, issued under the user's current password. It
+// returns the user's name; its errors are EUnauthorized, or EUnavailable
+// (or broker.ErrWouldWait) when the directory cannot say. The display
+// gateway (internal/gateway), which serves beside the API's routes,
+// authenticates with it.
+func UserAuthenticator(signer *auth.Signer, b Broker) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) { return authenticateUser(r, signer, b) }
+}
+
+func authenticateUser(r *http.Request, signer *auth.Signer, b Broker) (string, error) {
 	token := bearer(r)
 	if token == "" {
 		if c, err := r.Cookie(SessionCookieName); err == nil {
@@ -247,16 +276,16 @@ func (s *Server) authenticateUser(r *http.Request) (string, error) {
 	if token == "" {
 		return "", errUnauthorized
 	}
-	claims, err := s.cfg.Signer.Verify(token, UserAudience)
+	claims, err := signer.Verify(token, UserAudience)
 	if err != nil {
 		return "", errUnauthorized
 	}
-	u, err := s.cfg.Broker.User(r.Context(), claims.Subject)
+	u, err := b.User(r.Context(), claims.Subject)
 	if site.ErrorCode(err) == site.EUnavailable || errors.Is(err, broker.ErrWouldWait) {
 		return "", err // a directory user, and the directory cannot say (or not without waiting)
 	}
 	// A token issued under an older password (another stamp) is revoked.
-	if err != nil || !hmac.Equal([]byte(claims.Stamp), []byte(s.cfg.Signer.Stamp(u.Credential()))) {
+	if err != nil || !hmac.Equal([]byte(claims.Stamp), []byte(signer.Stamp(u.Credential()))) {
 		return "", errUnauthorized
 	}
 	return u.Name, nil
@@ -355,8 +384,19 @@ func (s *Server) launchAnswer(r *http.Request, user string, l *broker.Launch) (a
 	default:
 		return nil, site.Errorf(site.EInvalid, "format %q is not json, rdp or ica", format)
 	}
-	return LaunchResponse{SessionID: l.Session.ID, Machine: l.Session.Machine, Host: host, Port: port, Protocol: l.Protocol,
-		Ticket: l.Ticket, ExpiresAt: l.ExpiresAt, Reconnected: l.Reconnected, LaunchFile: lf.LaunchFile}, nil
+	resp := LaunchResponse{SessionID: l.Session.ID, Machine: l.Session.Machine, Host: host, Port: port, Protocol: l.Protocol,
+		Ticket: l.Ticket, ExpiresAt: l.ExpiresAt, Reconnected: l.Reconnected, LaunchFile: lf.LaunchFile}
+	if l.Protocol == vdaproto.ProtocolVNC && s.cfg.DisplayURL != nil {
+		u, err := s.cfg.DisplayURL(r.Context(), user, l.Session.ID)
+		if err != nil {
+			// The session is placed and its ticket good: the user may
+			// launch again once the machine's display can be told.
+			s.log.WarnContext(r.Context(), "launch: no display URL for the session", "machine", l.Session.Machine,
+				"session", l.Session.ID, "err", err)
+		}
+		resp.DisplayURL = u
+	}
+	return resp, nil
 }
 
 func clientIP(r *http.Request) string {

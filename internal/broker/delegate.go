@@ -22,6 +22,7 @@ type Delegate interface {
 	Logoff(ctx context.Context, user, id string) error
 	Disconnect(ctx context.Context, user, id string) error
 	UserSessions(ctx context.Context, user string) ([]site.Session, error)
+	DisplayTarget(ctx context.Context, user, id string) (Control, error)
 }
 
 // SetDelegate sets the broker's Delegate; nil brokers everything here.

@@ -4,7 +4,8 @@
 // Cache and its zone leader (lhc, lhc/peer), the broker and its VDA
 // control client, the site's LDAP or AD directory, the REST, admin and
 // VDA APIs, the NFuse XML service (over net/http or the hot path), the
-// portal and console, Prometheus metrics, TLS, network boot (boot,
+// portal and console, the display gateway that splices sessions' desktops
+// to the browser (gateway; Config.DisplayMode), Prometheus metrics, TLS, network boot (boot,
 // boothttp, the image store) and, on request, the demo site and simulated
 // VDAs. It parses no flags: `usher serve`, `usher broker`, `usher bench`
 // and tests turn their inputs into a Config and start a site the same

@@ -24,6 +24,7 @@ import (
 	"github.com/usher-vdi/usher/internal/broker/brokerprom"
 	"github.com/usher-vdi/usher/internal/datadir"
 	"github.com/usher-vdi/usher/internal/demo"
+	"github.com/usher-vdi/usher/internal/gateway"
 	"github.com/usher-vdi/usher/internal/hotpath"
 	"github.com/usher-vdi/usher/internal/lhc"
 	"github.com/usher-vdi/usher/internal/lhc/peer"
@@ -49,6 +50,13 @@ const (
 	DefaultSendBuffer = 256 << 10
 	// MaxSendBuffer bounds Config.SendBuffer.
 	MaxSendBuffer = 64 << 20
+)
+
+// How browsers reach sessions' displays, as Config.DisplayMode.
+const (
+	DisplayGateway = "gateway"
+	DisplayDirect  = "direct"
+	DisplayOff     = "off"
 )
 
 // What serves the HTTP listeners, as Config.HTTPServer.
@@ -195,6 +203,23 @@ type Config struct {
 	InsecureVDAControl bool
 	VDACA              string
 
+	// DisplayMode is how a browser reaches the desktop of a session on a
+	// machine that registered vdaproto.ProtocolVNC (internal/gateway):
+	// DisplayGateway (the default) through this broker's gateway at
+	// /api/v1/sessions/{id}/display, spliced to the machine's agent;
+	// DisplayDirect at the agent's own wss:// URL, for a LAN whose
+	// browsers reach the machines and trust their certificates;
+	// DisplayOff not at all (launches answer no display_url). The gateway
+	// dials agents as the VDA control client does (VDACA,
+	// InsecureVDAControl). DisplayOrigins are origins besides the
+	// portal's own whose pages may open displays (a proxy's public name);
+	// MaxDisplays and MaxDisplaysPerUser bound the displays open at once
+	// (defaults gateway.DefaultMaxSessions and DefaultMaxSessionsPerUser;
+	// negative: no bound).
+	DisplayMode                     string
+	DisplayOrigins                  []string
+	MaxDisplays, MaxDisplaysPerUser int
+
 	// SimVDAs runs that many simulated VDAs in-process, for the site's
 	// first machines; -1 runs one for every machine.
 	SimVDAs int
@@ -250,6 +275,12 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		return c, fmt.Errorf("server: HTTP server %q: want %q or %q", c.HTTPServer, HTTPServerHotpath, HTTPServerNetHTTP)
 	}
+	switch c.DisplayMode {
+	case "", DisplayGateway, DisplayDirect, DisplayOff:
+	default:
+		return c, fmt.Errorf("server: display mode %q: want %q, %q or %q", c.DisplayMode, DisplayGateway, DisplayDirect, DisplayOff)
+	}
+	c.DisplayMode = cmp.Or(c.DisplayMode, DisplayGateway)
 	if (c.DemoPassword != "" || c.DemoReset) && !c.Demo {
 		return c, errors.New("server: a demo password or reset needs the demo site")
 	}
@@ -326,6 +357,8 @@ type Server struct {
 	// stopStreams ends the API's long-lived answers (the dashboard's
 	// event streams) at shutdown; nil until the API is made.
 	stopStreams func()
+	// gateway serves sessions' displays; nil with DisplayOff.
+	gateway *gateway.Gateway
 }
 
 // Open binds the listeners, opens the data directory and its site DB
@@ -458,10 +491,11 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	control, err := vdaControl(cfg)
+	vdaCAs, err := vdaCAs(cfg)
 	if err != nil {
 		return nil, err
 	}
+	control := vdaControl(cfg, vdaCAs)
 	brk, err := broker.New(ctx, broker.Config{Store: store, Control: control, Logger: log, Observer: metrics,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, RefreshInterval: cfg.RefreshInterval, StatusSyncInterval: statusSync(cfg), Now: cfg.Now,
 		Zone: zone, OwnZoneVDAs: cfg.Zone != "", SiteLockout: IsPostgres(cfg.DB),
@@ -537,9 +571,21 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// down, as they would hold its shutdown otherwise.
 	stopping := make(chan struct{})
 	s.stopStreams = sync.OnceFunc(func() { close(stopping) })
-	apiServer, err := api.New(api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
+	apiConfig := api.Config{Store: store, Logger: log, Signer: signer, PasswordParams: params, Guard: guard, Verified: verified,
 		MaxBodyBytes: cfg.MaxBodyBytes, Broker: brk, EnrolmentSecret: s.secret, Outage: outage,
-		Brokers: s, Metrics: registry, Stopping: stopping})
+		Brokers: s, Metrics: registry, Stopping: stopping}
+	if cfg.DisplayMode != DisplayOff {
+		if s.gateway, err = gateway.New(gateway.Config{Authenticate: api.UserAuthenticator(signer, brk), Resolver: gateway.FromBroker(brk),
+			AllowedOrigins: cfg.DisplayOrigins, Direct: cfg.DisplayMode == DisplayDirect, CAs: vdaCAs, AllowPlain: cfg.InsecureVDAControl,
+			MaxSessions: cfg.MaxDisplays, MaxSessionsPerUser: cfg.MaxDisplaysPerUser, Registerer: registry, Logger: log}); err != nil {
+			return nil, err
+		}
+		apiConfig.DisplayURL = s.gateway.DisplayURL
+		if cfg.DisplayMode == DisplayGateway {
+			apiConfig.Display = s.gateway
+		}
+	}
+	apiServer, err := api.New(apiConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -745,6 +791,11 @@ func (s *Server) shutdown(timeout time.Duration) error {
 	var err error
 	if s.stopStreams != nil {
 		s.stopStreams()
+	}
+	if s.gateway != nil {
+		// Displays are hijacked connections, which the HTTP server's
+		// shutdown does not wait for: they end first, each side told.
+		s.gateway.Close()
 	}
 	if s.srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), timeout)

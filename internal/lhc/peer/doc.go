@@ -1,7 +1,7 @@
 // Package peer is the protocol between the brokers of a site: while the
 // site DB is down, the brokers of a zone elect a zone leader (Leader)
-// and hand it their launches, reconnections, logoffs and users' session
-// lists, and, once, their recent sessions and machines (lhc.Handover).
+// and hand it their launches, reconnections, logoffs, users' session
+// lists and where their sessions' displays are, and, once, their recent sessions and machines (lhc.Handover).
 // It holds the wire types, the client (Client, Leader) and the server
 // (Handler) together, so that authenticating both ends has one place.
 // internal/server assembles it; nothing else imports it.

@@ -33,6 +33,7 @@ type Local interface {
 	Logoff(ctx context.Context, user, id string) error
 	Disconnect(ctx context.Context, user, id string) error
 	UserSessions(ctx context.Context, user string) ([]site.Session, error)
+	DisplayTarget(ctx context.Context, user, id string) (broker.Control, error)
 }
 
 // Cache is the receiver's Local Host Cache (an *lhc.Store).
@@ -172,7 +173,7 @@ func (h *Handler) serve(ctx context.Context, t Token, body []byte) (any, error) 
 			return nil, site.Errorf(site.EInvalid, "peer request: %v", err)
 		}
 		return nil, h.cfg.LHC.Learn(ctx, hand)
-	case OpLaunch, OpReconnect, OpLogoff, OpDisconnect, OpSessions:
+	case OpLaunch, OpReconnect, OpLogoff, OpDisconnect, OpSessions, OpDisplay:
 	default:
 		return nil, site.Errorf(site.ENotFound, "no peer operation %q", op)
 	}
@@ -194,6 +195,12 @@ func (h *Handler) serve(ctx context.Context, t Token, body []byte) (any, error) 
 		return nil, b.Logoff(ctx, req.User, req.SessionID)
 	case OpDisconnect:
 		return nil, b.Disconnect(ctx, req.User, req.SessionID)
+	case OpDisplay:
+		c, err := b.DisplayTarget(ctx, req.User, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		return Display{Machine: c.Machine, URL: c.URL, Pin: c.Pin}, nil
 	default: // OpSessions
 		list, err := b.UserSessions(ctx, req.User)
 		if err != nil {

@@ -372,3 +372,11 @@ func (z *Leader) UserSessions(ctx context.Context, user string) ([]site.Session,
 	}
 	return out.Sessions, nil
 }
+
+func (z *Leader) DisplayTarget(ctx context.Context, user, id string) (broker.Control, error) {
+	var d Display
+	if err := z.call(ctx, OpDisplay, Request{User: user, SessionID: id}, &d); err != nil {
+		return broker.Control{}, err
+	}
+	return broker.Control{Machine: d.Machine, URL: d.URL, Pin: d.Pin}, nil
+}

@@ -76,6 +76,12 @@ func (fakeLocal) Disconnect(context.Context, string, string) error { return nil 
 func (fakeLocal) UserSessions(context.Context, string) ([]site.Session, error) {
 	return nil, errors.New("a detail for the log only")
 }
+func (fakeLocal) DisplayTarget(_ context.Context, user, id string) (broker.Control, error) {
+	if user != "alice" || id != "s1" {
+		return broker.Control{}, site.NotFound(site.KindSession, id)
+	}
+	return broker.Control{Machine: "m1", URL: "https://10.0.0.1:9443", Token: "never-sent", Pin: "ab"}, nil
+}
 
 type fakeLHC struct {
 	mu     sync.Mutex
@@ -142,6 +148,17 @@ func TestClientAndHandler(t *testing.T) {
 		err = c.Call(ctx, p, OpSessions, Request{User: "alice"}, &Sessions{})
 		if site.ErrorCode(err) != site.EInternal || strings.Contains(err.Error(), "detail") {
 			t.Fatalf("sessions: %v, want an internal error without its detail", err)
+		}
+	})
+	t.Run("display target proved, without the control token", func(t *testing.T) {
+		var d Display
+		if err := c.Call(ctx, p, OpDisplay, Request{User: "alice", SessionID: "s1"}, &d); err != nil ||
+			d != (Display{Machine: "m1", URL: "https://10.0.0.1:9443", Pin: "ab"}) {
+			t.Fatalf("display: %+v, %v", d, err)
+		}
+		err := c.Call(ctx, p, OpDisplay, Request{User: "mallory", SessionID: "s1"}, &d)
+		if site.ErrorCode(err) != site.ENotFound {
+			t.Fatalf("another user's display: %v, want not found", err)
 		}
 	})
 	t.Run("handover sealed and learnt", func(t *testing.T) {

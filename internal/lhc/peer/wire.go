@@ -21,6 +21,7 @@ const (
 	OpLogoff     = "logoff"
 	OpDisconnect = "disconnect"
 	OpSessions   = "sessions"
+	OpDisplay    = "display"
 )
 
 // The headers of the protocol besides Authorization (Bearer, the token).
@@ -49,6 +50,14 @@ type Launch struct {
 	Ticket      string       `json:"ticket"`
 	ExpiresAt   time.Time    `json:"expires_at"`
 	Reconnected bool         `json:"reconnected"`
+}
+
+// Display is where the display of a user's session is served, as the
+// leader resolved it (broker.Broker.DisplayTarget): no control token.
+type Display struct {
+	Machine string `json:"machine"`
+	URL     string `json:"url"`
+	Pin     string `json:"pin,omitempty"`
 }
 
 // State is what a broker tells its peers of itself.
