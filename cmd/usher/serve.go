@@ -85,6 +85,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	fs.StringVar(&cfg.DisplayMode, "display", server.DisplayGateway, "how browsers open the desktops of machines that register protocol vnc: gateway (through this broker at /api/v1/sessions/{id}/display, spliced to the machine's agent), direct (at the agent's own wss:// URL, for a LAN whose browsers reach the machines and trust their certificates) or off")
 	var displayOrigins multiFlag
 	fs.Var(&displayOrigins, "display-origin", "an origin (https://portal.example) besides this listener's own whose pages may open displays through the gateway, such as a proxy's public name; repeat for each")
+	var agentOrigins multiFlag
+	fs.Var(&agentOrigins, "display-agent-origin", "with --display direct: an origin wss://HOST[:PORT] (HOST may be *.domain) of agents the portal's pages may open displays at; repeat for each")
 	fs.IntVar(&cfg.MaxDisplays, "max-displays", gateway.DefaultMaxSessions, "displays the gateway splices at once, all users together (0 or negative: no bound)")
 	fs.IntVar(&cfg.MaxDisplaysPerUser, "max-displays-per-user", gateway.DefaultMaxSessionsPerUser, "displays one user may have open at once through the gateway (0 or negative: no bound)")
 	fs.StringVar(&cfg.VDACA, "vda-ca", "", "PEM file of the CAs that sign VDAs' control listener certificates, for https control URLs registered without a pin (default: the system roots)")
@@ -113,7 +115,10 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	if cfg.MaxDisplaysPerUser <= 0 {
 		cfg.MaxDisplaysPerUser = -1
 	}
-	cfg.DisplayOrigins = displayOrigins
+	cfg.DisplayOrigins, cfg.DisplayAgentOrigins = displayOrigins, agentOrigins
+	if len(agentOrigins) > 0 && cfg.DisplayMode != server.DisplayDirect {
+		return usageError{"--display-agent-origin is for --display direct"}
+	}
 	if d := cfg.DisplayMode; d != server.DisplayGateway && d != server.DisplayDirect && d != server.DisplayOff {
 		return usageError{fmt.Sprintf("--display %q: want %s, %s or %s", d, server.DisplayGateway, server.DisplayDirect, server.DisplayOff)}
 	}

@@ -219,6 +219,10 @@ type Config struct {
 	DisplayMode                     string
 	DisplayOrigins                  []string
 	MaxDisplays, MaxDisplaysPerUser int
+	// DisplayAgentOrigins are the agents' origins the portal's pages may
+	// open WebSockets to in DisplayDirect mode (its Content Security
+	// Policy's connect-src): wss://HOST[:PORT], HOST possibly *.domain.
+	DisplayAgentOrigins []string
 
 	// SimVDAs runs that many simulated VDAs in-process, for the site's
 	// first machines; -1 runs one for every machine.
@@ -610,9 +614,13 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("GET /healthz", api.Healthz)
 	mux.Handle("GET /readyz", api.Readyz(store, log))
-	// The portal's display origins (direct mode's agents) come with the
-	// gateway's configuration; none yet: displays are same-origin.
-	portal, err := web.Portal(web.PortalConfig{})
+	// Through the gateway, displays are same-origin; in direct mode the
+	// pages open the agents' own wss:// URLs.
+	var portalCfg web.PortalConfig
+	if cfg.DisplayMode == DisplayDirect {
+		portalCfg.DisplayOrigins = cfg.DisplayAgentOrigins
+	}
+	portal, err := web.Portal(portalCfg)
 	if err != nil {
 		return nil, err
 	}
