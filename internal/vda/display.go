@@ -316,11 +316,13 @@ func (m *Machine) serveDisplay(w http.ResponseWriter, r *http.Request) {
 // viewerGone reports a disconnect when v was the session's viewer (nil:
 // the session has no viewer) and the session is still active: the client
 // went away. A viewer the agent ended (taken over, disconnected, logged
-// off) is no longer the session's.
+// off) is no longer the session's, and a session whose display stopped
+// is ending (watchDisplay reports its logoff, which may not have taken
+// the session yet: both wake at the display's Done).
 func (m *Machine) viewerGone(ctx context.Context, id string, v *viewer) {
 	m.mu.Lock()
 	s := m.sessions[id]
-	changed := s != nil && s.view == v && s.State == StateActive
+	changed := s != nil && s.view == v && s.State == StateActive && !stopped(s.display)
 	if changed {
 		s.view = nil
 		s.State, s.Since = StateDisconnected, m.now()
@@ -330,6 +332,19 @@ func (m *Machine) viewerGone(ctx context.Context, id string, v *viewer) {
 	if changed {
 		m.save()
 		m.log.Log(ctx, m.chatter, "the client left; session disconnected", keySession, id)
+	}
+}
+
+// stopped reports whether d is a display that has stopped.
+func stopped(d Display) bool {
+	if d == nil {
+		return false
+	}
+	select {
+	case <-d.Done():
+		return true
+	default:
+		return false
 	}
 }
 
