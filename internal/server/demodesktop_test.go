@@ -93,3 +93,17 @@ func TestDemoDesktop(t *testing.T) {
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
 }
+
+// TestDemoDesktopWithoutXvnc: without Xvnc the demo runs no desktop host,
+// says how to get one, and the simulated VDAs play every machine.
+func TestDemoDesktopWithoutXvnc(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	s, _ := openSite(t, func(c *server.Config) { c.DemoDesktop, c.SimVDAs = true, -1 })
+	d := s.DemoDesktop()
+	if len(d.Machines) != 0 || d.Missing != server.DemoDesktopHint || !strings.Contains(d.Missing, "apt-get install tigervnc-standalone-server") {
+		t.Fatalf("the demo desktop without Xvnc: %+v", d)
+	}
+	if registered, total := s.WaitSimulated(context.Background(), 30*time.Second); registered != demo.Machines || total != demo.Machines {
+		t.Fatalf("%d of %d simulated VDAs registered, want all %d", registered, total, demo.Machines)
+	}
+}
