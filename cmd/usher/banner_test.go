@@ -40,7 +40,10 @@ func TestDemoBannerAcrossRestarts(t *testing.T) {
 	}
 	data := t.TempDir()
 	try := regexp.MustCompile(`(?m)^Try: (.*)$`)
-	args := []string{"serve", "--demo", "--sim-vdas", "-1", "--listen", "127.0.0.1:0", "--data", data}
+	// Every machine simulated: with the desktop host's agents the
+	// restart's count of earlier machines comes in two sweeps (a known
+	// shortfall of the demo desktop, not what this test is about).
+	args := []string{"serve", "--demo", "--sim-vdas", "-1", "--listen", "127.0.0.1:0", "--data", data, "--demo-desktop=false"}
 
 	first := startUsherProc(t, nil, args...)
 	password := first.waitOutput(t, regexp.MustCompile(`password for all of them: (\S+)\)`))[1]

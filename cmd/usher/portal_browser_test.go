@@ -60,8 +60,8 @@ type e2e struct {
 // newE2E finds the browser tests' tools (skipping the test without them,
 // failing it under CI=true) and starts the demo site the scripts expect:
 // simulated VDAs, so that launches find a machine, all 57 of them
-// registered, and per-address throttling off, as every logon comes from
-// 127.0.0.1.
+// registered (the pooled desktops too: no desktop host), and per-address
+// throttling off, as every logon comes from 127.0.0.1.
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	dir, err := filepath.Abs(e2eDir)
@@ -74,7 +74,7 @@ func newE2E(t *testing.T) *e2e {
 	}
 	t.Logf("screenshots: %s", e.shots)
 	e.site = startServe(t, "--demo", "--demo-password", e2eDemoPassword, "--data", t.TempDir(),
-		"--sim-vdas", "-1", "--sim-logon-delay", "50ms", "--heartbeat-interval", "200ms", "--source-free", "0")
+		"--sim-vdas", "-1", "--sim-logon-delay", "50ms", "--heartbeat-interval", "200ms", "--source-free", "0", "--demo-desktop=false")
 	waitFor(t, "57 registered machines", func() bool {
 		return metricSum(metrics(t, e.site.url), "usher_machines", `state="registered"`) == 57
 	})

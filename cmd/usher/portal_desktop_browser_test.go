@@ -47,8 +47,9 @@ const desktopColour = "#1f6feb"
 // that the toolbar works (Ctrl+Alt+Del, full screen, the keyboard's way
 // in and out, clipboard both ways through Xvnc's clipboard, read and set
 // with xclip, Disconnect, Log off), that an unclean close reconnects with
-// a fresh ticket, that each of the display's close codes (4001–4005) says
-// what it means, that a direct-mode display_url (websockify's own ws://
+// a fresh ticket, that close code 4005 (the gateway's) says what it means
+// (the agent's, 4001–4004, TestPortalDemoDesktopInBrowser triggers for
+// real over the demo's whole chain), that a direct-mode display_url (websockify's own ws://
 // origin, which the portal's configuration allows) works, that a launch
 // without display_url still downloads its .rdp file, at a phone's width
 // too, with axe on each state. Between the page and websockify, this

@@ -40,6 +40,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	var cfg server.Config
 	var logs logFlags
 	isBroker := role == "broker"
+	demoDesktop := false
 	fs := m.flagSet(role, "[flags]")
 	data := m.dataFlag(fs)
 	db := m.dbFlag(fs)
@@ -61,6 +62,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 		fs.BoolVar(&cfg.Demo, "demo", false, "load the demo site (400 applications, 57 machines, 1,000 users) into an empty site DB; a site DB that holds a site is kept as it is")
 		fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")
 		fs.StringVar(&cfg.DemoPassword, "demo-password", "", "with --demo: password of the demo users and of the admin account (default: random at the first start, printed; kept at later starts)")
+		fs.BoolVar(&demoDesktop, "demo-desktop", true, "with --demo: when Xvnc is installed, serve the \""+demo.DesktopResource+"\" machines from a real session host on this machine "+
+			"(an Xvnc per session, run as this account, its desktop an xterm when installed), shown in the portal's page; false: simulate them too")
 	}
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
@@ -148,6 +151,8 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	if cfg.DemoReset && !cfg.Demo {
 		return usageError{"--demo-reset needs --demo"}
 	}
+	// --demo-desktop is on by default: it matters with --demo alone.
+	cfg.DemoDesktop = demoDesktop && cfg.Demo
 	if cfg.BootListen != "" && (cfg.ImageStore == "" || cfg.BootStream == "") {
 		return usageError{"--boot-listen needs --image-store DIR and --boot-stream nbd://HOST:PORT"}
 	}
@@ -191,7 +196,9 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 	// their logs.
 	start := time.Now()
 	registered, total := s.WaitSimulated(ctx, *simWait)
+	desktopUp := s.WaitDemoDesktop(ctx, max(*simWait-time.Since(start), time.Second))
 	m.printBanner(s, cfg.Demo)
+	m.printDemoDesktop(s.DemoDesktop(), desktopUp)
 	switch {
 	case total == 0:
 	case registered == total:
@@ -273,6 +280,22 @@ func notReady(cfg server.Config, why error) (stop func()) {
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
 	return func() { srv.Close(); <-done }
+}
+
+// printDemoDesktop says which desktop of the demo opens in the page, or
+// how to get one.
+func (m *Main) printDemoDesktop(d server.DemoDesktop, registered bool) {
+	switch {
+	case len(d.Machines) > 0:
+		fmt.Fprintf(m.Stdout, "Desktop in the browser: log on to the portal as %s and open %q: a real session on this machine "+
+			"(an Xvnc per session, run as this account), served by %d in-process VDA agents (%s to %s).\n",
+			d.User, d.Resource, len(d.Machines), d.Machines[0], d.Machines[len(d.Machines)-1])
+		if !registered {
+			fmt.Fprintln(m.Stdout, "Its agents have not all registered yet; they keep trying (--log-level debug tells why).")
+		}
+	case d.Missing != "":
+		fmt.Fprintf(m.Stdout, "Desktop in the browser: none yet; %s.\n", d.Missing)
+	}
 }
 
 func (m *Main) printBanner(s *server.Server, isDemo bool) {

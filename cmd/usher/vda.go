@@ -436,20 +436,7 @@ func agentDisplays(f vdaFlags, log *slog.Logger) (vda.DisplayStarter, []string, 
 	if err != nil {
 		return nil, nil, usageError{"--display xvnc: " + err.Error()}
 	}
-	return xvncDisplays{st}, origins, nil
-}
-
-// xvncDisplays is xvnc as the agent's DisplayStarter.
-type xvncDisplays struct{ *xvnc.Starter }
-
-var _ vda.Display = (*xvnc.Display)(nil)
-
-func (x xvncDisplays) StartDisplay(ctx context.Context, s vda.Session) (vda.Display, error) {
-	d, err := x.Start(ctx, xvnc.Session{ID: s.ID, User: s.User, Resource: s.Resource, CommandLine: s.CommandLine})
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return st, origins, nil
 }
 
 // warnPlainListener says loudly that a control listener off loopback

@@ -183,7 +183,7 @@ func TestVDASimulateSelections(t *testing.T) {
 // and logs a summary of them instead of a line per machine.
 func TestServeSimulatedVDAsBannerLast(t *testing.T) {
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", t.TempDir(),
-		"--sim-vdas", "-1", "--heartbeat-interval", "200ms")
+		"--sim-vdas", "-1", "--heartbeat-interval", "200ms", "--demo-desktop=false")
 	// startServe returns once serve has called Listening, after the banner.
 	out := s.stdout.String()
 	if !regexp.MustCompile(`57 simulated VDAs registered in \d`).MatchString(out) {
@@ -214,7 +214,7 @@ func TestServeSimulatedVDAsBannerLast(t *testing.T) {
 // registered.
 func TestServeSimulatedVDAsBoundedWait(t *testing.T) {
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", t.TempDir(),
-		"--sim-vdas", "-1", "--sim-wait", "1ns")
+		"--sim-vdas", "-1", "--sim-wait", "1ns", "--demo-desktop=false")
 	out := s.stdout.String()
 	if !regexp.MustCompile(`(\d+ of 57 simulated VDAs registered within 1ns; the rest keep trying|57 simulated VDAs registered in)`).MatchString(out) {
 		t.Fatalf("banner:\n%s", out)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,6 +162,19 @@ type Config struct {
 	Demo         bool
 	DemoReset    bool
 	DemoPassword string
+	// DemoDesktop, with Demo, runs a real session host in-process for the
+	// machines of the demo's desktop group (demo.DesktopGroup, whose
+	// desktop is demo.DesktopResource) when Xvnc is installed: one VDA
+	// agent per machine (internal/vda, on a loopback control listener,
+	// registering through the VDA API) whose sessions each get an Xvnc
+	// (internal/display/xvnc) run as this process's account, opened in
+	// the portal through the gateway. The simulated VDAs leave those
+	// machines to it. Without Xvnc it runs nothing and DemoDesktop says
+	// how to get it. usher serve's --demo-desktop, on by default, sets
+	// it. DemoDesktopCommand is the sessions' desktop, a /bin/sh command
+	// line (default demo.DesktopCommand).
+	DemoDesktop        bool
+	DemoDesktopCommand string
 
 	// ShutdownTimeout is how long in-flight requests may run at Close
 	// (default DefaultShutdownTimeout).
@@ -225,7 +239,8 @@ type Config struct {
 	DisplayAgentOrigins []string
 
 	// SimVDAs runs that many simulated VDAs in-process, for the site's
-	// first machines; -1 runs one for every machine.
+	// first machines; -1 runs one for every machine. The machines of the
+	// demo's desktop host (DemoDesktop) are left out.
 	SimVDAs int
 	// SimLogonDelay is the time from launch to a simulated user's logon
 	// (default vda.DefaultLogonDelay; negative: at once).
@@ -285,8 +300,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: display mode %q: want %q, %q or %q", c.DisplayMode, DisplayGateway, DisplayDirect, DisplayOff)
 	}
 	c.DisplayMode = cmp.Or(c.DisplayMode, DisplayGateway)
-	if (c.DemoPassword != "" || c.DemoReset) && !c.Demo {
-		return c, errors.New("server: a demo password or reset needs the demo site")
+	if (c.DemoPassword != "" || c.DemoReset || c.DemoDesktop || c.DemoDesktopCommand != "") && !c.Demo {
+		return c, errors.New("server: a demo password, reset or desktop needs the demo site")
+	}
+	if c.DemoDesktopCommand != "" && !c.DemoDesktop {
+		return c, errors.New("server: a demo desktop command needs the demo desktop")
 	}
 	if err := c.checkBoot(); err != nil {
 		return c, err
@@ -363,6 +381,9 @@ type Server struct {
 	stopStreams func()
 	// gateway serves sessions' displays; nil with DisplayOff.
 	gateway *gateway.Gateway
+	// desktop is the demo's desktop host; nil without
+	// Config.DemoDesktop.
+	desktop *demoDesktop
 }
 
 // Open binds the listeners, opens the data directory and its site DB
@@ -687,6 +708,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, err error) {
 	log.Info("listening", "addr", s.addr, "advertised", advertised, "broker", s.name, "zone", s.zone, "http_server", cfg.HTTPServer)
 	go func() { s.serveErr = s.srv.Serve(ln); close(s.served) }()
 
+	if cfg.DemoDesktop {
+		if err := s.startDemoDesktop(runCtx); err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, s.desktop.close)
+	}
 	if cfg.SimVDAs != 0 {
 		stop, err := s.startSimulator(runCtx)
 		if err != nil {
@@ -887,6 +914,9 @@ func (s *Server) Broker() *broker.Broker { return s.broker }
 // this server, and returns a function that stops them and waits.
 func (s *Server) startSimulator(ctx context.Context) (func(), error) {
 	names := s.broker.Snapshot().MachineNames()
+	if s.desktop != nil && len(s.desktop.info.Machines) > 0 {
+		names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(s.desktop.info.Machines, n) })
+	}
 	if n := s.cfg.SimVDAs; n > 0 && n < len(names) {
 		names = names[:n]
 	}

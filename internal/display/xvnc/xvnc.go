@@ -10,9 +10,10 @@
 // a wait: Xvnc picks a free display number itself and writes it on a
 // pipe (-displayfd) once it accepts connections.
 //
-// cmd/usher (usher vda --display xvnc) and tests import it; the agent
-// (internal/vda) reaches it through vda.DisplayStarter and does not
-// import it.
+// cmd/usher (usher vda --display xvnc), internal/server (the demo's
+// desktop host) and tests import it; a Starter is a vda.DisplayStarter
+// ([Starter.StartDisplay]), and the agent (internal/vda) reaches it
+// through that interface and does not import it.
 package xvnc
 
 import (
