@@ -10,6 +10,7 @@
 package displaybench
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -86,8 +87,12 @@ type Proxy struct {
 	Pings     int           `json:"pings"`
 	RTTP50    time.Duration `json:"rtt_p50_ns"`
 	RTTP99    time.Duration `json:"rtt_p99_ns"`
-	Measured  bool          `json:"proxy_cpu_measured"`
-	Process   string        `json:"process,omitempty"`
+	// IdleRTTP50 and IdleRTTP99 are one session's sequential echoes
+	// (ProbeEchoes) once the others have closed: the proxy idle.
+	IdleRTTP50 time.Duration `json:"idle_rtt_p50_ns"`
+	IdleRTTP99 time.Duration `json:"idle_rtt_p99_ns"`
+	Measured   bool          `json:"proxy_cpu_measured"`
+	Process    string        `json:"process,omitempty"`
 }
 
 // ProxyCores is the proxy's CPU over the steady window per wall time.
@@ -427,6 +432,11 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 	if err := cmp.Or(err2, err3, err4, ctx.Err()); err != nil {
 		return p, err
 	}
+	idle, err := b.probe(ctx, dial, n)
+	if err != nil {
+		return p, fmt.Errorf("%s: the idle echoes: %w", name, err)
+	}
+	p.IdleRTTP50, p.IdleRTTP99 = quantile(idle, 0.50), quantile(idle, 0.99)
 	p.OpenCPU, p.SteadyCPU, p.TotalCPU = p1.Sub(p0).CPU(), p3.Sub(p2).CPU(), p4.Sub(p0).CPU()
 	steady := s3.Sub(s2)
 	p.SteadyWall, p.ClientCPU = steady.Wall, steady.CPU()
@@ -447,6 +457,44 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 	p.Pings = len(rtts)
 	p.RTTP50, p.RTTP99 = quantile(rtts, 0.50), quantile(rtts, 0.99)
 	return p, nil
+}
+
+// ProbeEchoes is the number of sequential echoes of the idle probe.
+const ProbeEchoes = 1000
+
+// probe opens one more session, streaming nothing, and times
+// ProbeEchoes echoes one after the other, sorted.
+func (b *bench) probe(ctx context.Context, dial dialFunc, i int) ([]time.Duration, error) {
+	r := newRound(b.cfg.MessageBytes, b.cfg.Rate)
+	b.cur.Store(r)
+	defer close(r.stop)
+	c, err := dial(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	if typ, _, err := readRecord(br, nil); err != nil || typ != recHello {
+		return nil, fmt.Errorf("no hello: %q, %v", typ, err)
+	}
+	rtts := make([]time.Duration, 0, ProbeEchoes)
+	ping := record(nil, recPing, make([]byte, 8))
+	var buf []byte
+	for range ProbeEchoes {
+		t0 := time.Now()
+		if _, err := c.Write(ping); err != nil {
+			return nil, err
+		}
+		typ, p, err := readRecord(br, buf[:0])
+		if err != nil || typ != recPong {
+			return nil, fmt.Errorf("no echo: %q, %v", typ, err)
+		}
+		buf = p
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	return rtts, nil
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {
