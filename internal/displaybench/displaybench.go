@@ -116,7 +116,8 @@ type Result struct {
 	Duration     time.Duration `json:"duration_ns"`
 	PingInterval time.Duration `json:"ping_interval_ns"`
 	CPUs         string        `json:"cpus"`
-	LoadAvg      string        `json:"loadavg"`
+	LoadAvg      string        `json:"loadavg"`     // /proc/loadavg's 1, 5 and 15 minutes at the start
+	LoadAvgEnd   string        `json:"loadavg_end"` // and at the end
 	Websockify   string        `json:"websockify,omitempty"`
 	Note         string        `json:"note,omitempty"`
 	Proxies      []Proxy       `json:"proxies"`
@@ -180,6 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.CPUs = fmt.Sprintf("viewers and sources (the bench process) on CPU %s, the proxy on CPU %s",
 			benchkit.CPUList(plan.Client), benchkit.CPUList(plan.Server))
 	}
+	defer func() { res.LoadAvgEnd = loadAvg() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &bench{cfg: cfg, base: time.Now(),

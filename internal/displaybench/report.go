@@ -108,7 +108,8 @@ func (r *Result) Report(command string) *loadgen.Report {
 		"rate held: the delivered rate over the target. Where it is under 100 %, something on the way (the proxy, the bench process or the machine's "+
 			"other work) did not keep up, and sessions per core at rate is extrapolated from the delivered bytes.",
 		"verified: the session's frames (CRC-32C and byte count) arrived as the source sent them, its end record says so.",
-		fmt.Sprintf("CPUs: %s. Load average at the start: %s (this machine is shared with other work).", r.CPUs, r.LoadAvg))
+		fmt.Sprintf("CPUs: %s. Load average (1, 5, 15 min) at the start: %s, at the end: %s (this machine is shared with other work, "+
+			"whose processes compete for both CPUs: the proxies' figures are what each got of CPU 0).", r.CPUs, r.LoadAvg, r.LoadAvgEnd))
 	if r.Websockify != "" {
 		rep.Notes = append(rep.Notes, "websockify: "+r.Websockify)
 	}
