@@ -30,6 +30,7 @@ func (m *Main) benchDisplay(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", displaybench.DefaultDuration, "the steady window of each way")
 	msg := fs.Int("message", displaybench.DefaultMessageBytes, "bytes per scripted message")
 	ping := fs.Duration("ping", displaybench.DefaultPingInterval, "each viewer's echo interval")
+	echoes := fs.Int("echoes", displaybench.DefaultProbeEchoes, "sequential echoes of the idle probe after each way's load")
 	websockify := fs.String("websockify", "/usr/bin/websockify", "websockify program for the yardstick (\"\" to skip; skipped with a note when missing)")
 	out := fs.String("out", filepath.Join("usher-bench", "display"), "report directory: report.{md,json,csv,html} and result.json (\"\" for none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process (viewers and source; the proxies are other processes) to this file")
@@ -45,8 +46,8 @@ func (m *Main) benchDisplay(ctx context.Context, args []string) error {
 		return usageError{"--sessions must be 1 to 5000"}
 	case *duration <= 0 || *duration > time.Hour:
 		return usageError{"--duration must be positive, at most 1h"}
-	case *ping <= 0:
-		return usageError{"--ping must be positive"}
+	case *ping <= 0 || *echoes < 1:
+		return usageError{"--ping and --echoes must be positive"}
 	}
 	ws := *websockify
 	if ws != "" {
@@ -67,7 +68,7 @@ func (m *Main) benchDisplay(ctx context.Context, args []string) error {
 	}
 	defer stop()
 	res, err := displaybench.Run(ctx, displaybench.Config{Sessions: *sessions, Rate: r, MessageBytes: *msg, Duration: *duration,
-		PingInterval: *ping, Websockify: ws, Gateway: append(append([]string{}, self...), "bench", "display-gateway"), Progress: m.Stderr})
+		PingInterval: *ping, ProbeEchoes: *echoes, Websockify: ws, Gateway: append(append([]string{}, self...), "bench", "display-gateway"), Progress: m.Stderr})
 	stop()
 	if res == nil {
 		return err

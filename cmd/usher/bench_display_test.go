@@ -27,7 +27,7 @@ func TestBenchDisplay(t *testing.T) {
 	}
 	dir := t.TempDir()
 	const sessions = 20
-	code, stdout, stderr := run(t, "", "bench", "display", "--sessions", "20", "--duration", "2s", "--websockify", ws, "--out", dir)
+	code, stdout, stderr := run(t, "", "bench", "display", "--sessions", "20", "--duration", "2s", "--echoes", "100", "--websockify", ws, "--out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
@@ -54,7 +54,7 @@ func TestBenchDisplay(t *testing.T) {
 		if p.Opened != sessions || p.Verified != sessions || len(p.Errors) > 0 {
 			t.Errorf("%s: %d opened, %d verified of %d: %v", name, p.Opened, p.Verified, sessions, p.Errors)
 		}
-		if p.Pings == 0 || p.RTTP99 < p.RTTP50 || p.RTTP50 <= 0 {
+		if p.Pings == 0 || p.RTTP99 < p.RTTP50 || p.RTTP50 <= 0 || p.IdleRTTP50 <= 0 || p.IdleRTTP99 < p.IdleRTTP50 {
 			t.Errorf("%s: %d echoes, p50 %v, p99 %v", name, p.Pings, p.RTTP50, p.RTTP99)
 		}
 		if (name != displaybench.Direct) != p.Measured {

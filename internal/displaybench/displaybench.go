@@ -56,6 +56,9 @@ type Config struct {
 	MessageBytes int   // size of each scripted message
 	Duration     time.Duration
 	PingInterval time.Duration // each viewer's echo round trips
+	// ProbeEchoes is the number of sequential echoes of the idle probe
+	// (default DefaultProbeEchoes).
+	ProbeEchoes int
 	// Websockify is the websockify program; "" runs no yardstick.
 	Websockify string
 	// Gateway is the command line that runs the gateway process (usher
@@ -88,7 +91,7 @@ type Proxy struct {
 	RTTP50    time.Duration `json:"rtt_p50_ns"`
 	RTTP99    time.Duration `json:"rtt_p99_ns"`
 	// IdleRTTP50 and IdleRTTP99 are one session's sequential echoes
-	// (ProbeEchoes) once the others have closed: the proxy idle.
+	// (Config.ProbeEchoes) once the others have closed: the proxy idle.
 	IdleRTTP50 time.Duration `json:"idle_rtt_p50_ns"`
 	IdleRTTP99 time.Duration `json:"idle_rtt_p99_ns"`
 	Measured   bool          `json:"proxy_cpu_measured"`
@@ -115,6 +118,7 @@ type Result struct {
 	MessageBytes int           `json:"message_bytes"`
 	Duration     time.Duration `json:"duration_ns"`
 	PingInterval time.Duration `json:"ping_interval_ns"`
+	ProbeEchoes  int           `json:"probe_echoes"`
 	CPUs         string        `json:"cpus"`
 	LoadAvg      string        `json:"loadavg"`     // /proc/loadavg's 1, 5 and 15 minutes at the start
 	LoadAvgEnd   string        `json:"loadavg_end"` // and at the end
@@ -158,6 +162,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.MessageBytes = cmp.Or(cfg.MessageBytes, DefaultMessageBytes)
 	cfg.Duration = cmp.Or(cfg.Duration, DefaultDuration)
 	cfg.PingInterval = cmp.Or(cfg.PingInterval, DefaultPingInterval)
+	cfg.ProbeEchoes = cmp.Or(cfg.ProbeEchoes, DefaultProbeEchoes)
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -169,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	plan := benchkit.PlanCPUs()
 	res := &Result{Sessions: cfg.Sessions, Rate: cfg.Rate, MessageBytes: cfg.MessageBytes, Duration: cfg.Duration,
-		PingInterval: cfg.PingInterval, CPUs: "not pinned (one CPU)", LoadAvg: loadAvg()}
+		PingInterval: cfg.PingInterval, ProbeEchoes: cfg.ProbeEchoes, CPUs: "not pinned (one CPU)", LoadAvg: loadAvg()}
 	if plan.Pinned() {
 		// The bench process (viewers and sources) on the client CPU, the
 		// proxies on the others.
@@ -461,11 +466,11 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 	return p, nil
 }
 
-// ProbeEchoes is the number of sequential echoes of the idle probe.
-const ProbeEchoes = 1000
+// DefaultProbeEchoes is Config.ProbeEchoes's default.
+const DefaultProbeEchoes = 1000
 
 // probe opens one more session, streaming nothing, and times
-// ProbeEchoes echoes one after the other, sorted.
+// Config.ProbeEchoes echoes one after the other, sorted.
 func (b *bench) probe(ctx context.Context, dial dialFunc, i int) ([]time.Duration, error) {
 	r := newRound(b.cfg.MessageBytes, b.cfg.Rate)
 	b.cur.Store(r)
@@ -480,10 +485,10 @@ func (b *bench) probe(ctx context.Context, dial dialFunc, i int) ([]time.Duratio
 	if typ, _, err := readRecord(br, nil); err != nil || typ != recHello {
 		return nil, fmt.Errorf("no hello: %q, %v", typ, err)
 	}
-	rtts := make([]time.Duration, 0, ProbeEchoes)
+	rtts := make([]time.Duration, 0, b.cfg.ProbeEchoes)
 	ping := record(nil, recPing, make([]byte, 8))
 	var buf []byte
-	for range ProbeEchoes {
+	for range b.cfg.ProbeEchoes {
 		t0 := time.Now()
 		if _, err := c.Write(ping); err != nil {
 			return nil, err

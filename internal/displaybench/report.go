@@ -104,7 +104,7 @@ func (r *Result) Report(command string) *loadgen.Report {
 			"the sessions one fully used core would carry at that rate, linearly.",
 		"RTT: each viewer's 13-byte echo record every ping interval, answered by the source in the stream, under the full load; "+
 			"added = the way's percentile minus the direct way's (viewers straight at the source's WebSocket, no proxy), not a per-pair difference. "+
-			fmt.Sprintf("idle RTT: once every session has closed, one more session through the same way times %d echoes one after the other.", ProbeEchoes),
+			fmt.Sprintf("idle RTT: once every session has closed, one more session through the same way times %d echoes one after the other.", r.ProbeEchoes),
 		"rate held: the delivered rate over the target. Where it is under 100 %, something on the way (the proxy, the bench process or the machine's "+
 			"other work) did not keep up, and sessions per core at rate is extrapolated from the delivered bytes.",
 		"verified: the session's frames (CRC-32C and byte count) arrived as the source sent them, its end record says so.",
@@ -149,7 +149,7 @@ func (r *Result) headlines() []loadgen.Headline {
 	var h3 loadgen.Headline
 	if direct != nil {
 		added := gw.IdleRTTP99 - direct.IdleRTTP99
-		h3 = loadgen.Headline{What: fmt.Sprintf("Added echo latency through the proxy: one session's %d echoes, the proxy idle (under the load of %s: in the second part)", ProbeEchoes, what),
+		h3 = loadgen.Headline{What: fmt.Sprintf("Added echo latency through the proxy: one session's %d echoes, the proxy idle (under the load of %s: in the second part)", r.ProbeEchoes, what),
 			Usher: fmt.Sprintf("+%s ms p99 (+%s ms p50; direct p99 %s ms); goal < 1 ms: %s; under the load +%s ms p99 (direct p99 %s ms)",
 				ms(added), ms(gw.IdleRTTP50-direct.IdleRTTP50), ms(direct.IdleRTTP99), met(added < GoalAddedP99), ms(gw.RTTP99-direct.RTTP99), ms(direct.RTTP99)),
 			Client: client, Ceiling: ceiling}
