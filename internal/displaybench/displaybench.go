@@ -85,11 +85,12 @@ type Proxy struct {
 	TotalCPU   time.Duration `json:"total_cpu_ns"`
 	SteadyWall time.Duration `json:"steady_wall_ns"`
 	// ClientCPU is the bench process's (viewers and source) over the
-	// steady window.
-	ClientCPU time.Duration `json:"client_cpu_ns"`
-	Pings     int           `json:"pings"`
-	RTTP50    time.Duration `json:"rtt_p50_ns"`
-	RTTP99    time.Duration `json:"rtt_p99_ns"`
+	// steady window, ClientWall that window as it read it.
+	ClientCPU  time.Duration `json:"client_cpu_ns"`
+	ClientWall time.Duration `json:"client_wall_ns"`
+	Pings      int           `json:"pings"`
+	RTTP50     time.Duration `json:"rtt_p50_ns"`
+	RTTP99     time.Duration `json:"rtt_p99_ns"`
 	// IdleRTTP50 and IdleRTTP99 are one session's sequential echoes
 	// (Config.ProbeEchoes) once the others have closed: the proxy idle.
 	IdleRTTP50 time.Duration `json:"idle_rtt_p50_ns"`
@@ -102,7 +103,7 @@ type Proxy struct {
 func (p Proxy) ProxyCores() float64 { return frac(p.SteadyCPU, p.SteadyWall) }
 
 // ClientCores is the bench process's.
-func (p Proxy) ClientCores() float64 { return frac(p.ClientCPU, p.SteadyWall) }
+func (p Proxy) ClientCores() float64 { return frac(p.ClientCPU, p.ClientWall) }
 
 func frac(cpu, wall time.Duration) float64 {
 	if wall <= 0 {
@@ -422,14 +423,16 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 		return p, err
 	}
 	close(r.start)
+	// The bytes and their instant first, at once; then the CPU (reading
+	// /proc for a process tree may take a while on a loaded machine).
+	b2, t2 := received.Load(), time.Now()
 	p2, s2, err2 := read()
-	b2 := received.Load()
 	select {
 	case <-time.After(b.cfg.Duration):
 	case <-ctx.Done():
 	}
+	b3, t3 := received.Load(), time.Now()
 	p3, s3, err3 := read()
-	b3 := received.Load()
 	close(r.stop)
 	done.Wait()
 	if settle != nil {
@@ -444,11 +447,13 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 		return p, fmt.Errorf("%s: the idle echoes: %w", name, err)
 	}
 	p.IdleRTTP50, p.IdleRTTP99 = quantile(idle, 0.50), quantile(idle, 0.99)
-	p.OpenCPU, p.SteadyCPU, p.TotalCPU = p1.Sub(p0).CPU(), p3.Sub(p2).CPU(), p4.Sub(p0).CPU()
-	steady := s3.Sub(s2)
-	p.SteadyWall, p.ClientCPU = steady.Wall, steady.CPU()
-	if p.SteadyWall > 0 && n > 0 {
-		p.DeliveredBps = float64(b3-b2) / p.SteadyWall.Seconds() / float64(n)
+	p.OpenCPU, p.TotalCPU = p1.Sub(p0).CPU(), p4.Sub(p0).CPU()
+	steady := p3.Sub(p2)
+	p.SteadyCPU, p.SteadyWall = steady.CPU(), steady.Wall
+	client := s3.Sub(s2)
+	p.ClientCPU, p.ClientWall = client.CPU(), client.Wall
+	if w := t3.Sub(t2); w > 0 && n > 0 {
+		p.DeliveredBps = float64(b3-b2) / w.Seconds() / float64(n)
 	}
 	var rtts []time.Duration
 	for _, v := range viewers {
