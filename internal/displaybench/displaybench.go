@@ -369,8 +369,12 @@ func (b *bench) display(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 type dialFunc func(ctx context.Context, i int) (net.Conn, error)
 
-// openAtOnce bounds the sessions being opened at once.
-const openAtOnce = 32
+// openAtOnce bounds the sessions being opened at once; openWait how
+// long they may take.
+const (
+	openAtOnce = 32
+	openWait   = 2 * time.Minute
+)
 
 // run measures one way to the source: open every session, stream for
 // the duration, end. meter is the proxy's CPU (nil: none); settle, when
@@ -380,6 +384,10 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 	r := newRound(b.cfg.MessageBytes, b.cfg.Rate)
 	b.cur.Store(r)
 	p := Proxy{Name: name, Sessions: n, Measured: meter != nil}
+	// The sessions' connections end with rctx: a way that hangs is cut
+	// off (openWait for the opens, endWait and a margin for the ends).
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
 	read := func() (benchkit.Usage, benchkit.Usage, error) {
 		self, err := benchkit.SelfCPU()
 		if err != nil || meter == nil {
@@ -406,7 +414,7 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 			sem <- struct{}{}
 			release := sync.OnceFunc(func() { <-sem; opened.Done() })
 			defer release()
-			c, err := dial(ctx, i)
+			c, err := dial(rctx, i)
 			if err != nil {
 				viewers[i] = &viewer{err: err}
 				return
@@ -414,7 +422,9 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 			viewers[i] = view(c, func() { okOpen.Add(1); release() }, r.start, r.stop, b.cfg.PingInterval, &received, b.base)
 		})
 	}
+	cut := time.AfterFunc(openWait, rcancel)
 	opened.Wait()
+	cut.Stop()
 	p.Opened = int(okOpen.Load())
 	p1, _, err := read()
 	if err != nil {
@@ -434,7 +444,9 @@ func (b *bench) run(ctx context.Context, name string, dial dialFunc, meter bench
 	b3, t3 := received.Load(), time.Now()
 	p3, s3, err3 := read()
 	close(r.stop)
+	cut = time.AfterFunc(endWait+30*time.Second, rcancel)
 	done.Wait()
+	cut.Stop()
 	if settle != nil {
 		settle()
 	}

@@ -112,10 +112,12 @@ func (r *round) serve(ctx context.Context, c net.Conn) {
 			end := binary.BigEndian.AppendUint64(nil, sent)
 			end = binary.BigEndian.AppendUint32(end, crc)
 			if write(record(nil, recEnd, end)) == nil {
-				// The viewer closes once it has the end.
+				// The viewer closes once it has the end, which may be
+				// behind a starved proxy's backlog: closing first, with
+				// pings unread, would reset the connection and lose it.
 				select {
 				case <-readDone:
-				case <-time.After(10 * time.Second):
+				case <-time.After(endWait):
 				}
 			}
 			return
@@ -138,6 +140,10 @@ func (r *round) serve(ctx context.Context, c net.Conn) {
 		}
 	}
 }
+
+// endWait bounds how long a source waits for its viewer to close after
+// the end record.
+const endWait = 2 * time.Minute
 
 func record(dst []byte, typ byte, payload []byte) []byte {
 	dst = append(dst, typ)
