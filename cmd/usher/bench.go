@@ -59,6 +59,11 @@ Experiments:
                same bytes as a static file (when /usr/sbin/nginx exists).
   writecache   the PVS RAM-cache paper: targets through every PVS write-cache mode, with
                the disk operations under each (internal/blockbench).
+  display      issue 36: --sessions WebSocket viewers pulling a paced RFB-like
+               stream (--rate) through usher's display gateway, in its own
+               process, and through websockify in the same run: sessions per
+               CPU-second, sessions at the rate per core, added echo latency,
+               the viewers' CPU, every session's bytes checked.
   nbd          usher's NBD server beside nbdkit under fio.
   lhc          the Local Host Cache (seed 000): 400 applications enumerated
                over NFuse by wrk at each --concurrency with the site DB up
@@ -86,7 +91,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		m.subUsage(args, "bench", benchUsage)
 		if len(args) == 0 {
-			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc, hostcache or boot"}
+			return usageError{"which experiment? launch, logon-storm, enumerate, writecache, nbd, lhc, hostcache, boot or display"}
 		}
 		return flag.ErrHelp
 	}
@@ -107,6 +112,10 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return m.benchHostcache(ctx, args[1:])
 	case "boot":
 		return m.benchBoot(ctx, args[1:])
+	case "display":
+		return m.benchDisplay(ctx, args[1:])
+	case "display-gateway":
+		return m.benchDisplayGateway(ctx, args[1:])
 	case "hostcache-vms":
 		return m.benchHostcacheVMs(ctx, args[1:])
 	case "figures":

@@ -13,7 +13,7 @@ import (
 // for completion (each one's flags are its own flag set's).
 var subcommands = map[string][]string{
 	"admin":     {"add", "list", "reset-password", "remove", "enrol-token", "revoke-credential", "rotate-secret", "unlock", "outage"},
-	"bench":     {"launch", "logon-storm", "enumerate", "writecache", "nbd", "lhc", "hostcache", "boot", "figures"},
+	"bench":     {"launch", "logon-storm", "enumerate", "writecache", "nbd", "lhc", "hostcache", "boot", "display", "figures"},
 	"image":     {"import", "version", "promote", "merge", "list", "inspect"},
 	"directory": {"test"},
 	"hostcache": {"warm"},

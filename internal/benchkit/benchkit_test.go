@@ -12,12 +12,12 @@ import (
 
 func TestParseStat(t *testing.T) {
 	// A command name with spaces and parentheses, as a process may set.
-	line := "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 100 0 0\n"
+	line := "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 1 0 100 0 0\n"
 	st, err := parseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.ppid != 17 || st.user != 2500*time.Millisecond || st.sys != 300*time.Millisecond {
+	if st.ppid != 17 || st.user != 2500*time.Millisecond || st.sys != 300*time.Millisecond || st.cuser != 70*time.Millisecond || st.csys != 30*time.Millisecond {
 		t.Fatalf("got %+v", st)
 	}
 	for _, bad := range []string{"", "1 (x) S 2", "1 (x) S a 3 4 5 6 7 8 9 10 11 12 13 14 15"} {

@@ -150,7 +150,15 @@ func tv(t syscall.Timeval) time.Duration {
 // descendants alive at each reading (an nginx master and its workers, an
 // nbdkit and its threads), from /proc. Descendants that exit between two
 // readings take their time with them: read around a steady run.
-func TreeCPU(pid int) Meter {
+func TreeCPU(pid int) Meter { return treeCPU(pid, false) }
+
+// TreeCPUReaped is TreeCPU with the time of the descendants that exited
+// and were waited for (each process's cutime and cstime): the whole cost
+// of a server that forks a process per connection (websockify), the
+// children that served connections and ended included.
+func TreeCPUReaped(pid int) Meter { return treeCPU(pid, true) }
+
+func treeCPU(pid int, reaped bool) Meter {
 	return func() (Usage, error) {
 		now := time.Since(epoch)
 		procs, err := readProcs()
@@ -171,6 +179,10 @@ func TreeCPU(pid int) Meter {
 			st := procs[p]
 			u.User += st.user
 			u.Sys += st.sys
+			if reaped {
+				u.User += st.cuser
+				u.Sys += st.csys
+			}
 			todo = append(todo, children[p]...)
 		}
 		return u, nil
@@ -180,6 +192,9 @@ func TreeCPU(pid int) Meter {
 type procStat struct {
 	ppid      int
 	user, sys time.Duration
+	// cuser and csys are the time of the process's children that it
+	// waited for (cutime, cstime).
+	cuser, csys time.Duration
 }
 
 // clockTick is USER_HZ, 100 on every Linux architecture Go supports
@@ -219,18 +234,22 @@ func parseStat(b []byte) (procStat, error) {
 		return procStat{}, fmt.Errorf("no command name")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
-	if len(f) < 13 {
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15,
+	// cutime 16, cstime 17.
+	if len(f) < 15 {
 		return procStat{}, fmt.Errorf("%d fields", len(f)+2)
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	ut, err2 := strconv.ParseInt(f[11], 10, 64)
 	st, err3 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	cut, err4 := strconv.ParseInt(f[13], 10, 64)
+	cst, err5 := strconv.ParseInt(f[14], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 		return procStat{}, fmt.Errorf("malformed fields")
 	}
 	tick := time.Second / clockTick
-	return procStat{ppid: ppid, user: time.Duration(ut) * tick, sys: time.Duration(st) * tick}, nil
+	return procStat{ppid: ppid, user: time.Duration(ut) * tick, sys: time.Duration(st) * tick,
+		cuser: time.Duration(cut) * tick, csys: time.Duration(cst) * tick}, nil
 }
 
 // Workers returns the number of the plan's server CPUs, the runtime's
