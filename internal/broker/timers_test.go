@@ -1,0 +1,118 @@
+package broker_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/usher-vdi/usher/internal/broker"
+	"github.com/usher-vdi/usher/internal/site"
+	"github.com/usher-vdi/usher/internal/sitetest"
+)
+
+// timerCounter counts the logoffs of each session timer.
+type timerCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *timerCounter) TransactionStarted(string)                    {}
+func (c *timerCounter) TransactionFinished(string)                   {}
+func (c *timerCounter) TransactionDone(string, time.Duration, error) {}
+func (c *timerCounter) Refused()                                     {}
+func (c *timerCounter) Reconnected()                                 {}
+func (c *timerCounter) TimerLogoff(timer string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[timer]++
+}
+
+func (c *timerCounter) get(timer string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[timer]
+}
+
+// TestSessionTimersLogOff runs on a synctest bubble: with the group's
+// disconnected_logoff at 10m and max_session at 1h, a session
+// disconnected for more than 10 minutes is logged off through its VDA at
+// the first timer sweep after that, one that reconnected in time is not,
+// and active sessions are logged off at the first sweep past an hour;
+// each VDA logoff once, each counted under its timer.
+func TestSessionTimersLogOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const disconnected, maxSession = 10 * time.Minute, time.Hour
+		cfg := testSite(10, 250)
+		cfg.DeliveryGroups[0].SessionTimers = site.SessionTimers{DisconnectedLogoff: site.Duration(disconnected), MaxSession: site.Duration(maxSession)}
+		counts := &timerCounter{counts: map[string]int{}}
+		mod := func(c *broker.Config) {
+			c.HeartbeatInterval = 3 * time.Second
+			c.HeartbeatTimeout = 24 * time.Hour
+			c.Observer = counts
+		}
+		s := sitetest.New(t, sitetest.Options{Config: cfg, Registered: true, Broker: mod})
+		ctx := context.Background()
+		b := s.Broker
+		event := func(l *broker.Launch, c broker.SessionChange) {
+			t.Helper()
+			if err := b.SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: c}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		launch := func(user string) *broker.Launch {
+			t.Helper()
+			l, err := b.Launch(ctx, broker.LaunchRequest{User: user, Resource: "calc"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			event(l, broker.ChangeLogon)
+			return l
+		}
+		gone, back, active := launch("u0001"), launch("u0002"), launch("u0003")
+		event(gone, broker.ChangeDisconnect)
+		event(back, broker.ChangeDisconnect)
+		run(t, b)
+
+		advance(disconnected)
+		event(back, broker.ChangeReconnect)
+		if got := session(t, s.Store, gone.Session.ID).State; got != site.SessionDisconnected {
+			t.Fatalf("a session disconnected for exactly the timer is %s, want still disconnected", got)
+		}
+		advance(broker.TimerSweepInterval + time.Second)
+		if got := session(t, s.Store, gone.Session.ID).State; got != site.SessionLoggedOff {
+			t.Fatalf("a session disconnected past disconnected_logoff is %s, want logged off", got)
+		}
+		if got, want := s.Control.Logoffs(), []string{gone.Session.ID}; !slices.Equal(got, want) {
+			t.Fatalf("VDA logoffs %v, want %v", got, want)
+		}
+		for _, l := range []*broker.Launch{back, active} {
+			if got := session(t, s.Store, l.Session.ID).State; got != site.SessionActive {
+				t.Fatalf("session %s is %s, want active", l.Session.User, got)
+			}
+		}
+		if got := counts.get(broker.TimerDisconnectedLogoff); got != 1 {
+			t.Fatalf("%d disconnected_logoff logoffs counted, want 1", got)
+		}
+
+		advance(maxSession - disconnected)
+		advance(broker.TimerSweepInterval)
+		for _, l := range []*broker.Launch{back, active} {
+			if got := session(t, s.Store, l.Session.ID).State; got != site.SessionLoggedOff {
+				t.Fatalf("session %s past max_session is %s, want logged off", l.Session.User, got)
+			}
+		}
+		logoffs := s.Control.Logoffs()
+		slices.Sort(logoffs)
+		want := []string{gone.Session.ID, back.Session.ID, active.Session.ID}
+		slices.Sort(want)
+		if !slices.Equal(logoffs, want) {
+			t.Fatalf("VDA logoffs %v, want each session once: %v", logoffs, want)
+		}
+		if got := counts.get(broker.TimerMaxSession); got != 2 {
+			t.Fatalf("%d max_session logoffs counted, want 2", got)
+		}
+	})
+}
