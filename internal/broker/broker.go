@@ -67,6 +67,10 @@ type Prepare struct {
 	// only what lets the VDA check a presented ticket (its hash).
 	Ticket    string
 	ExpiresAt time.Time
+	// IdleDisconnect is the delivery group's idle_disconnect timer: the
+	// VDA disconnects a session whose viewer sent no input for so long;
+	// 0: never.
+	IdleDisconnect time.Duration
 }
 
 // Config configures a Broker.
@@ -852,6 +856,9 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 	ticket, exp := b.newTicket()
 	prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
 		Reconnect: reconnect && sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
+	if g, ok := b.Snapshot().DeliveryGroup(sess.DeliveryGroup); ok {
+		prep.IdleDisconnect = g.SessionTimers.IdleDisconnect.Std()
+	}
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
 	err := b.cfg.Control.Prepare(pctx, Control{Machine: sess.Machine, URL: st.ControlURL, Token: st.ControlToken, Pin: st.ControlPin}, prep)
 	cancel()

@@ -116,3 +116,25 @@ func TestSessionTimersLogOff(t *testing.T) {
 		}
 	})
 }
+
+// TestPrepareCarriesIdleTimer: the VDA hears of the group's
+// idle_disconnect in the prepare of each launch.
+func TestPrepareCarriesIdleTimer(t *testing.T) {
+	cfg := testSite(3, 250)
+	cfg.DeliveryGroups[0].SessionTimers.IdleDisconnect = site.Duration(15 * time.Minute)
+	s := sitetest.New(t, sitetest.Options{Config: cfg, Registered: true})
+	ctx := context.Background()
+	for _, res := range []string{"calc", "vdi"} {
+		if _, err := s.Broker.Launch(ctx, broker.LaunchRequest{User: "u0001", Resource: res}); err != nil {
+			t.Fatal(err)
+		}
+		p, ok := s.Control.LastPrepared()
+		want := 15 * time.Minute
+		if res == "vdi" {
+			want = 0 // the VDI group has no idle timer
+		}
+		if !ok || p.IdleDisconnect != want {
+			t.Fatalf("prepare of %s: idle %v, want %v", res, p.IdleDisconnect, want)
+		}
+	}
+}
