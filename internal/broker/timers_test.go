@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -135,6 +136,72 @@ func TestPrepareCarriesIdleTimer(t *testing.T) {
 		}
 		if !ok || p.IdleDisconnect != want {
 			t.Fatalf("prepare of %s: idle %v, want %v", res, p.IdleDisconnect, want)
+		}
+	}
+}
+
+// TestSessionTimersWithThreeBrokers: three brokers on one PostgreSQL
+// site DB, each seeing the machines registered, sweep the same
+// disconnected sessions past their timer: each session ends once, and
+// its VDA is asked once, by the broker whose transaction ended it.
+func TestSessionTimersWithThreeBrokers(t *testing.T) {
+	const n = 20
+	cfg := testSite(n, 250)
+	cfg.DeliveryGroups[0].SessionTimers.DisconnectedLogoff = site.Duration(10 * time.Minute)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var controls []*sitetest.Control
+	brokers, stores := pgBrokers(t, cfg, 3, func(c *broker.Config) {
+		ctl := sitetest.NewControl()
+		controls = append(controls, ctl)
+		c.Control, c.Now = ctl, clock
+		c.HeartbeatInterval, c.HeartbeatTimeout = 150*time.Millisecond, 24*time.Hour
+	})
+	ctx := context.Background()
+	var ids []string
+	for i := 1; i <= n; i++ {
+		l, err := brokers[0].Launch(ctx, broker.LaunchRequest{User: fmt.Sprintf("u%04d", i), Resource: "calc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []broker.SessionChange{broker.ChangeLogon, broker.ChangeDisconnect} {
+			if err := brokers[0].SessionEvent(ctx, broker.SessionEvent{Machine: l.Session.Machine, SessionID: l.Session.ID, Change: c}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, l.Session.ID)
+	}
+	for _, b := range brokers {
+		run(t, b)
+	}
+	mu.Lock()
+	now = now.Add(11 * time.Minute)
+	mu.Unlock()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for _, id := range ids {
+		for session(t, stores[0], id).State != site.SessionLoggedOff {
+			select {
+			case <-deadline:
+				t.Fatalf("session %s is still %s 30 s after its timer", id, session(t, stores[0], id).State)
+			case <-tick.C:
+			}
+		}
+	}
+	asked := map[string]int{}
+	for _, c := range controls {
+		for _, id := range c.Logoffs() {
+			asked[id]++
+		}
+	}
+	for i, c := range controls {
+		t.Logf("broker %d asked %d logoffs", i, len(c.Logoffs()))
+	}
+	for _, id := range ids {
+		if asked[id] != 1 {
+			t.Errorf("session %s: the VDA was asked to log it off %d times, want once", id, asked[id])
 		}
 	}
 }
