@@ -667,6 +667,9 @@ func decodeJSON(r *http.Request, v any) error {
 			return site.Errorf(site.EInvalid, "request body is not valid JSON (at byte %d)", syn.Offset)
 		case errors.As(err, &typ):
 			field := jsonPath(typ.Field)
+			if typ.Type == reflect.TypeFor[site.Duration]() {
+				return site.Errorf(site.EInvalid, "request body: field %q: %s is not a duration like 15m, 8h or 1h30m", field, typ.Value).At(field)
+			}
 			return site.Errorf(site.EInvalid, "request body: field %q must be %s", field, typ.Type).At(field)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			e := site.Errorf(site.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))

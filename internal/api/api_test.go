@@ -349,6 +349,8 @@ func TestAdminBadInput(t *testing.T) {
 		{"short password", "PUT", "/api/v1/admin/users/user0001/password", map[string]string{"password": "short"}, 400, site.EInvalid, "shorter", "password"},
 		{"bad session state", "GET", "/api/v1/admin/sessions?state=sleepy", nil, 400, site.EInvalid, "sleepy", ""},
 		{"nested field", "POST", "/api/v1/admin/delivery-groups", map[string]any{"name": "G", "catalogs": []string{}, "load_rules": map[string]any{"cpu": map[string]any{"enabled": true, "full_percent": 0}}}, 400, site.EInvalid, "outside 1..100", "load_rules.cpu.full_percent"},
+		{"session timer too long", "POST", "/api/v1/admin/delivery-groups", `{"name":"G","catalogs":[],"session_timers":{"max_session":"721h"}}`, 400, site.EInvalid, "longer than 30 days", "session_timers.max_session"},
+		{"session timer not a duration", "POST", "/api/v1/admin/delivery-groups", `{"name":"G","catalogs":[],"session_timers":{"idle_disconnect":"15"}}`, 400, site.EInvalid, "not a duration", "session_timers.idle_disconnect"},
 		{"wrong type in an embedded struct", "POST", "/api/v1/admin/users", `{"name":"u9","display_name":7}`, 400, site.EInvalid, `field "display_name" must be`, "display_name"},
 		{"nested wrong type", "POST", "/api/v1/admin/delivery-groups", `{"name":"G","catalogs":[],"load_rules":{"cpu":{"full_percent":"most"}}}`, 400, site.EInvalid, "must be", "load_rules.cpu.full_percent"},
 		{"empty command line", "POST", "/api/v1/admin/applications", map[string]any{"name": "x", "display_name": "X", "delivery_groups": []string{"Office Apps"}}, 400, site.EInvalid, "command_line is empty", "command_line"},

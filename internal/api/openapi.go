@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/usher-vdi/usher/internal/site"
 )
 
 // buildOpenAPI returns the OpenAPI 3.0 document of routes. Schemas come from
@@ -138,6 +140,9 @@ func (b *schemaBuilder) schema(t reflect.Type) map[string]any {
 	switch {
 	case t == reflect.TypeFor[time.Time]():
 		return map[string]any{"type": "string", "format": "date-time"}
+	case t == reflect.TypeFor[site.Duration]():
+		return map[string]any{"type": "string", "example": "15m",
+			"description": `a duration such as "15m", "8h" or "1h30m", in whole seconds; "0" or absent: off`}
 	case t.Kind() == reflect.String:
 		return map[string]any{"type": "string"}
 	case t.Kind() == reflect.Bool:

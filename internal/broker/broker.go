@@ -67,6 +67,10 @@ type Prepare struct {
 	// only what lets the VDA check a presented ticket (its hash).
 	Ticket    string
 	ExpiresAt time.Time
+	// IdleDisconnect is the delivery group's idle_disconnect timer: the
+	// VDA disconnects a session whose viewer sent no input for so long;
+	// 0: never.
+	IdleDisconnect time.Duration
 }
 
 // Config configures a Broker.
@@ -164,6 +168,9 @@ type Broker struct {
 	// sweepBlocked is set while expireMachines finds the site DB
 	// unavailable (the sweeping goroutine's alone).
 	sweepBlocked bool
+	// timersDue is when the sweep next checks the session timers (the
+	// sweeping goroutine's alone).
+	timersDue time.Time
 	// started is when New made the broker: a machine whose last heartbeat
 	// is older was registered in an earlier run, and is unregistered
 	// with the others in one log line, not warned of one by one.
@@ -364,7 +371,8 @@ func (b *Broker) resyncStatuses(ctx context.Context, since time.Time) {
 // Run keeps the broker current until ctx is done: it refreshes the
 // snapshot when the configuration changes (at once when the store tells
 // of changes, and every RefreshInterval in any case), unregisters machines
-// that stopped heartbeating and ends sessions whose user never arrived.
+// that stopped heartbeating, ends sessions whose user never arrived and
+// logs off sessions past their delivery group's session timers.
 func (b *Broker) Run(ctx context.Context) error {
 	changed := make(chan struct{}, 1)
 	if w, ok := b.store.(site.ConfigWatcher); ok {
@@ -400,6 +408,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		case <-sweep.C:
 			b.expireMachines(ctx)
 			b.expirePending(ctx)
+			b.expireTimers(ctx)
 		}
 	}
 }
@@ -847,6 +856,9 @@ func (b *Broker) prepare(ctx context.Context, res *site.Resource, sess site.Sess
 	ticket, exp := b.newTicket()
 	prep := Prepare{SessionID: sess.ID, User: sess.User, Resource: res.Name, CommandLine: res.CommandLine,
 		Reconnect: reconnect && sess.State != site.SessionPending, Ticket: ticket, ExpiresAt: exp}
+	if g, ok := b.Snapshot().DeliveryGroup(sess.DeliveryGroup); ok {
+		prep.IdleDisconnect = g.SessionTimers.IdleDisconnect.Std()
+	}
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.PrepareTimeout)
 	err := b.cfg.Control.Prepare(pctx, Control{Machine: sess.Machine, URL: st.ControlURL, Token: st.ControlToken, Pin: st.ControlPin}, prep)
 	cancel()
@@ -891,8 +903,16 @@ func newID() string { return strings.ToLower(randomToken(12)) }
 // VDA reporting the logoff, checked in the same transaction
 // (ErrNotRegistered unless it holds the machine's registration).
 func (b *Broker) endSession(ctx context.Context, id, machine string, vdaCred *string) error {
+	_, err := b.endSessionIf(ctx, id, machine, vdaCred, nil)
+	return err
+}
+
+// endSessionIf is endSession for a live session that still satisfies
+// cond (when set) in the transaction that ends it. ended reports whether
+// this call ended it, false when it had ended already or cond refused.
+func (b *Broker) endSessionIf(ctx context.Context, id, machine string, vdaCred *string, cond func(site.Session) bool) (ended bool, err error) {
 	var wasPending, changed bool
-	err := b.store.Update(ctx, func(tx site.Tx) error {
+	err = b.store.Update(ctx, func(tx site.Tx) error {
 		st, sess, err := site.MachineSession(ctx, tx, machine, id)
 		if err != nil {
 			return err
@@ -903,7 +923,7 @@ func (b *Broker) endSession(ctx context.Context, id, machine string, vdaCred *st
 		if sess.Machine != machine {
 			return site.Errorf(site.EForbidden, "session %q is not on machine %q", id, machine)
 		}
-		if sess.State == site.SessionLoggedOff {
+		if sess.State == site.SessionLoggedOff || cond != nil && !cond(sess) {
 			return nil
 		}
 		wasPending = sess.State == site.SessionPending
@@ -923,7 +943,7 @@ func (b *Broker) endSession(ctx context.Context, id, machine string, vdaCred *st
 	if err == nil && changed {
 		b.machines.ended(machine, wasPending)
 	}
-	return err
+	return err == nil && changed, err
 }
 
 // rescore recomputes a stored status's load index under the machine's rules.

@@ -44,6 +44,10 @@ type Observer interface {
 	// Reconnected records a launch that returned a user to an existing
 	// session.
 	Reconnected()
+	// TimerLogoff records a session logged off by its delivery group's
+	// session timer, named as in site files: TimerDisconnectedLogoff or
+	// TimerMaxSession.
+	TimerLogoff(timer string)
 }
 
 // nopObserver observes nothing.
@@ -54,6 +58,7 @@ func (nopObserver) TransactionFinished(string)                   {}
 func (nopObserver) TransactionDone(string, time.Duration, error) {}
 func (nopObserver) Refused()                                     {}
 func (nopObserver) Reconnected()                                 {}
+func (nopObserver) TimerLogoff(string)                           {}
 
 // begin tells the observer a transaction started; the returned function
 // ends it with its outcome.

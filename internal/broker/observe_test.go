@@ -37,6 +37,8 @@ func (r *recorder) TransactionDone(op string, _ time.Duration, _ error) {
 func (r *recorder) Refused()     {}
 func (r *recorder) Reconnected() {}
 
+func (r *recorder) TimerLogoff(string) {}
+
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

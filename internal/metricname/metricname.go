@@ -22,6 +22,9 @@ const (
 	// BrokerReconnections counts launches that returned a user to an
 	// existing session (a counter).
 	BrokerReconnections = "usher_broker_reconnections_total"
+	// BrokerTimerLogoffs counts sessions logged off by their delivery
+	// group's session timer, by timer (a counter).
+	BrokerTimerLogoffs = "usher_broker_timer_logoffs_total"
 	// BrokerRefusedTransactions counts transactions refused at the
 	// concurrency bound (a counter).
 	BrokerRefusedTransactions = "usher_broker_refused_transactions_total"

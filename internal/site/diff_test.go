@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/sitegen"
@@ -95,8 +96,8 @@ func TestDiffComparesEveryField(t *testing.T) {
 				f.SetString(f.String() + "x")
 			case reflect.Bool:
 				f.SetBool(!f.Bool())
-			case reflect.Int:
-				f.SetInt(f.Int() + 1)
+			case reflect.Int, reflect.Int64: // an int or a site.Duration
+				f.SetInt(f.Int() + int64(time.Second))
 			case reflect.Slice:
 				f.Set(reflect.ValueOf(append(slices.Clone(f.Interface().([]string)), "added")))
 			case reflect.Pointer: // a new pointer to another value, never a write through the shared one

@@ -19,7 +19,7 @@ func equalUser(a, b *User) bool {
 func equalDeliveryGroup(a, b *DeliveryGroup) bool {
 	return a.Name == b.Name && a.Description == b.Description && a.LoadRules == b.LoadRules &&
 		a.Reconnect == b.Reconnect && a.ZonePreference == b.ZonePreference && a.HomeZone == b.HomeZone &&
-		equalList(a.Catalogs, b.Catalogs)
+		a.SessionTimers == b.SessionTimers && equalList(a.Catalogs, b.Catalogs)
 }
 
 func equalResource(a, b *Resource) bool {

@@ -236,6 +236,9 @@ type DeliveryGroup struct {
 	// the group's applications and desktops (application-home).
 	ZonePreference ZonePreference `json:"zone_preference" yaml:"zone_preference"`
 	HomeZone       string         `json:"home_zone,omitempty" yaml:"home_zone,omitempty"`
+	// SessionTimers disconnect idle sessions and log off disconnected
+	// and long sessions; all are off by default.
+	SessionTimers SessionTimers `json:"session_timers,omitzero" yaml:"session_timers,omitempty"`
 }
 
 // ResourceKind tells applications from desktops.

@@ -194,7 +194,7 @@ func (g DeliveryGroup) Validate() error {
 	if r.ConcurrentLogons.Enabled && r.ConcurrentLogons.Tolerance < 1 {
 		return invalid(KindDeliveryGroup, g.Name, "load_rules.concurrent_logons.tolerance %d is below 1", r.ConcurrentLogons.Tolerance).At("load_rules.concurrent_logons.tolerance")
 	}
-	return nil
+	return g.SessionTimers.validate(g.Name)
 }
 
 // Validate checks the resource's own fields.

@@ -394,8 +394,8 @@ func (d *decoder) peekName(n *yaml.Node) (string, bool) {
 	return "", false
 }
 
-// value decodes n onto v, a struct, string, bool, int, pointer to an int
-// or string list of the domain model. Null leaves v as it is, keeping
+// value decodes n onto v, a struct, string, bool, int, duration, pointer
+// to an int or string list of the domain model. Null leaves v as it is, keeping
 // defaults.
 func (d *decoder) value(n *yaml.Node, v reflect.Value, w where) error {
 	n, err := d.resolve(n)
@@ -403,6 +403,16 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, w where) error {
 		return err
 	}
 	if isNull(n) {
+		return nil
+	}
+	if v.Type() == reflect.TypeFor[site.Duration]() {
+		s, err := d.str(n, w)
+		if err != nil {
+			return err
+		}
+		if err := v.Addr().Interface().(*site.Duration).UnmarshalText([]byte(s)); err != nil {
+			return d.errorf(n.Line, "%s%v", w.prefix(), err)
+		}
 		return nil
 	}
 	switch v.Kind() {

@@ -45,6 +45,7 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 
 		// Wrong types.
 		{"wrong-type-int.yaml", 7, `delivery-group "Office Apps": load_rules.max_sessions.limit: cannot use "many" as an integer`},
+		{"wrong-duration.yaml", 6, `delivery-group "Office Apps": session_timers.disconnected_logoff: "15" is not a duration like 15m, 8h or 1h30m`},
 		{"wrong-type-float.yaml", 5, `machine "vda-01": max_sessions: cannot use "2.5" as an integer`},
 		{"int-out-of-range.yaml", 3, `machine "vda-01": max_sessions: 99999999999999 is out of range`},
 		{"wrong-type-bool.yaml", 3, `zone "primary": primary: cannot use "yes" as a boolean (true or false)`},

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/site"
@@ -69,6 +70,7 @@ func tricky() *site.Config {
 				ConcurrentLogons: site.LogonRule{Enabled: false, Tolerance: 0, Hard: true},
 			},
 			Reconnect: site.ReconnectSameEndpointOnly, ZonePreference: site.ZoneApplicationHome, HomeZone: "zone: b",
+			SessionTimers: site.SessionTimers{IdleDisconnect: site.Duration(15 * time.Minute), MaxSession: site.Duration(90 * time.Minute)},
 		}},
 		Applications: []site.Resource{{Kind: site.Application, Name: "@app", DisplayName: "%percent", Folder: "A/B", CommandLine: `C:\Program Files\x.exe "%1"`, Icon: "data:image/png;base64,iVBORw0KGgo=", DeliveryGroups: []string{"&anchor"}, Disabled: true}},
 		Desktops:     []site.Resource{{Kind: site.Desktop, Name: "!tag", DisplayName: "!tag", DeliveryGroups: []string{"&anchor"}}},
@@ -204,5 +206,12 @@ func BenchmarkDecodeDemoSite(b *testing.B) {
 		if _, err := siteyaml.Decode("site.yaml", bytes.NewReader(data)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestEncodeSessionTimersAsDurations(t *testing.T) {
+	out := string(MustEncode(t, tricky(), siteyaml.EncodeOptions{}))
+	if !strings.Contains(out, "    session_timers:\n      idle_disconnect: 15m\n      max_session: 1h30m\n") {
+		t.Fatalf("session timers not written as durations:\n%s", out)
 	}
 }

@@ -165,6 +165,7 @@ func (m *Machine) prepare(ctx context.Context, req vdaproto.PrepareRequest) erro
 		t.superseded = true
 	}
 	cur.ticket = req.TicketHash
+	cur.idle = time.Duration(max(req.IdleDisconnectMS, 0)) * time.Millisecond
 	m.tickets[req.TicketHash] = &ticket{session: s.ID, expires: req.ExpiresAt}
 	state := cur.State
 	m.mu.Unlock()

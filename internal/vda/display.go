@@ -3,6 +3,7 @@ package vda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -297,8 +299,9 @@ func (m *Machine) serveDisplay(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	s := m.sessions[id]
 	var old *viewer
+	var idle time.Duration
 	if s != nil && s.display == d {
-		old, s.view = s.view, v
+		old, s.view, idle = s.view, v, s.idle
 	}
 	m.mu.Unlock()
 	if s == nil || s.display != d {
@@ -309,7 +312,7 @@ func (m *Machine) serveDisplay(w http.ResponseWriter, r *http.Request) {
 	if old != nil {
 		old.end(vdaproto.CloseTakenOver, reasonTakenOver)
 	}
-	m.splice(d, v, conn)
+	m.splice(d, v, conn, idle)
 	m.viewerGone(ctx, id, v)
 }
 
@@ -350,14 +353,38 @@ func stopped(d Display) bool {
 
 // splice copies binary WebSocket messages from v to conn and what conn
 // sends to v, each through one buffer, until one side ends or v is ended;
-// it pings v meanwhile. It closes both and returns when all is done.
-func (m *Machine) splice(d Display, v *viewer, conn net.Conn) {
+// it pings v meanwhile. With idle set, it ends v with CloseDisconnected
+// once v sent no message (input) for idle: viewerGone then reports the
+// disconnect. It closes both and returns when all is done.
+func (m *Machine) splice(d Display, v *viewer, conn net.Conn, idle time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	var lastInput atomic.Int64 // UnixNano of the viewer's last message
+	lastInput.Store(time.Now().UnixNano())
+	if idle > 0 {
+		wg.Go(func() {
+			t := time.NewTimer(idle)
+			defer t.Stop()
+			for {
+				select {
+				case <-v.ended:
+					return
+				case <-t.C:
+				}
+				since := time.Since(time.Unix(0, lastInput.Load()))
+				if since >= idle {
+					v.end(vdaproto.CloseDisconnected, idleReason(idle))
+					return
+				}
+				t.Reset(idle - since)
+			}
+		})
+	}
 	wg.Go(func() { // viewer to display
 		buf := make([]byte, displayBuffer)
 		for {
 			typ, r, err := v.ws.Reader(ctx)
+			lastInput.Store(time.Now().UnixNano())
 			if err != nil {
 				v.end(0, "")
 				return
@@ -427,6 +454,17 @@ func (m *Machine) splice(d Display, v *viewer, conn net.Conn) {
 	conn.Close()
 	cancel()
 	wg.Wait()
+}
+
+// idleReason is the close reason of a viewer ended by the idle timer.
+func idleReason(idle time.Duration) string {
+	if idle%time.Minute == 0 {
+		if n := int64(idle / time.Minute); n != 1 {
+			return fmt.Sprintf("The session was disconnected after %d minutes without input.", n)
+		}
+		return "The session was disconnected after 1 minute without input."
+	}
+	return fmt.Sprintf("The session was disconnected after %s without input.", idle)
 }
 
 // streamClosed ends a viewer whose display closed its stream: with

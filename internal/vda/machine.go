@@ -133,6 +133,9 @@ type session struct {
 	ticket  string  // hash of the newest ticket
 	display Display // nil on a machine without displays
 	view    *viewer // the client's display WebSocket, if one is open
+	// idle is the delivery group's idle timer of the newest prepare: a
+	// viewer without input for so long is disconnected; 0: never.
+	idle time.Duration
 }
 
 type ticket struct {

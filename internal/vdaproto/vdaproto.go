@@ -167,6 +167,10 @@ type PrepareRequest struct {
 	// itself until a client presents it.
 	TicketHash string    `json:"ticket_hash"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// IdleDisconnectMS, when positive, is the delivery group's session
+	// idle timer in milliseconds: the agent disconnects a viewer that
+	// sent no input for so long (CloseDisconnected). 0 or absent: never.
+	IdleDisconnectMS int64 `json:"idle_disconnect_ms,omitempty"`
 }
 
 // SessionRequest names a session.

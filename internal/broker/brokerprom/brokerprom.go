@@ -36,15 +36,16 @@ import (
 // zones (one read per scrape); without a store, or on a site of one zone,
 // they count sessions without listing them.
 type Metrics struct {
-	concurrent *prometheus.GaugeVec
-	total      *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	reconnects prometheus.Counter
-	refused    prometheus.Counter
-	conflicts  prometheus.Counter
-	xmlTotal   *prometheus.CounterVec
-	xmlTime    *prometheus.HistogramVec
-	state      *stateCollector
+	concurrent   *prometheus.GaugeVec
+	total        *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	reconnects   prometheus.Counter
+	timerLogoffs *prometheus.CounterVec
+	refused      prometheus.Counter
+	conflicts    prometheus.Counter
+	xmlTotal     *prometheus.CounterVec
+	xmlTime      *prometheus.HistogramVec
+	state        *stateCollector
 	// done and xml hold the series transactions record; gauges the
 	// concurrent series of broker.Operations, read-only after New.
 	done, xml series
@@ -99,6 +100,10 @@ func newMetrics() *Metrics {
 			Name: metricname.BrokerReconnections,
 			Help: "Launches that returned a user to an existing session.",
 		}),
+		timerLogoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricname.BrokerTimerLogoffs,
+			Help: "Sessions logged off by their delivery group's session timer, by timer (disconnected_logoff: Citrix's Disconnected session timer; max_session: Session connection timer).",
+		}, []string{"timer"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricname.BrokerRefusedTransactions,
 			Help: "Transactions refused at once because the broker was at its concurrency bound (answered retry-required).",
@@ -127,7 +132,7 @@ func newMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.refused, m.conflicts, m.xmlTotal, m.xmlTime, m.state} {
+	for _, c := range []prometheus.Collector{m.concurrent, m.total, m.duration, m.reconnects, m.timerLogoffs, m.refused, m.conflicts, m.xmlTotal, m.xmlTime, m.state} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -174,6 +179,9 @@ func (m *Metrics) Refused() { m.refused.Inc() }
 
 // Reconnected implements broker.Observer.
 func (m *Metrics) Reconnected() { m.reconnects.Inc() }
+
+// TimerLogoff implements broker.Observer.
+func (m *Metrics) TimerLogoff(timer string) { m.timerLogoffs.WithLabelValues(timer).Inc() }
 
 // RegistrationConflict counts a registration refused because another VDA
 // held the machine.

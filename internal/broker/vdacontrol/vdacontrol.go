@@ -145,7 +145,8 @@ func (c *Client) Prepare(ctx context.Context, to broker.Control, p broker.Prepar
 
 func prepareRequest(p broker.Prepare) vdaproto.PrepareRequest {
 	return vdaproto.PrepareRequest{SessionID: p.SessionID, User: p.User, Resource: p.Resource, CommandLine: p.CommandLine,
-		Reconnect: p.Reconnect, TicketHash: vdaproto.TicketHash(p.Ticket), ExpiresAt: p.ExpiresAt}
+		Reconnect: p.Reconnect, TicketHash: vdaproto.TicketHash(p.Ticket), ExpiresAt: p.ExpiresAt,
+		IdleDisconnectMS: p.IdleDisconnect.Milliseconds()}
 }
 
 // Logoff asks a VDA to log a session off.

@@ -32,12 +32,12 @@ func TestPrepareSendsTheTicketHash(t *testing.T) {
 
 	exp := time.Date(2025, 6, 30, 12, 0, 0, 0, time.UTC)
 	p := broker.Prepare{SessionID: "s1", User: "alice", Resource: "calc", CommandLine: "calc.exe", Reconnect: true,
-		Ticket: "the-ticket", ExpiresAt: exp}
+		Ticket: "the-ticket", ExpiresAt: exp, IdleDisconnect: 15 * time.Minute}
 	if err := vdacontrol.New().Prepare(context.Background(), broker.Control{URL: srv.URL + "/vda/m1/", Token: "tok"}, p); err != nil {
 		t.Fatal(err)
 	}
 	want := vdaproto.PrepareRequest{SessionID: "s1", User: "alice", Resource: "calc", CommandLine: "calc.exe", Reconnect: true,
-		TicketHash: vdaproto.TicketHash("the-ticket"), ExpiresAt: exp}
+		TicketHash: vdaproto.TicketHash("the-ticket"), ExpiresAt: exp, IdleDisconnectMS: 15 * 60 * 1000}
 	if got != want {
 		t.Errorf("prepare = %+v, want %+v", got, want)
 	}

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -124,14 +125,20 @@ var deliveryGroups = newSpec(spec[site.DeliveryGroup]{
 	kind:  site.KindDeliveryGroup,
 	table: "delivery_groups",
 	cols: []column{nameCol, col("description", tText), col("reconnect", tText), col("zone_preference", tText),
-		col("home_zone", tText), col("load_rules", tJSON)},
+		col("home_zone", tText), col("load_rules", tJSON),
+		col("idle_disconnect_seconds", tInt), col("disconnected_logoff_seconds", tInt), col("max_session_seconds", tInt)},
 	args: func(g site.DeliveryGroup) []any {
 		rules, _ := json.Marshal(g.LoadRules) // plain data always marshals
-		return []any{g.Name, g.Description, string(g.Reconnect), string(g.ZonePreference), nullIfEmpty(g.HomeZone), string(rules)}
+		t := g.SessionTimers
+		return []any{g.Name, g.Description, string(g.Reconnect), string(g.ZonePreference), nullIfEmpty(g.HomeZone), string(rules),
+			toSeconds(t.IdleDisconnect), toSeconds(t.DisconnectedLogoff), toSeconds(t.MaxSession)}
 	},
-	sel: "t.name, t.description, t.reconnect, t.zone_preference, coalesce(t.home_zone, ''), t.load_rules",
+	sel: `t.name, t.description, t.reconnect, t.zone_preference, coalesce(t.home_zone, ''), t.load_rules,
+		t.idle_disconnect_seconds, t.disconnected_logoff_seconds, t.max_session_seconds`,
 	dest: func(g *site.DeliveryGroup) []any {
-		return []any{&g.Name, &g.Description, &g.Reconnect, &g.ZonePreference, &g.HomeZone, &g.LoadRules}
+		t := &g.SessionTimers
+		return []any{&g.Name, &g.Description, &g.Reconnect, &g.ZonePreference, &g.HomeZone, &g.LoadRules,
+			seconds{&t.IdleDisconnect}, seconds{&t.DisconnectedLogoff}, seconds{&t.MaxSession}}
 	},
 	name: func(g site.DeliveryGroup) string { return g.Name },
 	links: []*link[site.DeliveryGroup]{
@@ -235,3 +242,18 @@ var brokers = newSpec(spec[site.BrokerRecord]{
 	},
 	name: func(b site.BrokerRecord) string { return b.Name },
 })
+
+// toSeconds is a duration as stored: whole seconds.
+func toSeconds(d site.Duration) int64 { return int64(d.Std() / time.Second) }
+
+// seconds scans whole seconds into a duration.
+type seconds struct{ d *site.Duration }
+
+func (s seconds) Scan(src any) error {
+	n, ok := src.(int64)
+	if !ok {
+		return fmt.Errorf("scan seconds: got %T", src)
+	}
+	*s.d = site.Duration(time.Duration(n) * time.Second)
+	return nil
+}

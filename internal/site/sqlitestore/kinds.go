@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
 )
@@ -144,24 +145,30 @@ var deliveryGroups = newSpec(spec[site.DeliveryGroup]{
 	cols: []string{"name", "description", "reconnect", "zone_preference", "home_zone",
 		"max_sessions_enabled", "max_sessions_limit", "cpu_enabled", "cpu_full_percent",
 		"memory_enabled", "memory_full_percent", "memory_base_load_mb",
-		"logons_enabled", "logons_tolerance", "logons_hard"},
+		"logons_enabled", "logons_tolerance", "logons_hard",
+		"idle_disconnect_seconds", "disconnected_logoff_seconds", "max_session_seconds"},
 	args: func(g site.DeliveryGroup) []any {
-		r := g.LoadRules
+		r, t := g.LoadRules, g.SessionTimers
 		return []any{g.Name, g.Description, string(g.Reconnect), string(g.ZonePreference), nullIfEmpty(g.HomeZone),
 			r.MaxSessions.Enabled, r.MaxSessions.Limit, r.CPU.Enabled, r.CPU.FullPercent,
 			r.Memory.Enabled, r.Memory.FullPercent, r.Memory.BaseLoadMB,
-			r.ConcurrentLogons.Enabled, r.ConcurrentLogons.Tolerance, r.ConcurrentLogons.Hard}
+			r.ConcurrentLogons.Enabled, r.ConcurrentLogons.Tolerance, r.ConcurrentLogons.Hard,
+			toSeconds(t.IdleDisconnect), toSeconds(t.DisconnectedLogoff), toSeconds(t.MaxSession)}
 	},
 	sel: `name, description, reconnect, zone_preference, coalesce(home_zone, ''),
 		max_sessions_enabled, max_sessions_limit, cpu_enabled, cpu_full_percent,
 		memory_enabled, memory_full_percent, memory_base_load_mb,
-		logons_enabled, logons_tolerance, logons_hard`,
+		logons_enabled, logons_tolerance, logons_hard,
+		idle_disconnect_seconds, disconnected_logoff_seconds, max_session_seconds`,
 	scan: func(s scanner) (g site.DeliveryGroup, err error) {
 		r := &g.LoadRules
+		var idle, disc, maxs int64
 		err = s.Scan(&g.Name, &g.Description, &g.Reconnect, &g.ZonePreference, &g.HomeZone,
 			&r.MaxSessions.Enabled, &r.MaxSessions.Limit, &r.CPU.Enabled, &r.CPU.FullPercent,
 			&r.Memory.Enabled, &r.Memory.FullPercent, &r.Memory.BaseLoadMB,
-			&r.ConcurrentLogons.Enabled, &r.ConcurrentLogons.Tolerance, &r.ConcurrentLogons.Hard)
+			&r.ConcurrentLogons.Enabled, &r.ConcurrentLogons.Tolerance, &r.ConcurrentLogons.Hard,
+			&idle, &disc, &maxs)
+		g.SessionTimers = site.SessionTimers{IdleDisconnect: fromSeconds(idle), DisconnectedLogoff: fromSeconds(disc), MaxSession: fromSeconds(maxs)}
 		return g, err
 	},
 	name: func(g site.DeliveryGroup) string { return g.Name },
@@ -281,3 +288,8 @@ var brokers = newSpec(spec[site.BrokerRecord]{
 	},
 	name: func(b site.BrokerRecord) string { return b.Name },
 })
+
+// toSeconds is a duration as stored: whole seconds; fromSeconds reads it.
+func toSeconds(d site.Duration) int64 { return int64(d.Std() / time.Second) }
+
+func fromSeconds(n int64) site.Duration { return site.Duration(time.Duration(n) * time.Second) }

@@ -107,6 +107,8 @@ func testCollections(t *testing.T, open func(*testing.T) site.Store) {
 				Memory:           site.MemoryRule{Enabled: true, FullPercent: 70, BaseLoadMB: 2048},
 				ConcurrentLogons: site.LogonRule{Enabled: true, Tolerance: 4, Hard: true},
 			}
+			g.SessionTimers = site.SessionTimers{IdleDisconnect: site.Duration(15 * time.Minute),
+				DisconnectedLogoff: site.Duration(90 * time.Minute), MaxSession: site.Duration(30 * 24 * time.Hour)}
 			return g
 		},
 		invalid: func(n string) site.DeliveryGroup { g := site.NewDeliveryGroup(n); g.Reconnect = "never"; return g },

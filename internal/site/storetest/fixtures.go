@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/usher-vdi/usher/internal/site"
 	"github.com/usher-vdi/usher/internal/sitegen"
@@ -35,6 +36,7 @@ func base() *site.Config {
 	vdi.ZonePreference, vdi.HomeZone = site.ZoneApplicationHome, "dr"
 	vdi.Reconnect = site.ReconnectDisconnectedOnly
 	vdi.LoadRules.CPU = site.UsageRule{Enabled: true, FullPercent: 80}
+	vdi.SessionTimers = site.SessionTimers{DisconnectedLogoff: site.Duration(2 * time.Hour), MaxSession: site.Duration(12 * time.Hour)}
 	apps := site.NewDeliveryGroup("apps", "apps-cat")
 	apps.Description = "Office applications"
 	apps.LoadRules.Memory = site.MemoryRule{Enabled: true, FullPercent: 85, BaseLoadMB: 1024}
