@@ -63,7 +63,7 @@ func (m *Main) runSite(ctx context.Context, role string, args []string) error {
 		fs.BoolVar(&cfg.DemoReset, "demo-reset", false, "with --demo: replace whatever the site DB holds with the demo site, and reset its passwords")
 		fs.StringVar(&cfg.DemoPassword, "demo-password", "", "with --demo: password of the demo users and of the admin account (default: random at the first start, printed; kept at later starts)")
 		fs.BoolVar(&demoDesktop, "demo-desktop", true, "with --demo: when Xvnc is installed, serve the \""+demo.DesktopResource+"\" machines from a real session host on this machine "+
-			"(an Xvnc per session, run as this account, its desktop an xterm when installed), shown in the portal's page; false: simulate them too")
+			"(an Xvnc per session, run as this account or, for root, as nobody; its desktop an xterm when installed), shown in the portal's page; false: simulate them too")
 	}
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long in-flight requests may run after SIGINT or SIGTERM")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")

@@ -36,7 +36,7 @@ type DemoDesktop struct {
 // demoDesktop is the demo's desktop host: one in-process VDA agent per
 // machine of demo.DesktopGroup, each on a loopback control listener of
 // its own, registering through the site's VDA API as any agent does,
-// with one Xvnc per session (run as this process's account).
+// with one Xvnc per session (run as Config.DemoDesktopAccount).
 type demoDesktop struct {
 	info     DemoDesktop
 	machines []*vda.Machine
@@ -64,7 +64,16 @@ func (s *Server) startDemoDesktop(ctx context.Context) error {
 		return fmt.Errorf("demo desktop: this process's account: %w", err)
 	}
 	log := s.log.With("role", "demo-desktop")
-	st, err := xvnc.New(xvnc.Config{Account: me.Username, DesktopCommand: cmp.Or(s.cfg.DemoDesktopCommand, demo.DesktopCommand),
+	account := s.cfg.DemoDesktopAccount
+	if account == "" {
+		account = me.Username
+		if me.Uid == "0" {
+			// The demo's users share one printed password: their desktop
+			// is no root shell.
+			account = "nobody"
+		}
+	}
+	st, err := xvnc.New(xvnc.Config{Account: account, DesktopCommand: cmp.Or(s.cfg.DemoDesktopCommand, demo.DesktopCommand),
 		Logger: log})
 	if errors.Is(err, xvnc.ErrNotInstalled) {
 		d.info.Missing = DemoDesktopHint
@@ -101,7 +110,7 @@ func (s *Server) startDemoDesktop(ctx context.Context) error {
 		})
 	}
 	d.info.Machines = names
-	log.Info("demo desktop host started", "resource", demo.DesktopResource, "machines", len(names), "account", me.Username)
+	log.Info("demo desktop host started", "resource", demo.DesktopResource, "machines", len(names), "account", account)
 	return nil
 }
 

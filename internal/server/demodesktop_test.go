@@ -7,6 +7,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +95,51 @@ func TestDemoDesktop(t *testing.T) {
 	if err := rc.Await(func(c *rfb.Client) bool { got, _ = c.Pixel(w/2, h/2); return got == blue }); err != nil {
 		t.Fatalf("waiting for the desktop's blue at %d,%d of %dx%d (the pixel is %v): %v", w/2, h/2, w, h, got, err)
 	}
+	// The session's Xvnc (a child of this process, which runs the agents)
+	// runs as this account, or as nobody when that is root: a demo user's
+	// desktop is no root shell.
+	want := os.Getuid()
+	if want == 0 {
+		u, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ = strconv.Atoi(u.Uid)
+	}
+	uids := childUIDs(t, "Xvnc")
+	if len(uids) == 0 || slices.ContainsFunc(uids, func(u int) bool { return u != want }) {
+		t.Errorf("the demo session's Xvnc runs as uid %v, want %d", uids, want)
+	}
 	ws.Close(websocket.StatusNormalClosure, "")
+}
+
+// childUIDs returns the real user IDs of this process's children named
+// name, from /proc.
+func childUIDs(t *testing.T, name string) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []int
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		fields := map[string]string{}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		if fields["Name"] != name || fields["PPid"] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		uid, _ := strconv.Atoi(strings.Fields(fields["Uid"])[0])
+		uids = append(uids, uid)
+	}
+	return uids
 }
 
 // TestDemoDesktopWithoutXvnc: without Xvnc the demo runs no desktop host,

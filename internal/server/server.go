@@ -167,14 +167,18 @@ type Config struct {
 	// desktop is demo.DesktopResource) when Xvnc is installed: one VDA
 	// agent per machine (internal/vda, on a loopback control listener,
 	// registering through the VDA API) whose sessions each get an Xvnc
-	// (internal/display/xvnc) run as this process's account, opened in
+	// (internal/display/xvnc) run as DemoDesktopAccount, opened in
 	// the portal through the gateway. The simulated VDAs leave those
 	// machines to it. Without Xvnc it runs nothing and DemoDesktop says
 	// how to get it. usher serve's --demo-desktop, on by default, sets
 	// it. DemoDesktopCommand is the sessions' desktop, a /bin/sh command
-	// line (default demo.DesktopCommand).
+	// line (default demo.DesktopCommand). DemoDesktopAccount is the Unix
+	// account the sessions run as: by default this process's, or
+	// "nobody" when that is root, since every demo user's desktop would
+	// otherwise be a root shell.
 	DemoDesktop        bool
 	DemoDesktopCommand string
+	DemoDesktopAccount string
 
 	// ShutdownTimeout is how long in-flight requests may run at Close
 	// (default DefaultShutdownTimeout).
