@@ -84,7 +84,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 	allowed := map[string][]string{
 		"modernc.org/sqlite":                             {"internal/site/sqlitestore"},
 		"github.com/jackc/pgx":                           {"internal/site/pgstore", "internal/pgtest", "internal/pgadmin"},
-		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "internal/nbdserve", "internal/streamrole", "internal/targetrole", "internal/hostcacherole"},
+		"github.com/prometheus/client_golang/prometheus": {"internal/server", "internal/broker/brokerprom", "internal/auth/ldapauth/ldapprom", "internal/block/meter", "internal/block/hostexport", "internal/nbdserve", "internal/streamrole", "internal/targetrole", "internal/hostcacherole", "internal/gateway"},
 		"github.com/go-ldap/ldap":                        {"internal/auth/ldapauth"},
 		"github.com/diskfs/go-diskfs":                    {"internal/boot/ext4boot"},
 		"github.com/Shopify/toxiproxy":                   {"internal/wan"},
@@ -103,7 +103,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 
 // roles are the packages that assemble the block roles (Config, Open,
 // Run, Close), as internal/server assembles the site.
-var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole"}
+var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole", "internal/gateway"}
 
 // TestNothingImportsTheAssembly checks that internal/server (which
 // imports every adapter), the block roles' assemblies, the test-only

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/usher-vdi/usher/internal/displaybench"
 	"github.com/usher-vdi/usher/internal/gateway"
 	"github.com/usher-vdi/usher/internal/site"
@@ -111,7 +109,6 @@ func (m *Main) benchDisplayGateway(ctx context.Context, args []string) error {
 		},
 		Resolver:    displaybench.GatewayTarget(*agent),
 		MaxSessions: -1,
-		Registerer:  prometheus.NewRegistry(),
 	})
 	if err != nil {
 		return err

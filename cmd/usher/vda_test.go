@@ -91,7 +91,8 @@ func readmeCommand(t *testing.T, prefix string) string {
 // serve --demo: it plays the 40 office machines, which register.
 func TestVDASimulateREADME(t *testing.T) {
 	data := t.TempDir()
-	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--heartbeat-interval", "200ms")
+	// The demo's desktop host would register its own five machines.
+	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--heartbeat-interval", "200ms", "--demo-desktop=false")
 
 	line := readmeCommand(t, "usher vda --simulate")
 	for old, repl := range map[string]string{
@@ -126,7 +127,8 @@ func TestVDASimulateREADME(t *testing.T) {
 
 func TestVDASimulateSelections(t *testing.T) {
 	data := t.TempDir()
-	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--heartbeat-interval", "200ms")
+	// The demo's desktop host would register its own five machines.
+	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", data, "--heartbeat-interval", "200ms", "--demo-desktop=false")
 	secret := filepath.Join(data, "enrolment.secret")
 	wrong := filepath.Join(t.TempDir(), "wrong.secret")
 	os.WriteFile(wrong, []byte("not-the-secret-at-all\n"), 0o600)
