@@ -415,7 +415,9 @@ func eachConn(t *testing.T, addr string, conns int, setup func(net.Conn), talk f
 			if setup != nil {
 				setup(nc)
 			}
-			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			// A guard against a hang, not a speed check: a loaded CI
+			// machine under -race ran TestLoopSharedBlobs into a 30 s one.
+			nc.SetDeadline(time.Now().Add(2 * time.Minute))
 			if err := talk(c, nc, bufio.NewReader(nc)); err != nil {
 				errs <- err
 			}
