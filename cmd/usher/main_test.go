@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,13 @@ type serveProc struct {
 
 func startServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
+	// The demo's desktop host (on by default) is for the tests that ask
+	// for it with --demo-desktop: the others are about the demo's
+	// simulated machines, and their launches of a pooled desktop would
+	// each start a real Xvnc.
+	if slices.Contains(args, "--demo") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--demo-desktop") }) {
+		args = append(args[:len(args):len(args)], "--demo-desktop=false")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &serveProc{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	addr := make(chan string, 1)
