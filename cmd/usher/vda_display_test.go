@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"os/user"
 	"regexp"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/usher-vdi/usher/internal/display/rfb"
+	"github.com/usher-vdi/usher/internal/display/xvnc/xvnctest"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -29,14 +28,7 @@ import (
 // relaunches into the same session, and is closed with 4002 when the
 // user logs off.
 func TestVDADisplayInBrowser(t *testing.T) {
-	for _, prog := range []string{"Xvnc", "xsetroot"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-			}
-			t.Skipf("%s is not installed", prog)
-		}
-	}
+	xvnctest.Need(t)
 	me, err := user.Current()
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"image/color"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/usher-vdi/usher/internal/api"
 	"github.com/usher-vdi/usher/internal/demo"
 	"github.com/usher-vdi/usher/internal/display/rfb"
+	"github.com/usher-vdi/usher/internal/display/xvnc/xvnctest"
 	"github.com/usher-vdi/usher/internal/gateway"
 	"github.com/usher-vdi/usher/internal/server"
 	"github.com/usher-vdi/usher/internal/vdaproto"
@@ -33,14 +33,7 @@ import (
 // to the simulated VDAs. Skipped without Xvnc and xsetroot, except under
 // CI=true.
 func TestDemoDesktop(t *testing.T) {
-	for _, prog := range []string{"Xvnc", "xsetroot"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-			}
-			t.Skipf("%s is not installed", prog)
-		}
-	}
+	xvnctest.Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, _ := openSite(t, func(c *server.Config) {

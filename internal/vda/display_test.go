@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/usher-vdi/usher/internal/display/rfb"
 	"github.com/usher-vdi/usher/internal/display/xvnc"
+	"github.com/usher-vdi/usher/internal/display/xvnc/xvnctest"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -31,20 +31,6 @@ import (
 var blue = color.RGBA{R: 0x1f, G: 0x6f, B: 0xeb, A: 0xff}
 
 const portal = "https://portal.example.com"
-
-// needXvnc skips the test when Xvnc or xsetroot is missing, and fails it
-// under CI=true.
-func needXvnc(t *testing.T) {
-	t.Helper()
-	for _, prog := range []string{"Xvnc", "xsetroot"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-			}
-			t.Skipf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-		}
-	}
-}
 
 // displays is xvnc as the machine's DisplayStarter (as usher vda wires
 // it), remembering the displays it started.
@@ -201,7 +187,7 @@ func sessionOf(m *vda.Machine, id string) (vda.Session, bool) {
 // viewer that speaks RFB over the agent's display WebSocket, as a browser
 // with noVNC would.
 func TestDisplayInBrowser(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	fb := newFakeBroker(t, time.Second, "vda-d")
 	ds := newDisplays(t, nil)
 	hookDir := t.TempDir()
@@ -456,7 +442,7 @@ func TestDisplayConfig(t *testing.T) {
 // TestDisplayPingsViewers: the agent pings its viewers; one that stops
 // answering is cut, and its session disconnected.
 func TestDisplayPingsViewers(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	fb := newFakeBroker(t, time.Second, "vda-p")
 	a := startAgent(t, fb, "vda-p", func(c *vda.MachineConfig) {
 		c.Display, c.DisplayPingInterval = newDisplays(t, nil), 50*time.Millisecond

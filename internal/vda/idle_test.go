@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/usher-vdi/usher/internal/display/xvnc/xvnctest"
 	"github.com/usher-vdi/usher/internal/vda"
 	"github.com/usher-vdi/usher/internal/vdaproto"
 )
@@ -21,7 +22,7 @@ import (
 // the timer and reports the disconnect, and the session may be
 // reconnected.
 func TestDisplayIdleDisconnect(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	const idle = time.Second
 	fb := newFakeBroker(t, time.Second, "vda-i")
 	a := startAgent(t, fb, "vda-i", func(c *vda.MachineConfig) { c.Display, c.DisplayOrigins = newDisplays(t, nil), []string{portal} })

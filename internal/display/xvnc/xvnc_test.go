@@ -18,26 +18,13 @@ import (
 
 	"github.com/usher-vdi/usher/internal/display/rfb"
 	"github.com/usher-vdi/usher/internal/display/xvnc"
+	"github.com/usher-vdi/usher/internal/display/xvnc/xvnctest"
 )
 
 // blue is the colour the tests' desktops paint their root window.
 var blue = color.RGBA{R: 0x1f, G: 0x6f, B: 0xeb, A: 0xff}
 
 const paintBlue = "xsetroot -solid '#1f6feb'"
-
-// needXvnc skips the test when Xvnc or xsetroot is missing, and fails it
-// under CI=true.
-func needXvnc(t *testing.T) {
-	t.Helper()
-	for _, prog := range []string{"Xvnc", "xsetroot"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-			}
-			t.Skipf("%s is not installed (apt-get install tigervnc-standalone-server x11-xserver-utils)", prog)
-		}
-	}
-}
 
 func me(t *testing.T) string {
 	t.Helper()
@@ -138,7 +125,7 @@ func TestAccountName(t *testing.T) {
 }
 
 func TestDisplay(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	st := newStarter(t, func(c *xvnc.Config) { c.MaxDisplays = 1 })
 	ctx := context.Background()
 	d := start(t, st, xvnc.Session{ID: "s-1", User: `OFFICE\someone`, Resource: "Desktop"})
@@ -217,7 +204,7 @@ func TestDisplay(t *testing.T) {
 }
 
 func TestDisplayDiesOnItsOwn(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	st := newStarter(t, nil)
 	d := start(t, st, xvnc.Session{ID: "s-1", User: "x", CommandLine: "sleep 600"})
 	other := start(t, st, xvnc.Session{ID: "s-2", User: "x"})
@@ -276,7 +263,7 @@ func TestStartFailures(t *testing.T) {
 		}
 	})
 	t.Run("mapped account is root", func(t *testing.T) {
-		needXvnc(t)
+		xvnctest.Need(t)
 		st := newStarter(t, func(c *xvnc.Config) { c.Account = "" })
 		_, err := st.Start(ctx, xvnc.Session{ID: "s-1", User: `OFFICE\Root`})
 		if err == nil || !strings.Contains(err.Error(), "root") {
@@ -288,7 +275,7 @@ func TestStartFailures(t *testing.T) {
 // TestDisplayAsAnotherAccount: an agent running as root runs the display
 // and the desktop as the session's account, whose directory it is.
 func TestDisplayAsAnotherAccount(t *testing.T) {
-	needXvnc(t)
+	xvnctest.Need(t)
 	if os.Geteuid() != 0 {
 		t.Skip("only root runs displays as another account")
 	}
