@@ -103,7 +103,7 @@ func TestOnlyAdaptersImportDrivers(t *testing.T) {
 
 // roles are the packages that assemble the block roles (Config, Open,
 // Run, Close), as internal/server assembles the site.
-var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole", "internal/gateway"}
+var roles = []string{"internal/streamrole", "internal/targetrole", "internal/hostcacherole"}
 
 // TestNothingImportsTheAssembly checks that internal/server (which
 // imports every adapter), the block roles' assemblies, the test-only
