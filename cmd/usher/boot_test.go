@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -92,10 +93,54 @@ func startRoleAddrs(t *testing.T, args ...string) *role {
 func bootStore(t *testing.T, img *vmrun.BootImage) (store, sum string) {
 	t.Helper()
 	store = filepath.Join(t.TempDir(), "store")
-	start := time.Now()
-	mustImage(t, "import", "golden", img.Disk, "--store", store)
-	t.Logf("usher image import of the %s boot image: %v", img.Key, time.Since(start).Round(time.Millisecond))
+	importBootImage(t, img, "golden", store)
 	return store, fileSum(t, filepath.Join(store, "golden", "v0.raw"))
+}
+
+// imported holds the boot image's imports, one per image name, made once
+// per test binary: an import under the race detector takes about 30 s
+// (4 s without), a sparse copy of its store a second or two.
+var imported struct {
+	mu     sync.Mutex // held through an import, so that the boot tests wait for one
+	dir    string
+	stores map[string]string // image name -> its imported store
+}
+
+// importBootImage makes store a new image store holding img's disk as
+// version 0 of the image name, as "usher image import" makes it: a copy
+// of the binary's one import of it.
+func importBootImage(t *testing.T, img *vmrun.BootImage, name, store string) {
+	t.Helper()
+	imported.mu.Lock()
+	defer imported.mu.Unlock()
+	tmpl, ok := imported.stores[name]
+	if !ok {
+		if imported.dir == "" {
+			dir, err := os.MkdirTemp("", "usher-boot-stores-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			imported.dir = dir
+			imported.stores = map[string]string{}
+		}
+		tmpl = filepath.Join(imported.dir, name)
+		start := time.Now()
+		mustImage(t, "import", name, img.Disk, "--store", tmpl)
+		t.Logf("usher image import of the %s boot image: %v (once; the other boot tests copy it)", img.Key, time.Since(start).Round(time.Millisecond))
+		imported.stores[name] = tmpl
+	}
+	if out, err := exec.Command("cp", "-a", "--sparse=always", tmpl, store).CombinedOutput(); err != nil {
+		t.Fatalf("copying the imported store: %v: %s", err, out)
+	}
+}
+
+// removeBootImports removes the binary's imports, once its tests are done.
+func removeBootImports() {
+	imported.mu.Lock()
+	defer imported.mu.Unlock()
+	if imported.dir != "" {
+		os.RemoveAll(imported.dir)
+	}
 }
 
 // fileSum returns the SHA-256 of a file.

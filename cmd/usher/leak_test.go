@@ -23,7 +23,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsUsher) == "1" {
 		os.Exit(runProcess())
 	}
-	goleak.VerifyTestMain(mainFunc(func() int { return pgtest.Main(m) }))
+	goleak.VerifyTestMain(mainFunc(func() int {
+		defer removeBootImports()
+		return pgtest.Main(m)
+	}))
 }
 
 type mainFunc func() int

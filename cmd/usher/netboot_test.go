@@ -56,11 +56,8 @@ func TestNetBoot(t *testing.T) {
 	img := vmruntest.Image(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "images")
-	for _, args := range [][]string{{"import", "nb", img.Disk}, {"version", "nb"}} {
-		if code, _, stderr := run(t, "", append(append([]string{"image"}, args...), "--store", store)...); code != 0 {
-			t.Fatalf("image %v: %d %s", args, code, stderr)
-		}
-	}
+	importBootImage(t, img, "nb", store)
+	mustImage(t, "version", "nb", "--store", store)
 	stream := startRole(t, "nbd", "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"), "--auth", "none")
 	s := startServe(t, "--demo", "--demo-password", "demo-pass-1", "--data", filepath.Join(dir, "data"),
 		"--boot-listen", "127.0.0.1:0", "--image-store", store, "--boot-stream", "nbd://"+vmrun.GuestAddr(stream),

@@ -463,6 +463,12 @@ func (sp *splice) run() {
 			return
 		}
 		sp.wmu.Lock()
+		if sp.closing.Load() {
+			// A frame read before closeWith let websockify go: after the
+			// close frame, the browser would fail the connection (1006).
+			sp.wmu.Unlock()
+			return
+		}
 		_, err = sp.browser.Write(frame)
 		sp.wmu.Unlock()
 		if err != nil {
@@ -513,8 +519,8 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 func (sp *splice) closeWith(code uint16, reason string) {
 	frame := []byte{0x88, byte(2 + len(reason)), byte(code >> 8), byte(code)}
 	frame = append(frame, reason...)
-	sp.closing.Store(true)
 	sp.wmu.Lock()
+	sp.closing.Store(true)
 	sp.browser.Write(frame)
 	sp.wmu.Unlock()
 	sp.up.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -52,6 +53,9 @@ func TestSizePool(t *testing.T) {
 		{"SmallWantFitsBelowTheFloor", limited, 2, 7, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// The last case's connections, closed, leave the server a
+			// moment after: counted in use until then.
+			waitRoleConnections(t, dsn, limited, 0)
 			for range c.held {
 				conn, err := pgx.Connect(ctx, limited)
 				if err != nil {
@@ -87,6 +91,35 @@ func TestSizePool(t *testing.T) {
 	full := limitedRole(t, dsn, 0)
 	if _, _, err := pgstore.SizePool(ctx, full, 8); !errors.Is(err, site.ErrConnLimit) || !strings.Contains(err.Error(), "53300") {
 		t.Errorf("SizePool on a role that may not connect: %v, want site.ErrConnLimit naming 53300", err)
+	}
+}
+
+// waitRoleConnections waits until the server counts n connections of
+// roleDSN's user, asking through dsn.
+func waitRoleConnections(t *testing.T, dsn, roleDSN string, n int) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(roleDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var have int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", cfg.User).Scan(&have); err != nil {
+			t.Fatal(err)
+		}
+		if have == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("role %s has %d connections 10 s on, want %d", cfg.User, have, n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's own count: no event to wait on
 	}
 }
 
