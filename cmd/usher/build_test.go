@@ -14,6 +14,9 @@ func TestBuildScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds usher (-short)")
 	}
+	// A build of its own, which waits for nothing the other tests do:
+	// beside them rather than before the boot tests.
+	t.Parallel()
 	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "build"))
 	if err != nil {
 		t.Fatal(err)

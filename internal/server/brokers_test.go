@@ -32,6 +32,7 @@ func listBrokers(t *testing.T, s *server.Server) map[string]api.BrokerStatus {
 // TestBrokersRouteAllInOne: an all-in-one serve lists itself, up, its
 // zone's leader, with no Local Host Cache.
 func TestBrokersRouteAllInOne(t *testing.T) {
+	t.Parallel()
 	s, err := server.Open(t.Context(), server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true, DemoPassword: testPassword,
 		PasswordParams: sitetest.Cheap, Name: "solo"})
 	if err != nil {
@@ -56,6 +57,7 @@ func TestBrokersRouteAllInOne(t *testing.T) {
 // Cache state asked over the peer protocol; when the second is forced into
 // outage mode, both lists say so.
 func TestBrokersRoute(t *testing.T) {
+	t.Parallel()
 	brokers := openBrokers(t, 2, nil)
 	a, b := brokers[0], brokers[1]
 	got := listBrokers(t, b)

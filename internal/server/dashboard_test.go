@@ -19,6 +19,7 @@ import (
 // /metrics serve, and an open event stream does not hold its shutdown,
 // which returns well within the shutdown timeout and ends the stream.
 func TestDashboardFromMetrics(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true, DemoPassword: "pw-1234",
 		ShutdownTimeout: 20 * time.Second})

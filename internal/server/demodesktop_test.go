@@ -33,6 +33,7 @@ import (
 // to the simulated VDAs. Skipped without Xvnc and xsetroot, except under
 // CI=true.
 func TestDemoDesktop(t *testing.T) {
+	t.Parallel()
 	xvnctest.Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 // server the password was entered for; with the password given, the
 // change is accepted.
 func TestDirectoryBindPasswordStaysWithItsEndpoint(t *testing.T) {
+	t.Parallel()
 	s, _ := openSite(t, func(c *server.Config) { c.SourceFree = -1 })
 	c := client("127.0.0.1")
 	admin := basicHeader("admin", demoPassword)

@@ -414,6 +414,7 @@ func (s *directorySite) resourcesOf(t *testing.T, group string) []string {
 // fast with retry-required (NFuse) or 503 (REST), and once the directory
 // is back new users log on again.
 func TestDirectoryFailoverAndOutage(t *testing.T) {
+	t.Parallel()
 	s := startDirectorySite(t, false)
 	pw := s.dir.UserPassword
 	verified := []string{"user0101", "user0102", "user0103", "user0104"}

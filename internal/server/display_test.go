@@ -29,6 +29,7 @@ import (
 // display_url opens with the ticket on the portal's origin, spliced to
 // the agent, and counted on /metrics.
 func TestDisplayThroughTheSite(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, _ := openSite(t, func(c *server.Config) { c.TLSCert = server.TLSAuto })

@@ -136,6 +136,7 @@ func fromAddress(ip string) *http.Client {
 // entry is in the directory's admin group); the site user and other
 // directory users are untouched.
 func TestShadowDirectoryAccountGetsNothingOfTheSiteUser(t *testing.T) {
+	t.Parallel()
 	s := startDirectorySite(t, false)
 	office := s.resourcesOf(t, demo.OfficeApps)
 	victim := s.engineer // a member of the directory's admin group, too
@@ -279,6 +280,7 @@ func fullwidth(s string) string {
 // one entry out: the right password is then refused on every path, and
 // the guard holds one lock-out, under the entry's key.
 func TestLockoutKeyedByTheDirectoryEntry(t *testing.T) {
+	t.Parallel()
 	s := startDirectorySite(t, false) // no source throttling: one address a path would do
 	target := s.engineer
 	pw := s.dir.UserPassword

@@ -121,6 +121,7 @@ func (f *forger) register(ctx context.Context, cred vda.Credential, machine, add
 // URL. It gets neither the registration nor any prepare; the conflict is
 // visible; the real VDA keeps taking sessions.
 func TestEnrolmentSecretDoesNotImpersonateALiveMachine(t *testing.T) {
+	t.Parallel()
 	s, _ := openImpersonation(t)
 	ctx := t.Context()
 	secret, _ := s.EnrolmentSecret()
@@ -181,6 +182,7 @@ func TestEnrolmentSecretDoesNotImpersonateALiveMachine(t *testing.T) {
 // enrolling again cuts the earlier credential off, and single-use machine
 // enrolment tokens, on a machine no simulated VDA plays.
 func TestMachineCredentialRevocation(t *testing.T) {
+	t.Parallel()
 	s, free := openImpersonation(t)
 	ctx := t.Context()
 	secret, _ := s.EnrolmentSecret()
@@ -283,6 +285,7 @@ func TestMachineCredentialRevocation(t *testing.T) {
 // live sessions answers 409 naming their count and leaves the sessions
 // and the machine as they were; ?force=true ends them and deletes it.
 func TestDeleteMachineWithLiveSessions(t *testing.T) {
+	t.Parallel()
 	s, _ := openImpersonation(t)
 	token := login(t, s, "DEMO\\user0002")
 	l := launch(t, s, token, "office-writer-001")

@@ -245,6 +245,7 @@ func startClientsFrom(h *bench.History, url func() string, n, skip int) (stop fu
 // sessions back: the site DB then holds what the clients were told,
 // nothing lost, unexpected or duplicated.
 func TestOutageKeepsBrokering(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
@@ -294,6 +295,7 @@ func TestOutageKeepsBrokering(t *testing.T) {
 // TestForcedOutage: an admin forces outage mode with the site DB up, the
 // broker brokers from its copy, and ending it writes the sessions back.
 func TestForcedOutage(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
@@ -321,6 +323,7 @@ func TestForcedOutage(t *testing.T) {
 // writes it back once the site DB returns. A broker with no usable copy
 // refuses to start rather than broker from nothing.
 func TestRestartDuringOutage(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	cfg := cs.lhcConfig(t, t.TempDir())
 	s := openLHC(t, cfg)
@@ -514,6 +517,7 @@ func newZoneOfTwoWith(t *testing.T, o zoneOptions) *zoneOfTwo {
 // once the site DB is back both write back what they wrote: the site DB
 // holds what the clients of both brokers were told.
 func TestZoneLeaderBrokersForTheZone(t *testing.T) {
+	t.Parallel()
 	z := newZoneOfTwo(t)
 	h := newHistory()
 	stop := z.load(h, z.a.URL)
@@ -544,6 +548,7 @@ func TestZoneLeaderBrokersForTheZone(t *testing.T) {
 // for longer, the leader is replaced within seconds; once it answers
 // again the other broker hands it its sessions anew.
 func TestZoneLeaderSilentForAMoment(t *testing.T) {
+	t.Parallel()
 	z := newZoneOfTwoVia(t, true)
 	h := newHistory()
 	stop := z.load(h, z.a.URL)
@@ -607,6 +612,7 @@ func TestZoneLeaderSilentForAMoment(t *testing.T) {
 // back, writes back the journal it kept: the site DB then holds what the
 // clients of both brokers were told.
 func TestZoneLeaderKilled(t *testing.T) {
+	t.Parallel()
 	z := newZoneOfTwo(t)
 	h := newHistory()
 	var mu sync.Mutex
@@ -670,6 +676,7 @@ func TestZoneLeaderKilled(t *testing.T) {
 // broker writes back: the broker stays in outage mode through the flaps,
 // and the site DB ends with what the clients were told.
 func TestFlappingSiteDB(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
@@ -719,6 +726,7 @@ func TestFlappingSiteDB(t *testing.T) {
 // retry-required (503 unavailable), and outage mode begins in seconds,
 // not after the driver's own timeouts. Nothing is lost.
 func TestUnansweringSiteDB(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	s := openLHC(t, cs.lhcConfig(t, t.TempDir()))
 	h := newHistory()
@@ -751,6 +759,7 @@ func TestUnansweringSiteDB(t *testing.T) {
 // after recovery; the broker brokers from its copy meanwhile and writes
 // the outage back: nothing lost.
 func TestSiteDBCrashes(t *testing.T) {
+	t.Parallel()
 	cluster := pgtest.Throwaway(t)
 	cfg := server.Config{DataDir: t.TempDir(), DB: cluster.DSN(), Listen: "127.0.0.1:0", PasswordParams: sitetest.Cheap,
 		Name: "lhc-crash", Demo: true, DemoPassword: lhcPassword, SimVDAs: -1, SimLogonDelay: -1,

@@ -14,6 +14,7 @@ import (
 // and checks that both are the demo's user0042, with its resources, and
 // that the admin API takes ADMIN as admin.
 func TestLogonIgnoresCase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true, DemoPassword: "pw-1234"})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // answer with HSTS, and a client address past MaxConnsPerClient is
 // refused as with the hot path, and counted.
 func TestNetHTTPServesTheSite(t *testing.T) {
+	t.Parallel()
 	// The simulated VDAs' connections come from 127.0.0.1 too.
 	const perClient = 200
 	ctx := t.Context()

@@ -14,6 +14,7 @@ import (
 // time they took; a second logon with the same password hits the cache
 // and adds none.
 func TestPasswordCheckMetrics(t *testing.T) {
+	t.Parallel()
 	s, err := server.Open(context.Background(), server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
 		DemoPassword: testPassword, PasswordParams: sitetest.Cheap, SimVDAs: -1})
 	if err != nil {

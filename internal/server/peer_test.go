@@ -133,6 +133,7 @@ func (z *zoneOfTwo) freshCopies(t *testing.T, change func(ctx context.Context, t
 // control token or credential), and logs its failed proof once, not at
 // every probe.
 func TestPeerStrangerAtLeadersAddress(t *testing.T) {
+	t.Parallel()
 	var proofLogs atomic.Int64
 	logB := slog.New(countingHandler{Handler: testLogger(t).Handler(), match: "failed its proof", n: &proofLogs})
 	z := newZoneOfTwoWith(t, zoneOptions{logB: logB})
@@ -247,6 +248,7 @@ func resend(t *testing.T, addr, path string, r recorded) (int, string) {
 // twice to a, to b, and to a as another operation. Each is refused: a
 // peer token opens one request, once, at one broker.
 func TestPeerTokenReplayed(t *testing.T) {
+	t.Parallel()
 	var proxy *recordingProxy
 	z := newZoneOfTwoWith(t, zoneOptions{advertiseA: func(listen string) string {
 		proxy = startRecordingProxy(t, listen)
@@ -303,6 +305,7 @@ func (fakeCache) Learn(context.Context, lhc.Handover) error { return nil }
 // registry's timeout when the site DB went down. Neither broker takes it
 // for the zone's leader, nor even asks it: a leads, b hands it its zone.
 func TestPeerStaleRecordNotCandidate(t *testing.T) {
+	t.Parallel()
 	z := newZoneOfTwo(t)
 	ctx := context.Background()
 	key, err := site.EnsureSecret(ctx, z.a.Store(), site.SecretTokenKey, func() ([]byte, error) {

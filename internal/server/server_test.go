@@ -32,6 +32,7 @@ func get(t *testing.T, url string) (int, string) {
 // checks that the whole site is assembled: every machine registers, and
 // the health, readiness, index, metrics and NFuse endpoints answer.
 func TestOpenDemoWithSimulator(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, err := server.Open(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Demo: true,
 		DemoPassword: "pw-1234", SimVDAs: -1, SimLogonDelay: -1, HeartbeatInterval: 200 * time.Millisecond})
@@ -160,6 +161,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 // restart sets the demo accounts' password and nothing else, and that a
 // reset reloads the demo site.
 func TestDemoLoadedOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func(cfg server.Config) *server.Server {

@@ -68,6 +68,7 @@ func tcall(t *testing.T, c *http.Client, method, url, body string) (*http.Respon
 // not trust it gets a certificate error at once; a peer that goes away
 // mid-handshake leaves the listener serving.
 func TestOpenTLS(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	data := t.TempDir()
 	s, err := server.Open(ctx, server.Config{DataDir: data, Listen: "127.0.0.1:0", NFuseListen: "127.0.0.1:0",
@@ -184,6 +185,7 @@ func clientHello(t *testing.T) []byte {
 // on its handshake; new handshakes get the new certificate; a pair that
 // does not match is refused and the last good one serves on.
 func TestOpenTLSRotation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	aCert, aKey := tlstest.Valid(t, dir, "a")
@@ -324,6 +326,7 @@ func TestOpenTLSRefuses(t *testing.T) {
 // second hands its zone, and its sessions, to the first over https,
 // verifying its certificate.
 func TestZoneLeaderOverTLS(t *testing.T) {
+	t.Parallel()
 	cs := newCutSite(t)
 	dir := t.TempDir()
 	aCert, aKey := tlstest.Valid(t, dir, "a")

@@ -106,7 +106,11 @@ const (
 // writes: the serial console, init, and a panic that ends the VM rather
 // than hang it. A network-boot script passes the same.
 func KernelArgs(root []string, writeMB int) []string {
-	args := []string{"console=ttyS0", "panic=1", "quiet", "rw", "init=" + InitPath, "usher.write_mb=" + strconv.Itoa(writeMB)}
+	args := []string{"console=ttyS0", "panic=1", "quiet", "rw", "init=" + InitPath, "usher.write_mb=" + strconv.Itoa(writeMB),
+		// The PC machine's legacy devices, which udev would otherwise
+		// probe in the initramfs: the floppy driver alone costs about a
+		// second of a boot under software emulation.
+		"modprobe.blacklist=floppy,ata_piix,ata_generic,pata_acpi,psmouse,serio_raw,i2c_piix4,pcspkr"}
 	return append(args, root...)
 }
 

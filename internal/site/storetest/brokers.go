@@ -9,7 +9,6 @@ import (
 )
 
 func testBrokers(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	ctx := t.Context()
 	now := ms(2026, 11, 25, 6, 0, 0, 0, nil)

@@ -52,7 +52,6 @@ func readDirectory(t *testing.T, s site.Store) site.Directory {
 }
 
 func testDirectory(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 
 	t.Run("NewSiteHasNone", func(t *testing.T) {
 		s := openBase(t, open)

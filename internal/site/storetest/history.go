@@ -12,7 +12,6 @@ import (
 )
 
 func testChangeHistory(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 
 	t.Run("EmptyAtFirst", func(t *testing.T) {
 		t.Parallel()

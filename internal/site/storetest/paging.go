@@ -10,7 +10,6 @@ import (
 )
 
 func testResourceNamespace(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 
 	t.Run("ApplicationWithDesktopNameIsConflict", func(t *testing.T) {

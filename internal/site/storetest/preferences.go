@@ -17,7 +17,6 @@ import (
 // site), validated, never moving the configuration version nor recorded
 // in the change history, and deleted with their user.
 func testPreferences(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	at := time.Date(2026, 11, 26, 9, 0, 0, 123456789, time.FixedZone("CET", 3600))
 	alices := site.Preferences{
 		Favourites: []string{"notepad", "vdi-desktop", "calc"},

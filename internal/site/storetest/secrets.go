@@ -11,7 +11,6 @@ import (
 )
 
 func testSecrets(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 
 	t.Run("UnsetIsNotFound", func(t *testing.T) {

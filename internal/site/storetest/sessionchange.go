@@ -13,7 +13,6 @@ import (
 // session's logon ends its machine's count of logons in progress, and a
 // malformed batch is refused whole.
 func testChangeSessions(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
@@ -118,7 +117,6 @@ func testChangeSessions(t *testing.T, open func(*testing.T) site.Store) {
 // (time, CPU and memory, the broker's load index; its session counts
 // stay the site DB's), the rest get their verdicts and change nothing.
 func testRecordHeartbeats(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)

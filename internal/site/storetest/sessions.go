@@ -12,7 +12,6 @@ import (
 )
 
 func testMachineStatus(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	cet := time.FixedZone("CET", 3600)
 
@@ -456,7 +455,6 @@ func sessionID(s site.Session) string { return s.ID }
 // cannot be deleted, by itself or by a whole configuration, and that
 // ending its sessions in the same transaction lets it go.
 func testDeleteMachineWithSessions(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	live := []site.Session{
 		{ID: "d-1", User: "alice", Resource: "notepad", DeliveryGroup: "apps", Machine: "app1", State: site.SessionActive},
@@ -513,7 +511,6 @@ func testDeleteMachineWithSessions(t *testing.T, open func(*testing.T) site.Stor
 }
 
 func testMachineCredential(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	s := openBase(t, open)
 	want := site.MachineCredential{
 		ID: "cred-1", IssuedAt: ms(2025, 5, 6, 7, 8, 9, 10, nil), SecretFingerprint: "fp",

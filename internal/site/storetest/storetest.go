@@ -89,11 +89,15 @@ func RunWith(t *testing.T, open func(t *testing.T) site.Store, caps Capabilities
 		inner := open
 		open = func(t *testing.T) site.Store { return seeded{inner(t), caps.Seed} }
 	}
+	// The parts are independent (each opens its own stores) and spend
+	// their time waiting on the store's disk or server: they run side by
+	// side, as many at once as go test's -parallel lets.
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
 			if caps.Seed != nil && s.notOnCopy != "" {
 				t.Skip(s.notOnCopy)
 			}
+			t.Parallel()
 			s.run(t, open)
 		})
 	}

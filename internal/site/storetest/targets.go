@@ -10,7 +10,6 @@ import (
 )
 
 func testTargets(t *testing.T, open func(*testing.T) site.Store) {
-	t.Parallel()
 	pin := func(n int) *int { return &n }
 
 	t.Run("CreateGetUpdateDelete", func(t *testing.T) {
