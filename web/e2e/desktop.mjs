@@ -210,14 +210,18 @@ async function scenario() {
 
   await step('full screen: the view fills the screen, and comes back', async () => {
     await tool(page, 'Full screen').click();
+    // The button follows the fullscreenchange event, which comes after
+    // the document's state changed: wait for both.
+    const button = await tool(page, 'Full screen').elementHandle();
+    const pressed = (want) => page.waitForFunction(([b, w]) => b.getAttribute('aria-pressed') === w, [button, want], { timeout });
     await page.waitForFunction(() => document.fullscreenElement?.id === 'view-session', null, { timeout });
-    assert.equal(await tool(page, 'Full screen').getAttribute('aria-pressed'), 'true');
+    await pressed('true');
     await sessionFits(page);
     await desktopShown(page);
     await screenshot(page, 'desktop-fullscreen', false);
     await tool(page, 'Full screen').click();
     await page.waitForFunction(() => document.fullscreenElement === null, null, { timeout });
-    assert.equal(await tool(page, 'Full screen').getAttribute('aria-pressed'), 'false');
+    await pressed('false');
   });
 
   await step('clipboard, desktop to browser: text copied on the desktop is on this device\'s clipboard and in the panel', async () => {
