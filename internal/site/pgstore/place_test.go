@@ -282,18 +282,33 @@ func TestPlaceMatchesPlaceTx(t *testing.T) {
 // for a lock.
 func waitForLockWait(t *testing.T, dsn, app string) {
 	t.Helper()
+	waitForActivity(t, dsn, "a backend of "+app+" waiting for a lock", func(n int) bool { return n > 0 },
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app)
+}
+
+// waitForActivity polls count, a query of the server's own activity
+// (pg_stat_activity: no event to wait on), every 5 ms until ok takes its
+// answer, and fails t after 10 s.
+func waitForActivity(t *testing.T, dsn, what string, ok func(int) bool, count string, args ...any) {
+	t.Helper()
 	conn := raw(t, dsn)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
 		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-			app).Scan(&n); err != nil {
+		if err := conn.QueryRow(context.Background(), count, args...).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		if ok(n) {
 			return
 		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("no %s within 10 s (count %d)", what, n)
+		}
 	}
-	t.Fatalf("no backend of %s waits for a lock", app)
 }
 
 // TestPlaceWaitsForALockedCandidate: a candidate whose status another

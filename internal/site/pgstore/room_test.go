@@ -3,9 +3,9 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -102,25 +102,8 @@ func waitRoleConnections(t *testing.T, dsn, roleDSN string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var have int
-		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", cfg.User).Scan(&have); err != nil {
-			t.Fatal(err)
-		}
-		if have == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("role %s has %d connections 10 s on, want %d", cfg.User, have, n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the server's own count: no event to wait on
-	}
+	waitForActivity(t, dsn, fmt.Sprintf("%d connections of role %s", n, cfg.User), func(have int) bool { return have == n },
+		"SELECT count(*) FROM pg_stat_activity WHERE usename = $1", cfg.User)
 }
 
 // TestSizePoolOfAServerThatDoesNotAnswer: a server that cannot be
