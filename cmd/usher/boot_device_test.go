@@ -43,7 +43,9 @@ func TestNetBootDeviceCache(t *testing.T) {
 	// package's other tests.
 	t.Parallel()
 	img := vmruntest.Image(t)
+	staticBuilds.Lock() // beside TestBuildScript's, not at once (the same packages)
 	agent := vmruntest.Agent(t)
+	staticBuilds.Unlock()
 	store, sum := bootStore(t, img)
 	dir := t.TempDir()
 	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"),

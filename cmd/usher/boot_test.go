@@ -200,11 +200,10 @@ func blockBytes(t *testing.T, addr, layer, op string) int64 {
 // the stream, QEMU's NBD client on its local socket). Each boot finds no
 // earlier boot's file, its writes reach its cache layer and never the
 // image. One boot per layer: that a standard boot's writes vanish at the
-// next boot is TestBootPrivateAndPromote's (two standard boots on one
-// stream), the device's RAM alone and RAM with overflow inside the
-// target's initramfs are TestNetBootDeviceCache's, and the boot from a
-// local file that the times compare with is internal/vmrun's
-// TestBootLocalDisk.
+// next boot is TestNetBoot's (two standard boots of one target), the
+// device's RAM alone and RAM with overflow inside the target's initramfs
+// are TestNetBootDeviceCache's, and the boot from a local file that the
+// times compare with is internal/vmrun's TestBootLocalDisk.
 func TestBootThroughUsher(t *testing.T) {
 	t.Parallel()
 	img := vmruntest.Image(t)
@@ -273,48 +272,6 @@ func TestBootThroughUsher(t *testing.T) {
 			t.Errorf("%d writes reached the image (private layer)", p.writes)
 		}
 	})
-}
-
-// TestBootPrivateAndPromote: a maintenance version booted in private mode
-// keeps its writes after the boot; promoted to production, it boots with
-// them, and a standard-mode boot's own writes vanish at the next boot (the
-// second standard boot finds the private boot's marker, not the first
-// standard boot's).
-func TestBootPrivateAndPromote(t *testing.T) {
-	t.Parallel()
-	img := vmruntest.Image(t)
-	store, sum := bootStore(t, img)
-	dir := t.TempDir()
-	mustImage(t, "version", "golden", "--note", "boot test maintenance", "--store", store)
-	// Loopback, no certificates: --auth none opens the maintenance
-	// version to any client.
-	stream := startRoleAddrs(t, "stream", "--store", store, "--listen", "127.0.0.1:0", "--write-cache", filepath.Join(dir, "wc"),
-		"--auth", "none", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn")
-	addr, metrics := stream.nbd, stream.metrics
-
-	private := vmruntest.Boot(t, vmrun.VMOptions{Name: "private", Image: img, Disk: "nbd://" + addr + "/golden@1", WriteMB: 4})
-	logBoot(t, private)
-	checkFirstBoot(t, private, 4)
-	p := layerCounters(t, metrics, imageexport.LayerPrivate)
-	t.Logf("private mode: %d writes (%d MiB) into version 1", p.writes, p.writeMiB)
-	if p.writes == 0 {
-		t.Error("no private-mode writes reached the version")
-	}
-
-	mustImage(t, "promote", "golden", "1", "--store", store)
-	mustImage(t, "promote", "golden", "1", "--store", store)
-	// Production is version 1 now, with the private boot's marker; each
-	// standard boot writes its own, which vanishes.
-	for i := range 2 {
-		r := vmruntest.Boot(t, vmrun.VMOptions{Name: "production", Image: img, Disk: "nbd://" + addr + "/golden", WriteMB: 4})
-		logBoot(t, r)
-		if got, want := r.Marker, "boot="+private.BootID; got != want {
-			t.Fatalf("standard boot %d of production found marker %q; want the private boot's %q (from the image)", i+1, got, want)
-		}
-	}
-	if got := fileSum(t, filepath.Join(store, "golden", "v0.raw")); got != sum {
-		t.Errorf("version 0 changed: digest %s, was %s", got, sum)
-	}
 }
 
 func logBoot(t *testing.T, r vmrun.Result) {

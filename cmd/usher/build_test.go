@@ -4,8 +4,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// staticBuilds is held through each static build of usher in the
+// package's tests (scripts/build here, the boot agent in
+// TestNetBootDeviceCache): both compile every package with
+// CGO_ENABLED=0 and -trimpath, so that whichever comes second finds them
+// in the go command's build cache and only links, where two at once would
+// each compile them all.
+var staticBuilds sync.Mutex
 
 // TestBuildScript: scripts/build makes a static (CGO_ENABLED=0),
 // -trimpath binary whose usher version prints the version it was given
@@ -31,10 +40,13 @@ func TestBuildScript(t *testing.T) {
 
 	build := exec.Command(script, "-o", bin)
 	build.Env = append(build.Environ(), "VERSION=v9.8.7-test")
-	if out, err := build.CombinedOutput(); err != nil {
+	staticBuilds.Lock()
+	out, err := build.CombinedOutput()
+	staticBuilds.Unlock()
+	if err != nil {
 		t.Fatalf("scripts/build: %v: %s", err, out)
 	}
-	out, err := exec.Command(bin, "version").CombinedOutput()
+	out, err = exec.Command(bin, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "usher v9.8.7-test ") && !strings.HasPrefix(string(out), "usher v9.8.7-test, ") {
 		t.Fatalf("usher version: %v: %q, want usher v9.8.7-test ...", err, out)
 	}

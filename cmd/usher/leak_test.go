@@ -1,7 +1,9 @@
 package main
 
 import (
+	"flag"
 	"os"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -23,6 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsUsher) == "1" {
 		os.Exit(runProcess())
 	}
+	parallelTests()
 	goleak.VerifyTestMain(mainFunc(func() int {
 		defer removeBootImports()
 		return pgtest.Main(m)
@@ -32,3 +35,25 @@ func TestMain(m *testing.M) {
 type mainFunc func() int
 
 func (f mainFunc) Run() int { return f() }
+
+// minParallel is how many of the package's parallel tests run at once
+// unless -test.parallel says otherwise.
+const minParallel = 8
+
+// parallelTests raises -test.parallel, when it was not given, from
+// GOMAXPROCS (two on a 2-core machine) to minParallel. The package's
+// parallel tests are the boot tests and the static builds: a boot test
+// spends its time waiting for a VM slot (internal/vmrun bounds the VMs
+// at one per CPU) and then for QEMU, a build for the go command, so that
+// with two of them at once a build or a test that waits for a slot would
+// leave the VM slots idle. The VM slots bound them, not the test runner.
+func parallelTests() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if f := flag.Lookup("test.parallel"); !set && f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < minParallel {
+			f.Value.Set(strconv.Itoa(minParallel))
+		}
+	}
+}
