@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -49,11 +50,9 @@ const minParallel = 8
 // leave the VM slots idle. The VM slots bound them, not the test runner.
 func parallelTests() {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if f := flag.Lookup("test.parallel"); !set && f != nil {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < minParallel {
-			f.Value.Set(strconv.Itoa(minParallel))
-		}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(max(minParallel, runtime.GOMAXPROCS(0))))
 	}
 }
