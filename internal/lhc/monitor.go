@@ -292,12 +292,19 @@ func (s *Store) enterOutage(ctx context.Context, cause string) error {
 	s.detect.entered()
 	s.handed.Store(false)
 	s.expected, s.rebuildUntil = expected, time.Time{}
+	// Close waits for the statuses' read, so that it never outlives the
+	// Store (or reads a local copy being closed).
+	resync := b != nil && !s.closed.Load()
+	if resync {
+		s.resyncs.Add(1)
+	}
 	s.mu.Unlock()
 	s.log.Error("outage mode: brokering from the local copy", "cause", cause, "copy_version", info.version,
 		"own_machines", len(own), "recent_sessions", applied, "opened_copy_in", opened.Sub(start).Round(time.Millisecond),
 		"took", time.Since(start).Round(time.Millisecond))
-	if b != nil {
+	if resync {
 		go func() {
+			defer s.resyncs.Done()
 			// After the gate opens: the read goes through the Store.
 			if err := b.SyncStatuses(context.WithoutCancel(ctx)); err != nil {
 				s.log.Warn("read the copy's machine statuses", "err", err)

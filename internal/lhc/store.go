@@ -187,6 +187,7 @@ type Store struct {
 	copyWritten uint64
 
 	copies  sync.WaitGroup
+	resyncs sync.WaitGroup // the broker's reads of the statuses on entering an outage
 	stop    chan struct{}
 	done    chan struct{}
 	running atomic.Bool
@@ -733,6 +734,7 @@ func (s *Store) Close() error {
 		}
 	}
 	s.copies.Wait()
+	s.resyncs.Wait()
 	var errs []error
 	s.gate.Lock()
 	if s.local != nil {
